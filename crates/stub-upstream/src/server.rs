@@ -1,0 +1,382 @@
+//! Accept loop, routing, script handling common to every route, and the
+//! `/_stub/*` control API.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::response::Response;
+use axum::serve::ListenerExt;
+use axum::Router;
+use bytes::Bytes;
+use serde::Serialize;
+use serde_json::{json, Value};
+use tokio::sync::watch;
+
+use crate::{Recorded, Script, Shared, DEFAULT_SCRIPT, TEI_SCRIPT_KEY};
+
+const MAX_BODY: usize = 256 * 1024 * 1024;
+
+pub(crate) async fn serve(
+    listener: tokio::net::TcpListener,
+    shared: Arc<Shared>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    let app = Router::new().fallback(handle).with_state(shared);
+    let _ = axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            let _ = shutdown.wait_for(|stop| *stop).await;
+        })
+        .await;
+}
+
+/// Error body flavour: each upstream kind answers errors its own way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Flavor {
+    OpenAi,
+    Tei,
+    Cohere,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Route {
+    Chat,
+    Embeddings,
+    OpenAiRerank,
+    Models,
+    TeiEmbed,
+    TeiRerank,
+    Health,
+    CohereEmbed,
+    CohereRerank,
+}
+
+impl Route {
+    fn find(path: &str) -> Option<(Route, Method)> {
+        Some(match path {
+            "/v1/chat/completions" => (Route::Chat, Method::POST),
+            "/v1/embeddings" => (Route::Embeddings, Method::POST),
+            "/v1/rerank" => (Route::OpenAiRerank, Method::POST),
+            "/v1/models" => (Route::Models, Method::GET),
+            "/embed" => (Route::TeiEmbed, Method::POST),
+            "/rerank" => (Route::TeiRerank, Method::POST),
+            "/health" => (Route::Health, Method::GET),
+            "/v2/embed" => (Route::CohereEmbed, Method::POST),
+            "/v2/rerank" => (Route::CohereRerank, Method::POST),
+            _ => return None,
+        })
+    }
+
+    fn flavor(self) -> Flavor {
+        match self {
+            Route::TeiEmbed | Route::TeiRerank | Route::Health => Flavor::Tei,
+            Route::CohereEmbed | Route::CohereRerank => Flavor::Cohere,
+            _ => Flavor::OpenAi,
+        }
+    }
+
+    fn is_tei(self) -> bool {
+        matches!(self, Route::TeiEmbed | Route::TeiRerank)
+    }
+}
+
+/// The script key of a request: its body's `model`, or [`TEI_SCRIPT_KEY`] on
+/// TEI routes.
+pub(crate) fn script_key<'a>(path: &str, body: &'a Value) -> Option<&'a str> {
+    match Route::find(path) {
+        Some((r, _)) if r.is_tei() => Some(TEI_SCRIPT_KEY),
+        _ => body.get("model").and_then(Value::as_str),
+    }
+}
+
+async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
+    let (parts, body) = req.into_parts();
+    let bytes = match axum::body::to_bytes(body, MAX_BODY).await {
+        Ok(b) => b,
+        Err(e) => {
+            return error(
+                Flavor::OpenAi,
+                StatusCode::BAD_REQUEST,
+                &format!("cannot read body: {e}"),
+            )
+        }
+    };
+    let path = parts.uri.path();
+    if let Some(rest) = path.strip_prefix("/_stub/") {
+        return control(&shared, &parts.method, rest, parts.uri.query(), &bytes);
+    }
+    shared.requests.fetch_add(1, Ordering::Relaxed);
+    let body: Value = if bytes.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null)
+    };
+    if shared.record {
+        let rec = Recorded {
+            method: parts.method.as_str().to_string(),
+            path: path.to_string(),
+            headers: header_map(&parts.headers),
+            body: body.clone(),
+            raw_body: String::from_utf8_lossy(&bytes).into_owned(),
+        };
+        shared.recorded.lock().push(rec);
+    }
+
+    let Some((route, method)) = Route::find(path) else {
+        return error(
+            Flavor::OpenAi,
+            StatusCode::NOT_FOUND,
+            &format!("stub: no route for {path}"),
+        );
+    };
+    let flavor = route.flavor();
+    if parts.method != method {
+        return error(
+            flavor,
+            StatusCode::METHOD_NOT_ALLOWED,
+            &format!("stub: {path} expects {method}"),
+        );
+    }
+    match route {
+        Route::Health => return Response::new(Body::empty()),
+        Route::Models => return models(&shared),
+        _ => {}
+    }
+
+    let key = if route.is_tei() {
+        Some(TEI_SCRIPT_KEY)
+    } else {
+        body.get("model").and_then(Value::as_str)
+    };
+    let script_arc = shared.script_for(key);
+    let script: &Script = script_arc.as_deref().unwrap_or(&DEFAULT_SCRIPT);
+
+    if script.hang {
+        let mut rx = shared.shutdown.clone();
+        let _ = rx.wait_for(|stop| *stop).await;
+        return error(
+            flavor,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "stub: shutting down",
+        );
+    }
+
+    let streaming =
+        route == Route::Chat && body.get("stream").and_then(Value::as_bool) == Some(true);
+    let scripted_error = script.status.is_some();
+    if script.delay_ms > 0
+        && (!streaming || scripted_error)
+        && !sleep_or_shutdown(&shared, script.delay_ms).await
+    {
+        return error(
+            flavor,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "stub: shutting down",
+        );
+    }
+    if let Some(status) = script.status {
+        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let msg = script.error_message.as_deref().unwrap_or("stub error");
+        return error_typed(flavor, status, msg, "server_error");
+    }
+    if script.garbage && !streaming {
+        return garbage();
+    }
+
+    match route {
+        Route::Chat => crate::chat::chat(&shared, &body, script, streaming),
+        Route::Embeddings => crate::retrieval::openai_embeddings(&shared, &body),
+        Route::OpenAiRerank => crate::retrieval::openai_rerank(&shared, &body),
+        Route::TeiEmbed => crate::retrieval::tei_embed(&body),
+        Route::TeiRerank => crate::retrieval::tei_rerank(&body),
+        Route::CohereEmbed => crate::retrieval::cohere_embed(&shared, &body),
+        Route::CohereRerank => crate::retrieval::cohere_rerank(&shared, &body),
+        Route::Health | Route::Models => unreachable!("answered above"),
+    }
+}
+
+/// Sleep `ms`; false if the stub shut down meanwhile.
+pub(crate) async fn sleep_or_shutdown(shared: &Shared, ms: u64) -> bool {
+    let mut rx = shared.shutdown.clone();
+    tokio::select! {
+        _ = tokio::time::sleep(Duration::from_millis(ms)) => true,
+        _ = rx.wait_for(|stop| *stop) => false,
+    }
+}
+
+fn header_map(headers: &HeaderMap) -> BTreeMap<String, String> {
+    let mut out: BTreeMap<String, String> = BTreeMap::new();
+    for (name, value) in headers {
+        let v = String::from_utf8_lossy(value.as_bytes());
+        out.entry(name.as_str().to_string())
+            .and_modify(|e| {
+                e.push_str(", ");
+                e.push_str(&v);
+            })
+            .or_insert_with(|| v.into_owned());
+    }
+    out
+}
+
+fn models(shared: &Shared) -> Response {
+    let mut names: Vec<String> = shared.scripts.read().keys().cloned().collect();
+    names.sort();
+    let data: Vec<Value> = names
+        .iter()
+        .map(|n| json!({"id": n, "object": "model", "created": 0, "owned_by": "stub"}))
+        .collect();
+    json_response(StatusCode::OK, &json!({"object": "list", "data": data}))
+}
+
+pub(crate) fn json_response<T: Serialize + ?Sized>(status: StatusCode, value: &T) -> Response {
+    let body = serde_json::to_vec(value).expect("serialising a response cannot fail");
+    let mut resp = Response::new(Body::from(body));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+fn garbage() -> Response {
+    let mut resp = Response::new(Body::from(Bytes::from_static(b"this is not json")));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+/// An error in the route's own wire format.
+pub(crate) fn error(flavor: Flavor, status: StatusCode, message: &str) -> Response {
+    let kind = if status.is_client_error() {
+        "invalid_request_error"
+    } else {
+        "server_error"
+    };
+    error_typed(flavor, status, message, kind)
+}
+
+/// Like [`error`], with the OpenAI `type` given.
+fn error_typed(flavor: Flavor, status: StatusCode, message: &str, openai_type: &str) -> Response {
+    let body = match flavor {
+        Flavor::OpenAi => json!({"error": {
+            "message": message,
+            "type": openai_type,
+            "param": null,
+            "code": null,
+        }}),
+        Flavor::Tei => {
+            let kind = match status.as_u16() {
+                429 => "overloaded",
+                400 | 413 | 422 => "validation",
+                503 => "unhealthy",
+                _ => "backend",
+            };
+            json!({"error": message, "error_type": kind})
+        }
+        Flavor::Cohere => json!({"id": "stub-error", "message": message}),
+    };
+    json_response(status, &body)
+}
+
+fn control(
+    shared: &Shared,
+    method: &Method,
+    rest: &str,
+    query: Option<&str>,
+    body: &[u8],
+) -> Response {
+    let bad = |msg: &str| error(Flavor::OpenAi, StatusCode::BAD_REQUEST, msg);
+    match (method, rest) {
+        (&Method::POST, "script") => {
+            #[derive(serde::Deserialize)]
+            struct SetScript {
+                model: String,
+                #[serde(default)]
+                script: Option<Script>,
+            }
+            match serde_json::from_slice::<SetScript>(body) {
+                Ok(s) => {
+                    shared.set_script(&s.model, s.script);
+                    json_response(StatusCode::OK, &json!({"ok": true}))
+                }
+                Err(e) => bad(&format!("bad script: {e}")),
+            }
+        }
+        (&Method::DELETE, "scripts") => {
+            shared.scripts.write().clear();
+            json_response(StatusCode::OK, &json!({"ok": true}))
+        }
+        (&Method::GET, "requests") => {
+            let model = query.and_then(|q| {
+                q.split('&')
+                    .find_map(|kv| kv.strip_prefix("model="))
+                    .map(percent_decode)
+            });
+            let recorded = match model {
+                Some(m) => shared.requests_for_model(&m),
+                None => shared.recorded.lock().clone(),
+            };
+            json_response(StatusCode::OK, &recorded)
+        }
+        (&Method::DELETE, "requests") => {
+            shared.recorded.lock().clear();
+            json_response(StatusCode::OK, &json!({"ok": true}))
+        }
+        (&Method::GET, "stats") => json_response(StatusCode::OK, &shared.stats()),
+        _ => error(
+            Flavor::OpenAi,
+            StatusCode::NOT_FOUND,
+            &format!("stub: no control route {method} /_stub/{rest}"),
+        ),
+    }
+}
+
+/// Decode `%XX` escapes and `+` (query-string form).
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                match std::str::from_utf8(&bytes[i + 1..i + 3])
+                    .ok()
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                {
+                    Some(b) => {
+                        out.push(b);
+                        i += 2;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::percent_decode;
+
+    #[test]
+    fn percent_decode_handles_escapes_plus_and_stray_percent() {
+        assert_eq!(percent_decode("a%2Fb+c"), "a/b c");
+        assert_eq!(percent_decode("100%"), "100%");
+        assert_eq!(percent_decode("x%4"), "x%4");
+        assert_eq!(percent_decode("%e2%9c%93"), "\u{2713}");
+    }
+}

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Runs every test: the Rust suite on SQLite, the same suite on PostgreSQL
+# (a private cluster started and stopped here), and the client tests with the
+# official openai Python SDK. Needs: cargo, python3, PostgreSQL server
+# binaries (apt-get install postgresql); .ci/run installs them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "== cargo test (SQLite)"
+cargo test --workspace --no-fail-fast 2>&1 | tee /tmp/gatehouse-test-sqlite.log
+
+echo "== cargo test (PostgreSQL)"
+URL=$(scripts/pg.sh start)
+trap 'scripts/pg.sh stop' EXIT
+GATEHOUSE_TEST_DATABASE_URL="$URL" cargo test -p gatehouse --no-fail-fast 2>&1 | tee /tmp/gatehouse-test-pg.log
+
+if [ -d tests/python ]; then
+  echo "== client tests (openai Python SDK)"
+  if [ ! -x .venv/bin/python ]; then python3 -m venv .venv; fi
+  .venv/bin/pip install -q -r tests/python/requirements.txt
+  cargo build -q --bin gatehouse -p gatehouse -p gatehouse-stub-upstream
+  .venv/bin/python -m pytest -q tests/python
+fi

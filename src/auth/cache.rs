@@ -1,0 +1,96 @@
+//! A small concurrent cache of validated credentials. Entries live at most
+//! `ttl` (the safety net); writes that revoke something evict at once. A
+//! generation counter stops a fill that raced with an eviction from putting
+//! a stale entry back.
+
+use std::hash::Hash;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use dashmap::DashMap;
+
+pub struct TtlCache<K, V> {
+    map: DashMap<K, (Instant, V)>,
+    ttl: Duration,
+    generation: AtomicU64,
+    max_entries: usize,
+}
+
+impl<K: Eq + Hash + Clone, V: Clone> TtlCache<K, V> {
+    pub fn new(ttl: Duration, max_entries: usize) -> Self {
+        TtlCache {
+            map: DashMap::new(),
+            ttl,
+            generation: AtomicU64::new(0),
+            max_entries,
+        }
+    }
+
+    pub fn get(&self, k: &K) -> Option<V> {
+        let entry = self.map.get(k)?;
+        if entry.0.elapsed() < self.ttl {
+            Some(entry.1.clone())
+        } else {
+            drop(entry);
+            self.map.remove(k);
+            None
+        }
+    }
+
+    /// Take before reading the database; pass to `insert`.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    pub fn insert(&self, k: K, v: V, generation: u64) {
+        if self.map.len() >= self.max_entries {
+            // Bounded: drop everything rather than grow without limit; it refills.
+            self.map.clear();
+        }
+        if self.generation.load(Ordering::Acquire) == generation {
+            self.map.insert(k, (Instant::now(), v));
+            // An eviction may have slipped in between the check and the insert.
+            if self.generation.load(Ordering::Acquire) != generation {
+                self.map.clear();
+            }
+        }
+    }
+
+    pub fn remove(&self, k: &K) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        self.map.remove(k);
+    }
+
+    pub fn remove_where(&self, f: impl Fn(&K, &V) -> bool) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        self.map.retain(|k, v| !f(k, &v.1));
+    }
+
+    pub fn clear(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        self.map.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entry_expires_after_ttl() {
+        let c = TtlCache::new(Duration::from_millis(20), 10);
+        c.insert(1, "a", c.generation());
+        assert_eq!(c.get(&1), Some("a"));
+        std::thread::sleep(Duration::from_millis(30));
+        assert_eq!(c.get(&1), None);
+    }
+
+    #[test]
+    fn fill_that_raced_an_eviction_is_not_stored() {
+        let c = TtlCache::new(Duration::from_secs(60), 10);
+        let g = c.generation();
+        c.remove(&1);
+        c.insert(1, "stale", g);
+        assert_eq!(c.get(&1), None);
+    }
+}

@@ -1,0 +1,115 @@
+//! Signed tokens (HS256 JWT). Login tokens are for `/api`, access tokens for
+//! one agent's `/v1/agents/{agent}` routes; the `typ` claim keeps them apart.
+
+use jsonwebtoken::{decode, encode, Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Claims {
+    pub sub: String,
+    pub typ: String,
+    pub iat: i64,
+    /// Expiry in Unix milliseconds: tokens expire exactly at their lifetime.
+    pub exp_ms: i64,
+    pub exp: i64,
+    pub jti: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sid: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agt: Option<String>,
+}
+
+pub const LOGIN: &str = "login";
+pub const ACCESS: &str = "access";
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum TokenError {
+    Invalid,
+    Expired,
+}
+
+#[derive(Clone)]
+pub struct TokenKeys {
+    enc: EncodingKey,
+    dec: DecodingKey,
+    validation: Validation,
+}
+
+impl TokenKeys {
+    pub fn new(secret: &[u8]) -> TokenKeys {
+        let mut validation = Validation::new(Algorithm::HS256);
+        // We check expiry ourselves, to the millisecond and with no leeway.
+        validation.validate_exp = false;
+        validation.required_spec_claims.clear();
+        validation.leeway = 0;
+        TokenKeys {
+            enc: EncodingKey::from_secret(secret),
+            dec: DecodingKey::from_secret(secret),
+            validation,
+        }
+    }
+
+    pub fn issue(
+        &self,
+        typ: &str,
+        sub: &str,
+        ttl_s: i64,
+        sid: Option<&str>,
+        agt: Option<&str>,
+    ) -> (String, Claims) {
+        let now = crate::store::now_ms();
+        let exp_ms = now + ttl_s * 1000;
+        let claims = Claims {
+            sub: sub.to_string(),
+            typ: typ.to_string(),
+            iat: now / 1000,
+            exp_ms,
+            exp: exp_ms.div_euclid(1000),
+            jti: uuid::Uuid::new_v4().simple().to_string(),
+            sid: sid.map(str::to_string),
+            agt: agt.map(str::to_string),
+        };
+        // Encoding HS256 with a valid key cannot fail.
+        let token = encode(&Header::new(Algorithm::HS256), &claims, &self.enc).unwrap_or_default();
+        (token, claims)
+    }
+
+    pub fn verify(&self, token: &str) -> Result<Claims, TokenError> {
+        let data = decode::<Claims>(token, &self.dec, &self.validation)
+            .map_err(|_| TokenError::Invalid)?;
+        if crate::store::now_ms() >= data.claims.exp_ms {
+            return Err(TokenError::Expired);
+        }
+        Ok(data.claims)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_signed_with_another_secret_is_invalid() {
+        let a = TokenKeys::new(b"secret-a-secret-a-secret-a-32byt");
+        let b = TokenKeys::new(b"secret-b-secret-b-secret-b-32byt");
+        let (t, _) = a.issue(LOGIN, "u1", 60, None, None);
+        assert_eq!(b.verify(&t), Err(TokenError::Invalid));
+        assert_eq!(a.verify(&t).map(|c| c.sub), Ok("u1".to_string()));
+    }
+
+    #[test]
+    fn token_is_expired_exactly_at_its_lifetime() {
+        let k = TokenKeys::new(b"secret-a-secret-a-secret-a-32byt");
+        let (t, _) = k.issue(LOGIN, "u1", 0, None, None);
+        assert_eq!(k.verify(&t), Err(TokenError::Expired));
+    }
+
+    #[test]
+    fn tampered_payload_is_invalid() {
+        let k = TokenKeys::new(b"secret-a-secret-a-secret-a-32byt");
+        let (t, _) = k.issue(LOGIN, "u1", 60, None, None);
+        let mut parts: Vec<String> = t.split('.').map(str::to_string).collect();
+        parts[1].push('A');
+        assert_eq!(k.verify(&parts.join(".")), Err(TokenError::Invalid));
+    }
+}

@@ -1,0 +1,150 @@
+//! Settings, read once at start from the environment (and an optional TOML
+//! file for providers, models and agents). Handlers never see a half-valid value.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub listen: SocketAddr,
+    pub database_url: String,
+    pub config_file: Option<PathBuf>,
+    pub secret: Option<String>,
+    pub admin_email: Option<String>,
+    pub admin_password: Option<String>,
+    pub login_token_ttl: i64,
+    pub access_token_ttl: i64,
+    pub refresh_token_ttl: i64,
+    pub approval_ttl: i64,
+    pub max_body_bytes: usize,
+    /// Failed logins for one account before it is locked for `login_lockout_s`.
+    pub login_max_failures: u32,
+    /// Failed logins from one client address before it is locked.
+    pub login_max_failures_per_addr: u32,
+    pub login_lockout_s: u64,
+    /// Safety-net lifetime of cached credential checks; revocations evict at once.
+    pub cache_ttl_s: u64,
+    pub db_max_connections: u32,
+    pub db_acquire_timeout_s: u64,
+    pub usage_queue: usize,
+    pub pii_vault_ttl_s: i64,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+fn parse_var<T: std::str::FromStr>(name: &str, default: T) -> Result<T, ConfigError> {
+    match var(name) {
+        None => Ok(default),
+        Some(v) => v
+            .trim()
+            .parse()
+            .map_err(|_| ConfigError(format!("{name} has an invalid value: {v:?}"))),
+    }
+}
+
+fn positive(name: &str, v: i64) -> Result<i64, ConfigError> {
+    if v <= 0 {
+        return Err(ConfigError(format!(
+            "{name} must be a positive number of seconds"
+        )));
+    }
+    Ok(v)
+}
+
+impl Settings {
+    pub fn from_env() -> Result<Settings, ConfigError> {
+        Ok(Settings {
+            listen: parse_var("GATEHOUSE_LISTEN", SocketAddr::from(([127, 0, 0, 1], 8080)))?,
+            database_url: var("GATEHOUSE_DATABASE_URL")
+                .unwrap_or_else(|| "sqlite://gatehouse.db".into()),
+            config_file: var("GATEHOUSE_CONFIG").map(PathBuf::from),
+            secret: var("GATEHOUSE_SECRET"),
+            admin_email: var("GATEHOUSE_ADMIN_EMAIL"),
+            admin_password: var("GATEHOUSE_ADMIN_PASSWORD"),
+            login_token_ttl: positive(
+                "GATEHOUSE_LOGIN_TOKEN_TTL",
+                parse_var("GATEHOUSE_LOGIN_TOKEN_TTL", 3600)?,
+            )?,
+            access_token_ttl: positive(
+                "GATEHOUSE_ACCESS_TOKEN_TTL",
+                parse_var("GATEHOUSE_ACCESS_TOKEN_TTL", 900)?,
+            )?,
+            refresh_token_ttl: positive(
+                "GATEHOUSE_REFRESH_TOKEN_TTL",
+                parse_var("GATEHOUSE_REFRESH_TOKEN_TTL", 2_592_000)?,
+            )?,
+            approval_ttl: positive(
+                "GATEHOUSE_APPROVAL_TTL",
+                parse_var("GATEHOUSE_APPROVAL_TTL", 600)?,
+            )?,
+            max_body_bytes: parse_var("GATEHOUSE_MAX_BODY_BYTES", 16 * 1024 * 1024)?,
+            login_max_failures: parse_var("GATEHOUSE_LOGIN_MAX_FAILURES", 5)?,
+            login_max_failures_per_addr: parse_var("GATEHOUSE_LOGIN_MAX_FAILURES_PER_ADDR", 50)?,
+            login_lockout_s: parse_var("GATEHOUSE_LOGIN_LOCKOUT_S", 300)?,
+            cache_ttl_s: parse_var("GATEHOUSE_CACHE_TTL_S", 30)?,
+            db_max_connections: parse_var("GATEHOUSE_DB_MAX_CONNECTIONS", 16)?,
+            db_acquire_timeout_s: parse_var("GATEHOUSE_DB_ACQUIRE_TIMEOUT_S", 5)?,
+            usage_queue: parse_var("GATEHOUSE_USAGE_QUEUE", 10_000)?,
+            pii_vault_ttl_s: parse_var("GATEHOUSE_PII_VAULT_TTL_S", 86_400)?,
+        })
+    }
+
+    /// Settings for tests and embedding: everything default, a given database.
+    pub fn for_database(database_url: &str) -> Settings {
+        Settings {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            database_url: database_url.to_string(),
+            config_file: None,
+            secret: None,
+            admin_email: None,
+            admin_password: None,
+            login_token_ttl: 3600,
+            access_token_ttl: 900,
+            refresh_token_ttl: 2_592_000,
+            approval_ttl: 600,
+            max_body_bytes: 16 * 1024 * 1024,
+            login_max_failures: 5,
+            login_max_failures_per_addr: 50,
+            login_lockout_s: 300,
+            cache_ttl_s: 30,
+            db_max_connections: 16,
+            db_acquire_timeout_s: 5,
+            usage_queue: 10_000,
+            pii_vault_ttl_s: 86_400,
+        }
+    }
+}
+
+/// Providers, models and agents as code (`GATEHOUSE_CONFIG`). Applied at start
+/// as upserts, so the file is the source of truth for what it names.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    #[serde(default)]
+    pub providers: Vec<crate::models::NewProvider>,
+    #[serde(default)]
+    pub models: Vec<crate::models::NewModel>,
+    #[serde(default)]
+    pub agents: Vec<serde_json::Value>,
+}
+
+impl FileConfig {
+    pub fn load(path: &std::path::Path) -> Result<FileConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            ConfigError(format!(
+                "cannot read GATEHOUSE_CONFIG {}: {e}",
+                path.display()
+            ))
+        })?;
+        toml::from_str(&text)
+            .map_err(|e| ConfigError(format!("GATEHOUSE_CONFIG {}: {e}", path.display())))
+    }
+}

@@ -1,0 +1,318 @@
+//! Admin API: users, providers, models (agents, sign-ins, usage come with their features).
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::Json;
+use serde::Deserialize;
+use serde_json::json;
+use utoipa::ToSchema;
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+use crate::app::{AppState, Invalidation};
+use crate::auth::passwords;
+use crate::http::error::{ApiError, ApiResult};
+use crate::http::extract::{AdminUser, ApiJson, ApiKeyAuth};
+use crate::models::{NewModel, NewProvider};
+use crate::store::catalog::{ModelRow, ProviderRow};
+use crate::store::users::UserRow;
+use crate::time::rfc3339;
+
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(create_user, list_users))
+        .routes(routes!(update_user))
+        .routes(routes!(create_provider, list_providers))
+        .routes(routes!(get_provider, delete_provider))
+        .routes(routes!(create_model, list_models))
+        .routes(routes!(get_model, delete_model))
+        .routes(routes!(v1_models))
+}
+
+fn user_view(u: &UserRow) -> serde_json::Value {
+    json!({"id": u.id, "email": u.email, "is_admin": u.admin(), "is_active": u.active(), "created_at": rfc3339(u.created_at)})
+}
+
+/// E-mail addresses: one `@`, something on both sides, a dot in the domain, no spaces.
+pub fn normalize_email(raw: &str) -> Result<String, ApiError> {
+    let e = raw.trim().to_lowercase();
+    let valid = e.len() <= 254
+        && !e.chars().any(|c| c.is_whitespace() || c.is_control())
+        && matches!(e.split_once('@'), Some((l, d)) if !l.is_empty() && d.contains('.') && !d.starts_with('.') && !d.ends_with('.') && !d.contains('@'));
+    if valid {
+        Ok(e)
+    } else {
+        Err(ApiError::validation(
+            "email",
+            "'email' must be an e-mail address.",
+        ))
+    }
+}
+
+#[derive(Deserialize, ToSchema)]
+pub struct NewUser {
+    email: String,
+    password: String,
+    #[serde(default)]
+    is_admin: bool,
+}
+
+/// Create a user.
+#[utoipa::path(post, path = "/api/admin/users", tag = "admin", request_body = NewUser,
+    responses((status = 201, description = "The user"), (status = 409, description = "user_exists")))]
+async fn create_user(
+    State(app): State<AppState>,
+    _admin: AdminUser,
+    ApiJson(body): ApiJson<NewUser>,
+) -> ApiResult<impl IntoResponse> {
+    let email = normalize_email(&body.email)?;
+    passwords::check_password_rules(&body.password)
+        .map_err(|m| ApiError::validation("password", m))?;
+    let hash = passwords::hash(body.password)
+        .await
+        .map_err(ApiError::internal)?;
+    match app.store.create_user(&email, &hash, body.is_admin).await? {
+        Some(u) => Ok((
+            StatusCode::CREATED,
+            Json(json!({"id": u.id, "email": u.email, "is_admin": u.admin()})),
+        )),
+        None => Err(ApiError::conflict(
+            "user_exists",
+            "A user with this e-mail already exists.",
+        )),
+    }
+}
+
+/// List users.
+#[utoipa::path(get, path = "/api/admin/users", tag = "admin", responses((status = 200, description = "Users")))]
+async fn list_users(
+    State(app): State<AppState>,
+    _admin: AdminUser,
+) -> ApiResult<impl IntoResponse> {
+    let users = app.store.list_users().await?;
+    Ok(Json(users.iter().map(user_view).collect::<Vec<_>>()))
+}
+
+#[derive(Deserialize, ToSchema)]
+pub struct UserPatch {
+    #[serde(default)]
+    is_active: Option<bool>,
+    #[serde(default)]
+    is_admin: Option<bool>,
+    #[serde(default)]
+    password: Option<String>,
+}
+
+/// Change a user; a disabled user's tokens, keys and sign-ins stop working at once.
+#[utoipa::path(patch, path = "/api/admin/users/{id}", tag = "admin", request_body = UserPatch,
+    params(("id" = String, Path)), responses((status = 200, description = "The user"), (status = 404, description = "user_not_found")))]
+async fn update_user(
+    State(app): State<AppState>,
+    _admin: AdminUser,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<UserPatch>,
+) -> ApiResult<impl IntoResponse> {
+    let hash = match body.password {
+        Some(p) => {
+            passwords::check_password_rules(&p).map_err(|m| ApiError::validation("password", m))?;
+            Some(passwords::hash(p).await.map_err(ApiError::internal)?)
+        }
+        None => None,
+    };
+    let user = app
+        .store
+        .update_user(&id, body.is_active, body.is_admin, hash.as_deref())
+        .await?
+        .ok_or_else(|| ApiError::not_found("user_not_found", "There is no user with this id."))?;
+    app.invalidate(Invalidation::User(id)).await;
+    Ok(Json(user_view(&user)))
+}
+
+fn provider_view(p: &ProviderRow) -> serde_json::Value {
+    json!({
+        "name": p.name, "type": p.kind, "base_url": p.base_url, "timeout_s": p.timeout_s,
+        "has_api_key": p.api_key.is_some(), "created_at": rfc3339(p.created_at),
+    })
+}
+
+/// Add a provider (an upstream model server).
+#[utoipa::path(post, path = "/api/admin/providers", tag = "admin", request_body = NewProvider,
+    responses((status = 201, description = "The provider (its api_key is never shown)"), (status = 409, description = "provider_exists")))]
+async fn create_provider(
+    State(app): State<AppState>,
+    _admin: AdminUser,
+    ApiJson(body): ApiJson<NewProvider>,
+) -> ApiResult<impl IntoResponse> {
+    let mut row = body.validate()?;
+    if !app.store.put_provider(&row, false).await? {
+        return Err(ApiError::conflict(
+            "provider_exists",
+            "A provider with this name already exists.",
+        ));
+    }
+    row.created_at = crate::store::now_ms();
+    app.invalidate(Invalidation::Catalog).await;
+    Ok((StatusCode::CREATED, Json(provider_view(&row))))
+}
+
+/// List providers.
+#[utoipa::path(get, path = "/api/admin/providers", tag = "admin", responses((status = 200, description = "Providers")))]
+async fn list_providers(
+    State(app): State<AppState>,
+    _admin: AdminUser,
+) -> ApiResult<impl IntoResponse> {
+    let rows = app.store.list_providers().await?;
+    Ok(Json(rows.iter().map(provider_view).collect::<Vec<_>>()))
+}
+
+/// One provider.
+#[utoipa::path(get, path = "/api/admin/providers/{name}", tag = "admin", params(("name" = String, Path)),
+    responses((status = 200, description = "The provider"), (status = 404, description = "provider_not_found")))]
+async fn get_provider(
+    State(app): State<AppState>,
+    _admin: AdminUser,
+    Path(name): Path<String>,
+) -> ApiResult<impl IntoResponse> {
+    let rows = app.store.list_providers().await?;
+    rows.iter()
+        .find(|p| p.name == name)
+        .map(|p| Json(provider_view(p)))
+        .ok_or_else(|| {
+            ApiError::not_found("provider_not_found", "There is no provider with this name.")
+        })
+}
+
+/// Remove a provider that no model uses.
+#[utoipa::path(delete, path = "/api/admin/providers/{name}", tag = "admin", params(("name" = String, Path)),
+    responses((status = 204), (status = 404, description = "provider_not_found"), (status = 409, description = "provider_in_use")))]
+async fn delete_provider(
+    State(app): State<AppState>,
+    _admin: AdminUser,
+    Path(name): Path<String>,
+) -> ApiResult<StatusCode> {
+    if app.store.models_of_provider(&name).await? > 0 {
+        return Err(ApiError::conflict(
+            "provider_in_use",
+            "Models still use this provider; delete them first.",
+        ));
+    }
+    if !app.store.delete_provider(&name).await? {
+        return Err(ApiError::not_found(
+            "provider_not_found",
+            "There is no provider with this name.",
+        ));
+    }
+    app.invalidate(Invalidation::Catalog).await;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+fn model_view(m: &ModelRow) -> serde_json::Value {
+    json!({"id": m.id, "kind": m.kind, "provider": m.provider, "upstream_model": m.upstream_model, "created_at": rfc3339(m.created_at)})
+}
+
+/// Add a model: an alias clients send, its kind, and where it runs.
+#[utoipa::path(post, path = "/api/admin/models", tag = "admin", request_body = NewModel,
+    responses((status = 201, description = "The model"), (status = 409, description = "model_exists")))]
+async fn create_model(
+    State(app): State<AppState>,
+    _admin: AdminUser,
+    ApiJson(body): ApiJson<NewModel>,
+) -> ApiResult<impl IntoResponse> {
+    let mut row = body.validate()?;
+    if !app
+        .store
+        .list_providers()
+        .await?
+        .iter()
+        .any(|p| p.name == row.provider)
+    {
+        return Err(ApiError::validation(
+            "provider",
+            format!("There is no provider named '{}'.", row.provider),
+        ));
+    }
+    if !app.store.put_model(&row, false).await? {
+        return Err(ApiError::conflict(
+            "model_exists",
+            "A model with this id already exists.",
+        ));
+    }
+    row.created_at = crate::store::now_ms();
+    app.invalidate(Invalidation::Catalog).await;
+    Ok((StatusCode::CREATED, Json(model_view(&row))))
+}
+
+/// List models.
+#[utoipa::path(get, path = "/api/admin/models", tag = "admin", responses((status = 200, description = "Models")))]
+async fn list_models(
+    State(app): State<AppState>,
+    _admin: AdminUser,
+) -> ApiResult<impl IntoResponse> {
+    let rows = app.store.list_models().await?;
+    Ok(Json(rows.iter().map(model_view).collect::<Vec<_>>()))
+}
+
+/// One model.
+#[utoipa::path(get, path = "/api/admin/models/{id}", tag = "admin", params(("id" = String, Path)),
+    responses((status = 200, description = "The model"), (status = 404, description = "model_not_found")))]
+async fn get_model(
+    State(app): State<AppState>,
+    _admin: AdminUser,
+    Path(id): Path<String>,
+) -> ApiResult<impl IntoResponse> {
+    let rows = app.store.list_models().await?;
+    rows.iter()
+        .find(|m| m.id == id)
+        .map(|m| Json(model_view(m)))
+        .ok_or_else(|| ApiError::not_found("model_not_found", "There is no model with this id."))
+}
+
+/// Remove a model.
+#[utoipa::path(delete, path = "/api/admin/models/{id}", tag = "admin", params(("id" = String, Path)),
+    responses((status = 204), (status = 404, description = "model_not_found")))]
+async fn delete_model(
+    State(app): State<AppState>,
+    _admin: AdminUser,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
+    if !app.store.delete_model(&id).await? {
+        return Err(ApiError::not_found(
+            "model_not_found",
+            "There is no model with this id.",
+        ));
+    }
+    app.invalidate(Invalidation::Catalog).await;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Deserialize, utoipa::IntoParams)]
+struct ModelsQuery {
+    kind: Option<String>,
+}
+
+/// Models this API key may use, optionally of one kind.
+#[utoipa::path(get, path = "/v1/models", tag = "v1", params(ModelsQuery),
+    responses((status = 200, description = "OpenAI-style model list with kind")))]
+async fn v1_models(
+    State(app): State<AppState>,
+    auth: ApiKeyAuth,
+    axum::extract::Query(q): axum::extract::Query<ModelsQuery>,
+) -> ApiResult<impl IntoResponse> {
+    let want = match q.kind.as_deref() {
+        None | Some("") => None,
+        Some(k) => Some(crate::models::ModelKind::parse(k).ok_or_else(|| {
+            ApiError::validation("kind", "'kind' must be one of chat, embeddings, scoring.")
+        })?),
+    };
+    let catalog = app.catalog();
+    let data: Vec<_> = catalog
+        .model_order
+        .iter()
+        .filter_map(|id| catalog.model(id))
+        .filter(|m| want.is_none_or(|k| m.kind == k) && auth.key.allows(&m.id))
+        .map(|m| {
+            json!({"id": m.id, "object": "model", "created": m.created_at / 1000, "owned_by": m.provider.name, "kind": m.kind.as_str()})
+        })
+        .collect();
+    Ok(Json(json!({"object": "list", "data": data})))
+}

@@ -1,0 +1,278 @@
+//! Request extractors: bodies read under the route's size limit and parsed
+//! into typed values with clear errors, and the three kinds of credential.
+
+use std::sync::Arc;
+
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use serde::de::DeserializeOwned;
+
+use crate::app::{AppState, KeyInfo, UserInfo};
+use crate::auth::tokens::{self, TokenError};
+use crate::http::error::{ApiError, ApiResult};
+
+/// The body limit of the matched route group, set by `body_limits`.
+#[derive(Clone, Copy, Debug)]
+pub struct BodyLimit {
+    pub bytes: usize,
+    pub code: &'static str,
+}
+
+pub async fn read_body(req: Request) -> ApiResult<Bytes> {
+    let limit = req
+        .extensions()
+        .get::<BodyLimit>()
+        .copied()
+        .unwrap_or(BodyLimit {
+            bytes: 1024 * 1024,
+            code: "payload_too_large",
+        });
+    let too_large = || {
+        ApiError::new(
+            axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+            limit.code,
+            format!(
+                "The request body is larger than the limit of {} bytes.",
+                limit.bytes
+            ),
+        )
+    };
+    if let Some(len) = req
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        if len > limit.bytes {
+            return Err(too_large());
+        }
+    }
+    let limited = http_body_util::Limited::new(req.into_body(), limit.bytes);
+    match limited.collect().await {
+        Ok(c) => Ok(c.to_bytes()),
+        Err(e)
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
+            Err(too_large())
+        }
+        Err(_) => Err(ApiError::validation(
+            "body",
+            "The request body could not be read.",
+        )),
+    }
+}
+
+/// Parses JSON into `T`; a failure names the field that was wrong.
+pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> ApiResult<T> {
+    if bytes.iter().all(|b| b.is_ascii_whitespace()) {
+        return Err(ApiError::validation(
+            "body",
+            "The request body is empty; send a JSON object.",
+        ));
+    }
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        let what = match inner.classify() {
+            serde_json::error::Category::Syntax | serde_json::error::Category::Eof => {
+                "The body is not valid JSON"
+            }
+            _ => "The body does not have the expected shape",
+        };
+        let param = if path == "." {
+            "body".to_string()
+        } else {
+            path
+        };
+        // serde messages name types and fields, never the values sent.
+        ApiError::validation(param, format!("{what}: {inner}."))
+    })?;
+    de.end().map_err(|_| {
+        ApiError::validation(
+            "body",
+            "The body has trailing characters after the JSON value.",
+        )
+    })?;
+    Ok(value)
+}
+
+pub struct ApiJson<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
+    type Rejection = ApiError;
+    async fn from_request(req: Request, _state: &S) -> ApiResult<Self> {
+        let bytes = read_body(req).await?;
+        parse_json(&bytes).map(ApiJson)
+    }
+}
+
+/// A form-encoded body (the login route).
+pub struct ApiForm<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiForm<T> {
+    type Rejection = ApiError;
+    async fn from_request(req: Request, _state: &S) -> ApiResult<Self> {
+        let is_form = req
+            .headers()
+            .get(axum::http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| {
+                v.trim_start()
+                    .to_ascii_lowercase()
+                    .starts_with("application/x-www-form-urlencoded")
+            });
+        if !is_form {
+            return Err(ApiError::validation(
+                "body",
+                "Send a form-encoded body (Content-Type: application/x-www-form-urlencoded) with username and password.",
+            ));
+        }
+        let bytes = read_body(req).await?;
+        serde_urlencoded::from_bytes(&bytes)
+            .map(ApiForm)
+            .map_err(|e| ApiError::validation("body", format!("The form could not be read: {e}.")))
+    }
+}
+
+pub fn bearer(parts: &Parts) -> Option<&str> {
+    let v = parts
+        .headers
+        .get(axum::http::header::AUTHORIZATION)?
+        .to_str()
+        .ok()?;
+    let (scheme, token) = v.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|t| !t.is_empty())
+}
+
+/// A user authenticated by a login token (`/api/...`).
+pub struct LoginUser(pub Arc<UserInfo>);
+
+pub async fn login_user(state: &AppState, token: &str) -> ApiResult<Arc<UserInfo>> {
+    if token.starts_with("gtk_") {
+        return Err(ApiError::unauthorized(
+            "invalid_token",
+            "An API key cannot be used here; send a login token.",
+        ));
+    }
+    let claims = state.tokens.verify(token).map_err(|e| match e {
+        TokenError::Expired => {
+            ApiError::unauthorized("token_expired", "The token has expired; log in again.")
+        }
+        TokenError::Invalid => {
+            ApiError::unauthorized("invalid_token", "The token is not valid; log in again.")
+        }
+    })?;
+    if claims.typ != tokens::LOGIN {
+        return Err(ApiError::unauthorized(
+            "invalid_token",
+            "An agent access token cannot be used here; send a login token.",
+        ));
+    }
+    match state.user(&claims.sub).await? {
+        Some(u) if u.is_active => Ok(u),
+        _ => Err(ApiError::unauthorized(
+            "invalid_token",
+            "The token's user is disabled or gone.",
+        )),
+    }
+}
+
+impl FromRequestParts<AppState> for LoginUser {
+    type Rejection = ApiError;
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> ApiResult<Self> {
+        let token = bearer(parts).ok_or_else(|| {
+            ApiError::unauthorized(
+                "invalid_token",
+                "Send the login token as Authorization: Bearer <token>.",
+            )
+        })?;
+        login_user(state, token).await.map(LoginUser)
+    }
+}
+
+/// An administrator, by login token.
+pub struct AdminUser(pub Arc<UserInfo>);
+
+impl FromRequestParts<AppState> for AdminUser {
+    type Rejection = ApiError;
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> ApiResult<Self> {
+        let LoginUser(u) = LoginUser::from_request_parts(parts, state).await?;
+        if !u.is_admin {
+            return Err(ApiError::admin_only());
+        }
+        Ok(AdminUser(u))
+    }
+}
+
+/// A backend authenticated by an API key (`/v1/models`, chat, embeddings, rerank).
+pub struct ApiKeyAuth {
+    pub key: Arc<KeyInfo>,
+    pub user: Arc<UserInfo>,
+}
+
+impl ApiKeyAuth {
+    pub fn check_model(&self, model: &str) -> ApiResult<()> {
+        if self.key.allows(model) {
+            Ok(())
+        } else {
+            Err(ApiError::forbidden(
+                "model_not_allowed",
+                format!("This API key may not use the model '{model}'."),
+            )
+            .with_param("model"))
+        }
+    }
+}
+
+fn invalid_key(msg: &str) -> ApiError {
+    ApiError::unauthorized("invalid_api_key", msg.to_string())
+}
+
+impl FromRequestParts<AppState> for ApiKeyAuth {
+    type Rejection = ApiError;
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> ApiResult<Self> {
+        let token = bearer(parts)
+            .ok_or_else(|| invalid_key("Send an API key as Authorization: Bearer <API_KEY>."))?;
+        if !token.starts_with("gtk_") {
+            return Err(invalid_key("The API key is not valid."));
+        }
+        let hash = crate::auth::sha256_hex(token);
+        let key = match state.caches.api_keys.get(&hash) {
+            Some(k) => k,
+            None => {
+                let generation = state.caches.api_keys.generation();
+                let row = state
+                    .store
+                    .api_key_by_hash(&hash)
+                    .await?
+                    .ok_or_else(|| invalid_key("The API key is not valid."))?;
+                if !crate::auth::ct_eq(&row.key_hash, &hash) {
+                    return Err(invalid_key("The API key is not valid."));
+                }
+                let info = Arc::new(KeyInfo::from_row(&row));
+                state
+                    .caches
+                    .api_keys
+                    .insert(hash, Arc::clone(&info), generation);
+                info
+            }
+        };
+        let now = crate::store::now_ms();
+        if key.expires_at.is_some_and(|e| now >= e) {
+            return Err(invalid_key("The API key has expired."));
+        }
+        let user = match state.user(&key.user_id).await? {
+            Some(u) if u.is_active => u,
+            _ => return Err(invalid_key("The API key's user is disabled.")),
+        };
+        state.last_used.api_keys.insert(key.id.clone(), now);
+        Ok(ApiKeyAuth { key, user })
+    }
+}

@@ -1,0 +1,125 @@
+//! The HTTP surface: router, middleware (request ids, body limits, metrics,
+//! error shapes) and thin handlers that call into the domain modules.
+
+pub mod admin;
+pub mod error;
+pub mod extract;
+pub mod metrics;
+pub mod system;
+pub mod users;
+
+use axum::extract::Request;
+use axum::http::{HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::Router;
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+
+use crate::app::AppState;
+use error::ApiError;
+use extract::BodyLimit;
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Gatehouse",
+        description = "A gateway for language models: agent apps and OpenAI-compatible backends."
+    ),
+    components(schemas(crate::http::users::LoginForm))
+)]
+pub struct ApiDoc;
+
+/// Every route, registered through `OpenApiRouter` so `/openapi.json` is
+/// generated from the same code that serves.
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .merge(system::routes())
+        .merge(users::routes())
+        .merge(admin::routes())
+}
+
+pub fn router(state: AppState) -> Router {
+    let (router, mut api) = routes().split_for_parts();
+    api.info.version = env!("CARGO_PKG_VERSION").to_string();
+    let api = std::sync::Arc::new(api);
+    router
+        .route(
+            "/openapi.json",
+            axum::routing::get(move || {
+                let api = std::sync::Arc::clone(&api);
+                async move { axum::Json(api.as_ref().clone()) }
+            }),
+        )
+        .fallback(|| async { ApiError::not_found("not_found", "There is no such route.") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "This route does not take that method.",
+            )
+        })
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            metrics::track,
+        ))
+        .layer(middleware::from_fn(error::render_errors))
+        .layer(middleware::from_fn_with_state(state.clone(), body_limits))
+        .layer(middleware::from_fn(request_id))
+        .with_state(state)
+}
+
+/// The body limit of each route group, from the contract.
+pub fn body_limit_for(path: &str, max_body_bytes: usize) -> BodyLimit {
+    if path.starts_with("/v1/agents/") && path.ends_with("/manifest") {
+        BodyLimit {
+            bytes: 512 * 1024,
+            code: "manifest_too_large",
+        }
+    } else if path.starts_with("/v1/agents/") && path.ends_with("/events") {
+        BodyLimit {
+            bytes: 2 * 1024 * 1024,
+            code: "payload_too_large",
+        }
+    } else if path.starts_with("/v1/") {
+        BodyLimit {
+            bytes: max_body_bytes,
+            code: "payload_too_large",
+        }
+    } else {
+        BodyLimit {
+            bytes: 1024 * 1024,
+            code: "payload_too_large",
+        }
+    }
+}
+
+async fn body_limits(
+    axum::extract::State(app): axum::extract::State<AppState>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    let limit = body_limit_for(req.uri().path(), app.settings.max_body_bytes);
+    req.extensions_mut().insert(limit);
+    next.run(req).await
+}
+
+/// Echoes the client's `x-request-id` or makes one, on every response.
+async fn request_id(mut req: Request, next: Next) -> Response {
+    let id = req
+        .headers()
+        .get("x-request-id")
+        .filter(|v| !v.is_empty() && v.len() <= 200)
+        .cloned()
+        .unwrap_or_else(|| {
+            HeaderValue::from_str(&uuid::Uuid::new_v4().to_string())
+                .unwrap_or(HeaderValue::from_static("unknown"))
+        });
+    req.headers_mut().insert("x-request-id", id.clone());
+    let span =
+        tracing::info_span!("request", id = ?id, method = %req.method(), path = %req.uri().path());
+    let _ = span.enter();
+    let mut resp = next.run(req).await;
+    resp.headers_mut().insert("x-request-id", id);
+    resp
+}

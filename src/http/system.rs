@@ -1,0 +1,80 @@
+//! Health, readiness, metrics and version.
+
+use std::sync::atomic::Ordering;
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::Json;
+use serde_json::json;
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+use crate::app::AppState;
+
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(healthz))
+        .routes(routes!(readyz))
+        .routes(routes!(metrics))
+        .routes(routes!(version))
+}
+
+/// The process is up.
+#[utoipa::path(get, path = "/healthz", tag = "system", responses((status = 200, description = "Up")))]
+async fn healthz() -> impl IntoResponse {
+    Json(json!({"status": "ok"}))
+}
+
+/// The database answers.
+#[utoipa::path(get, path = "/readyz", tag = "system",
+    responses((status = 200, description = "Ready"), (status = 503, description = "The database does not answer")))]
+async fn readyz(State(app): State<AppState>) -> impl IntoResponse {
+    let ping = tokio::time::timeout(std::time::Duration::from_secs(2), app.store.ping()).await;
+    if matches!(ping, Ok(true)) {
+        (
+            StatusCode::OK,
+            Json(json!({"status": "ready", "database": "ok"})),
+        )
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "unavailable", "database": "unreachable"})),
+        )
+    }
+}
+
+/// Prometheus text.
+#[utoipa::path(get, path = "/metrics", tag = "system", responses((status = 200, description = "Prometheus text format")))]
+async fn metrics(State(app): State<AppState>) -> impl IntoResponse {
+    let c = &app.usage.counters;
+    let body = app.metrics.render(&[
+        (
+            "gatehouse_usage_records_written_total",
+            "Usage records written.",
+            c.written.load(Ordering::Relaxed),
+        ),
+        (
+            "gatehouse_usage_records_dropped_total",
+            "Usage records refused because the writer's queue was full.",
+            c.dropped.load(Ordering::Relaxed),
+        ),
+        (
+            "gatehouse_usage_records_failed_total",
+            "Usage records the database refused after retries.",
+            c.failed.load(Ordering::Relaxed),
+        ),
+    ]);
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        body,
+    )
+}
+
+/// The server version; agent routes exist from 0.5.0 on.
+#[utoipa::path(get, path = "/api/version", tag = "system", responses((status = 200, description = "Version")))]
+async fn version() -> impl IntoResponse {
+    Json(json!({"version": env!("CARGO_PKG_VERSION")}))
+}

@@ -1,0 +1,230 @@
+//! Login, the caller's own account, and API keys.
+
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, Path, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use utoipa::ToSchema;
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+use crate::app::AppState;
+use crate::auth::{passwords, tokens};
+use crate::http::error::{ApiError, ApiResult};
+use crate::http::extract::{ApiForm, ApiJson, LoginUser};
+use crate::store::keys::ApiKeyRow;
+use crate::store::{new_id, now_ms};
+use crate::time::rfc3339;
+
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(login))
+        .routes(routes!(me))
+        .routes(routes!(create_key, list_keys))
+        .routes(routes!(delete_key))
+}
+
+#[derive(Deserialize, ToSchema)]
+pub struct LoginForm {
+    /// The user's e-mail address.
+    username: Option<String>,
+    password: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct LoginResponse {
+    access_token: String,
+    token_type: &'static str,
+    expires_in: i64,
+}
+
+/// Log in with e-mail and password (form body); returns a login token.
+#[utoipa::path(post, path = "/api/auth/jwt/login", tag = "auth",
+    request_body(content = LoginForm, content_type = "application/x-www-form-urlencoded"),
+    responses((status = 200, body = LoginResponse), (status = 400, description = "login_bad_credentials or validation_error"),
+              (status = 429, description = "too_many_attempts")))]
+async fn login(
+    State(app): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    ApiForm(form): ApiForm<LoginForm>,
+) -> ApiResult<Json<LoginResponse>> {
+    let username = form
+        .username
+        .map(|u| u.trim().to_lowercase())
+        .filter(|u| !u.is_empty());
+    let password = form.password.filter(|p| !p.is_empty());
+    let email = username
+        .ok_or_else(|| ApiError::validation("username", "'username' (your e-mail) is required."))?;
+    let password =
+        password.ok_or_else(|| ApiError::validation("password", "'password' is required."))?;
+    let acct_key = format!("acct:{email}");
+    let addr_key = format!("addr:{}", peer.ip());
+    let s = &app.settings;
+    for (key, max) in [
+        (&acct_key, s.login_max_failures),
+        (&addr_key, s.login_max_failures_per_addr),
+    ] {
+        if let Some(wait) = app.throttle.blocked_for(key, max) {
+            let mut e = ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too_many_attempts",
+                format!("Too many failed logins; try again in {wait} seconds."),
+            );
+            e.retry_after = Some(wait);
+            return Err(e);
+        }
+    }
+    let user = app.store.user_by_email(&email).await?;
+    // Verify even when the user is unknown, so both cases cost the same time.
+    let ok = passwords::verify(user.as_ref().map(|u| u.password_hash.clone()), password).await;
+    match user {
+        Some(u) if ok && u.active() => {
+            app.throttle.reset(&acct_key);
+            let (token, _) = app
+                .tokens
+                .issue(tokens::LOGIN, &u.id, s.login_token_ttl, None, None);
+            Ok(Json(LoginResponse {
+                access_token: token,
+                token_type: "bearer",
+                expires_in: s.login_token_ttl,
+            }))
+        }
+        _ => {
+            app.throttle.record_failure(&acct_key);
+            app.throttle.record_failure(&addr_key);
+            Err(ApiError::bad_request(
+                "login_bad_credentials",
+                "The e-mail or password is wrong.",
+            ))
+        }
+    }
+}
+
+/// The caller's account.
+#[utoipa::path(get, path = "/api/users/me", tag = "auth", responses((status = 200, description = "The user")))]
+async fn me(LoginUser(u): LoginUser) -> impl IntoResponse {
+    Json(
+        json!({"id": u.id, "email": u.email, "is_admin": u.is_admin, "created_at": rfc3339(u.created_at)}),
+    )
+}
+
+#[derive(Deserialize, ToSchema)]
+pub struct NewKey {
+    name: String,
+    #[serde(default)]
+    expires_at: Option<String>,
+    #[serde(default)]
+    models: Option<Vec<String>>,
+}
+
+fn key_view(row: &ApiKeyRow, secret: Option<&str>) -> serde_json::Value {
+    let models: Option<Vec<String>> = row
+        .models
+        .as_deref()
+        .and_then(|m| serde_json::from_str(m).ok());
+    let mut v = json!({
+        "id": row.id,
+        "name": row.name,
+        "created_at": rfc3339(row.created_at),
+        "expires_at": row.expires_at.map(rfc3339),
+        "models": models,
+        "last_used_at": row.last_used_at.map(rfc3339),
+    });
+    if let Some(k) = secret {
+        v["key"] = json!(k);
+    }
+    v
+}
+
+/// Create an API key; the key is shown only in this answer.
+#[utoipa::path(post, path = "/api/api-keys", tag = "api-keys", request_body = NewKey,
+    responses((status = 201, description = "The key, with its secret")))]
+async fn create_key(
+    State(app): State<AppState>,
+    LoginUser(u): LoginUser,
+    ApiJson(body): ApiJson<NewKey>,
+) -> ApiResult<impl IntoResponse> {
+    let name = body.name.trim();
+    if name.is_empty() || name.chars().count() > 200 {
+        return Err(ApiError::validation(
+            "name",
+            "'name' must be 1 to 200 characters.",
+        ));
+    }
+    let now = now_ms();
+    let expires_at = match body.expires_at.as_deref() {
+        None => None,
+        Some(s) => {
+            let t = chrono::DateTime::parse_from_rfc3339(s).map_err(|_| {
+                ApiError::validation("expires_at", "'expires_at' must be an RFC 3339 timestamp.")
+            })?;
+            let ms = t.timestamp_millis();
+            if ms <= now {
+                return Err(ApiError::validation(
+                    "expires_at",
+                    "'expires_at' must be in the future.",
+                ));
+            }
+            Some(ms)
+        }
+    };
+    if let Some(models) = &body.models {
+        if models.is_empty() || models.iter().any(|m| m.trim().is_empty()) {
+            return Err(ApiError::validation(
+                "models",
+                "'models' must be a non-empty list of model ids, or left out for every model.",
+            ));
+        }
+    }
+    let secret = crate::auth::new_secret("gtk_");
+    let row = ApiKeyRow {
+        id: new_id(),
+        user_id: u.id.clone(),
+        name: name.to_string(),
+        key_hash: crate::auth::sha256_hex(&secret),
+        models: body
+            .models
+            .as_ref()
+            .map(|m| serde_json::to_string(m).unwrap_or_default()),
+        created_at: now,
+        expires_at,
+        last_used_at: None,
+    };
+    app.store.insert_api_key(&row).await?;
+    Ok((StatusCode::CREATED, Json(key_view(&row, Some(&secret)))))
+}
+
+/// The caller's keys, without secrets.
+#[utoipa::path(get, path = "/api/api-keys", tag = "api-keys", responses((status = 200, description = "Keys")))]
+async fn list_keys(
+    State(app): State<AppState>,
+    LoginUser(u): LoginUser,
+) -> ApiResult<impl IntoResponse> {
+    let rows = app.store.list_api_keys(&u.id).await?;
+    Ok(Json(
+        rows.iter().map(|r| key_view(r, None)).collect::<Vec<_>>(),
+    ))
+}
+
+/// Revoke one of the caller's keys; it stops working at once.
+#[utoipa::path(delete, path = "/api/api-keys/{id}", tag = "api-keys",
+    params(("id" = String, Path)), responses((status = 204), (status = 404, description = "api_key_not_found")))]
+async fn delete_key(
+    State(app): State<AppState>,
+    LoginUser(u): LoginUser,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
+    match app.store.revoke_api_key(&u.id, &id).await? {
+        Some(hash) => {
+            app.invalidate(crate::app::Invalidation::ApiKey(hash)).await;
+            Ok(StatusCode::NO_CONTENT)
+        }
+        None => Err(ApiError::not_found(
+            "api_key_not_found",
+            "You have no API key with this id.",
+        )),
+    }
+}

@@ -1,0 +1,203 @@
+//! Gatehouse: a gateway for language models.
+
+pub mod agents;
+pub mod app;
+pub mod auth;
+pub mod config;
+pub mod http;
+pub mod models;
+pub mod proxy;
+pub mod store;
+pub mod time;
+pub mod usage;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use app::{App, AppState};
+use config::Settings;
+use store::Store;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("configuration: {0}")]
+    Config(#[from] config::ConfigError),
+    #[error("database: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("migrations: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("cannot listen: {0}")]
+    Listen(#[from] std::io::Error),
+    #[error("{0}")]
+    Other(String),
+}
+
+/// A running server.
+pub struct Server {
+    pub addr: SocketAddr,
+    pub app: AppState,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    handle: tokio::task::JoinHandle<()>,
+    background: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Server {
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Stops accepting, finishes in-flight requests, flushes usage and stamps.
+    pub async fn shutdown(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        let _ = (&mut self.handle).await;
+        for h in &self.background {
+            h.abort();
+        }
+        flush_last_used(&self.app).await;
+    }
+
+    pub async fn wait(self) {
+        let _ = self.handle.await;
+    }
+}
+
+async fn signing_secret(settings: &Settings, store: &Store) -> Result<Vec<u8>, StartError> {
+    use sha2::Digest;
+    let material = match &settings.secret {
+        Some(s) => s.clone(),
+        None => {
+            // Generated once and kept in the database, so restarts (and other
+            // servers on the same database) accept tokens already issued.
+            let fresh = crate::auth::new_secret("");
+            store.setting_insert_or_get("token_secret", &fresh).await?
+        }
+    };
+    Ok(sha2::Sha256::digest(material.as_bytes()).to_vec())
+}
+
+async fn bootstrap_admin(settings: &Settings, store: &Store) -> Result<(), StartError> {
+    let (Some(email), Some(password)) = (&settings.admin_email, &settings.admin_password) else {
+        return Ok(());
+    };
+    let email = http::admin::normalize_email(email)
+        .map_err(|e| StartError::Other(format!("GATEHOUSE_ADMIN_EMAIL: {}", e.message)))?;
+    let existing = store.user_by_email(&email).await?;
+    let hash = auth::passwords::hash(password.clone())
+        .await
+        .map_err(StartError::Other)?;
+    match existing {
+        None => {
+            store.create_user(&email, &hash, true).await?;
+            tracing::info!("created the admin user from GATEHOUSE_ADMIN_EMAIL");
+        }
+        Some(u) => {
+            // Keep the environment authoritative: the admin can always get in.
+            store
+                .update_user(&u.id, Some(true), Some(true), Some(&hash))
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+async fn apply_file_config(settings: &Settings, store: &Store) -> Result<(), StartError> {
+    let Some(path) = &settings.config_file else {
+        return Ok(());
+    };
+    let file = config::FileConfig::load(path)?;
+    for p in &file.providers {
+        let row = p.validate().map_err(|e| {
+            StartError::Other(format!(
+                "GATEHOUSE_CONFIG provider {}: {}",
+                p.name, e.message
+            ))
+        })?;
+        store.put_provider(&row, true).await?;
+    }
+    for m in &file.models {
+        let row = m.validate().map_err(|e| {
+            StartError::Other(format!("GATEHOUSE_CONFIG model {}: {}", m.id, e.message))
+        })?;
+        store.put_model(&row, true).await?;
+    }
+    agents::apply_file_agents(store, &file.agents)
+        .await
+        .map_err(StartError::Other)?;
+    Ok(())
+}
+
+async fn flush_last_used(app: &App) {
+    let keys = usage::LastUsed::drain(&app.last_used.api_keys);
+    if !keys.is_empty() {
+        if let Err(e) = app.store.touch_api_keys(&keys).await {
+            tracing::warn!(error = %e, "could not write api key last_used_at");
+        }
+    }
+    let signins = usage::LastUsed::drain(&app.last_used.sign_ins);
+    if !signins.is_empty() {
+        if let Err(e) = app.store.touch_sign_ins(&signins).await {
+            tracing::warn!(error = %e, "could not write sign-in last_used_at");
+        }
+    }
+}
+
+/// Connects, migrates, bootstraps and starts serving on `settings.listen`.
+pub async fn start(settings: Settings) -> Result<Server, StartError> {
+    let store = Store::connect(&settings).await?;
+    store.migrate().await?;
+    let secret = signing_secret(&settings, &store).await?;
+    bootstrap_admin(&settings, &store).await?;
+    apply_file_config(&settings, &store).await?;
+    tokio::task::spawn_blocking(auth::passwords::warm_up);
+
+    let (usage_sink, usage_task) = usage::start(store.clone(), settings.usage_queue);
+    let app: AppState = Arc::new(App::new(
+        settings.clone(),
+        store.clone(),
+        &secret,
+        usage_sink,
+    ));
+    app.reload_catalog().await?;
+
+    let mut background = vec![usage_task];
+    let a = Arc::clone(&app);
+    background.push(tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(5));
+        loop {
+            tick.tick().await;
+            flush_last_used(&a).await;
+        }
+    }));
+    background.extend(store::listener::spawn(Arc::clone(&app)));
+
+    let listener = tokio::net::TcpListener::bind(settings.listen).await?;
+    let addr = listener.local_addr()?;
+    let router = http::router(Arc::clone(&app));
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let handle = tokio::spawn(async move {
+        let service = router.into_make_service_with_connect_info::<SocketAddr>();
+        // Without TCP_NODELAY, streamed chunks stall on Nagle plus delayed ACK.
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
+        let res = axum::serve(listener, service)
+            .with_graceful_shutdown(async move {
+                let _ = rx.await;
+            })
+            .await;
+        if let Err(e) = res {
+            tracing::error!(error = %e, "server stopped");
+        }
+    });
+    tracing::info!(%addr, "gatehouse listening");
+    Ok(Server {
+        addr,
+        app,
+        shutdown: Some(tx),
+        handle,
+        background,
+    })
+}

@@ -1,0 +1,1 @@
+//! Upstream adapters (filled by the model-routes work).
