@@ -55,6 +55,7 @@ pub struct App {
     pub usage: UsageSink,
     pub http: reqwest::Client,
     pub last_used: crate::usage::LastUsed,
+    pub vaults: crate::pii::VaultStore,
 }
 
 pub type AppState = Arc<App>;
@@ -93,6 +94,7 @@ impl App {
             usage,
             http,
             last_used: crate::usage::LastUsed::default(),
+            vaults: crate::pii::VaultStore::new(secret),
         }
     }
 

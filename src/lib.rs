@@ -6,6 +6,7 @@ pub mod auth;
 pub mod config;
 pub mod http;
 pub mod models;
+pub mod pii;
 pub mod proxy;
 pub mod store;
 pub mod time;
