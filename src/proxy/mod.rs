@@ -1,1 +1,2 @@
 //! The chat relay.
+pub mod agui;
