@@ -2,6 +2,7 @@
 //! PostgreSQL (scale-out) with the same portable SQL: `$N` placeholders, text
 //! ids, BIGINT timestamps in Unix milliseconds.
 
+pub mod agent_data;
 pub mod agents;
 pub mod catalog;
 pub mod keys;

@@ -1,0 +1,355 @@
+//! What agent apps report and what administrators decide about it:
+//! manifests, tool decisions, approvals, events.
+
+use std::collections::HashMap;
+
+use sqlx::FromRow;
+
+use super::{new_id, now_ms, Store};
+use crate::agents::events::NewEvent;
+
+#[derive(Clone, Debug, FromRow)]
+pub struct ToolRow {
+    pub agent: String,
+    pub name: String,
+    pub class: String,
+    pub description: String,
+    /// Stored decision: `held`, `accepted` or `rejected` (`contract` is derived at read time).
+    pub status: String,
+    pub first_seen_at: i64,
+}
+
+#[derive(Clone, Debug, FromRow)]
+pub struct ApprovalRow {
+    pub id: String,
+    pub agent: String,
+    pub user_id: String,
+    pub device_id: String,
+    pub tool_call_id: String,
+    pub tool: String,
+    pub arguments: String,
+    pub status: String,
+    pub reason: Option<String>,
+    pub conversation_id: Option<String>,
+    pub created_at: i64,
+    pub expires_at: i64,
+    pub decided_at: Option<i64>,
+}
+
+#[derive(Clone, Debug, FromRow)]
+pub struct EventRow {
+    pub seq_id: String,
+    pub agent: String,
+    pub device_id: String,
+    pub user_id: String,
+    pub event_id: Option<String>,
+    #[sqlx(rename = "type")]
+    pub kind: String,
+    pub time: Option<String>,
+    pub conversation_id: Option<String>,
+    pub turn_id: Option<String>,
+    pub data: Option<String>,
+    pub received_at: i64,
+}
+
+/// Why an approval could not be decided.
+#[derive(Debug, PartialEq, Eq)]
+pub enum DecideError {
+    NotFound,
+    AlreadyDecided,
+    Expired,
+}
+
+const APPROVAL_COLS: &str = "id, agent, user_id, device_id, tool_call_id, tool, arguments, status, reason, conversation_id, created_at, expires_at, decided_at";
+const EVENT_COLS: &str = "seq_id, agent, device_id, user_id, event_id, type, time, conversation_id, turn_id, data, received_at";
+
+pub struct ManifestTool<'a> {
+    pub name: &'a str,
+    pub class: &'a str,
+    pub description: &'a str,
+}
+
+impl Store {
+    /// Keeps the device's latest manifest and records its tools. Returns
+    /// whether this agent had received the same manifest before.
+    pub async fn save_manifest(
+        &self,
+        agent: &str,
+        device_id: &str,
+        hash: &str,
+        body: &str,
+        tools: &[ManifestTool<'_>],
+    ) -> Result<bool, sqlx::Error> {
+        let now = now_ms();
+        let mut tx = self.pool.begin().await?;
+        let fresh = sqlx::query(
+            "INSERT INTO manifest_hashes (agent, manifest_hash, first_seen_at) VALUES ($1, $2, $3)
+             ON CONFLICT (agent, manifest_hash) DO NOTHING",
+        )
+        .bind(agent)
+        .bind(hash)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        sqlx::query(
+            "INSERT INTO manifests (agent, device_id, manifest_hash, body, updated_at) VALUES ($1, $2, $3, $4, $5)
+             ON CONFLICT (agent, device_id) DO UPDATE SET manifest_hash = $3, body = $4, updated_at = $5",
+        )
+        .bind(agent)
+        .bind(device_id)
+        .bind(hash)
+        .bind(body)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        for t in tools {
+            // A new tool starts held; an admin's decision is never overwritten.
+            sqlx::query(
+                "INSERT INTO agent_tools (agent, name, class, description, status, first_seen_at)
+                 VALUES ($1, $2, $3, $4, 'held', $5)
+                 ON CONFLICT (agent, name) DO UPDATE SET class = $3, description = $4",
+            )
+            .bind(agent)
+            .bind(t.name)
+            .bind(t.class)
+            .bind(t.description)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(fresh == 0)
+    }
+
+    /// The device's latest manifest body (canonical JSON), if any.
+    pub async fn latest_manifest(
+        &self,
+        agent: &str,
+        device_id: &str,
+    ) -> Result<Option<String>, sqlx::Error> {
+        sqlx::query_scalar("SELECT body FROM manifests WHERE agent = $1 AND device_id = $2")
+            .bind(agent)
+            .bind(device_id)
+            .fetch_optional(&self.pool)
+            .await
+    }
+
+    /// Records tools offered in a chat that the agent had never seen (held, class execute).
+    pub async fn record_offered_tools(
+        &self,
+        agent: &str,
+        names: &[String],
+    ) -> Result<(), sqlx::Error> {
+        let now = now_ms();
+        for n in names {
+            sqlx::query(
+                "INSERT INTO agent_tools (agent, name, class, description, status, first_seen_at)
+                 VALUES ($1, $2, 'execute', '', 'held', $3) ON CONFLICT (agent, name) DO NOTHING",
+            )
+            .bind(agent)
+            .bind(n)
+            .bind(now)
+            .execute(&self.pool)
+            .await?;
+        }
+        Ok(())
+    }
+
+    pub async fn list_tools(&self, agent: &str) -> Result<Vec<ToolRow>, sqlx::Error> {
+        sqlx::query_as::<_, ToolRow>(
+            "SELECT agent, name, class, description, status, first_seen_at FROM agent_tools WHERE agent = $1 ORDER BY first_seen_at, name",
+        )
+        .bind(agent)
+        .fetch_all(&self.pool)
+        .await
+    }
+
+    /// Sets an admin decision; creates the row when the tool was never seen
+    /// (an admin may decide ahead of the first report).
+    pub async fn decide_tool(
+        &self,
+        agent: &str,
+        name: &str,
+        status: &str,
+    ) -> Result<ToolRow, sqlx::Error> {
+        sqlx::query(
+            "INSERT INTO agent_tools (agent, name, class, description, status, first_seen_at)
+             VALUES ($1, $2, 'execute', '', $3, $4) ON CONFLICT (agent, name) DO UPDATE SET status = $3",
+        )
+        .bind(agent)
+        .bind(name)
+        .bind(status)
+        .bind(now_ms())
+        .execute(&self.pool)
+        .await?;
+        sqlx::query_as::<_, ToolRow>(
+            "SELECT agent, name, class, description, status, first_seen_at FROM agent_tools WHERE agent = $1 AND name = $2",
+        )
+        .bind(agent)
+        .bind(name)
+        .fetch_one(&self.pool)
+        .await
+    }
+
+    pub async fn create_approvals(&self, rows: &[ApprovalRow]) -> Result<(), sqlx::Error> {
+        let mut tx = self.pool.begin().await?;
+        for a in rows {
+            sqlx::query(&format!(
+                "INSERT INTO approvals ({APPROVAL_COLS}) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13)"
+            ))
+            .bind(&a.id)
+            .bind(&a.agent)
+            .bind(&a.user_id)
+            .bind(&a.device_id)
+            .bind(&a.tool_call_id)
+            .bind(&a.tool)
+            .bind(&a.arguments)
+            .bind(&a.status)
+            .bind(&a.reason)
+            .bind(&a.conversation_id)
+            .bind(a.created_at)
+            .bind(a.expires_at)
+            .bind(a.decided_at)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await
+    }
+
+    /// Decides a pending approval of this user and agent. One conditional
+    /// update settles races, also between servers.
+    pub async fn decide_approval(
+        &self,
+        agent: &str,
+        user_id: &str,
+        id: &str,
+        status: &str,
+        reason: Option<&str>,
+    ) -> Result<Result<ApprovalRow, DecideError>, sqlx::Error> {
+        let now = now_ms();
+        let n = sqlx::query(
+            "UPDATE approvals SET status = $4, reason = $5, decided_at = $6
+             WHERE id = $1 AND agent = $2 AND user_id = $3 AND status = 'pending' AND expires_at > $6",
+        )
+        .bind(id)
+        .bind(agent)
+        .bind(user_id)
+        .bind(status)
+        .bind(reason)
+        .bind(now)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        let row = sqlx::query_as::<_, ApprovalRow>(&format!(
+            "SELECT {APPROVAL_COLS} FROM approvals WHERE id = $1 AND agent = $2 AND user_id = $3"
+        ))
+        .bind(id)
+        .bind(agent)
+        .bind(user_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(match row {
+            None => Err(DecideError::NotFound),
+            Some(r) if n == 1 => Ok(r),
+            Some(r) if r.status == "pending" && r.expires_at <= now => Err(DecideError::Expired),
+            Some(_) => Err(DecideError::AlreadyDecided),
+        })
+    }
+
+    /// Approvals of this user for these tool calls: tool_call_id -> (status, expires_at).
+    pub async fn approval_states(
+        &self,
+        user_id: &str,
+        call_ids: &[String],
+    ) -> Result<HashMap<String, (String, i64)>, sqlx::Error> {
+        let mut out = HashMap::new();
+        for id in call_ids {
+            let row: Option<(String, i64)> = sqlx::query_as(
+                "SELECT status, expires_at FROM approvals WHERE user_id = $1 AND tool_call_id = $2 ORDER BY created_at DESC LIMIT 1",
+            )
+            .bind(user_id)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+            if let Some(r) = row {
+                out.insert(id.clone(), r);
+            }
+        }
+        Ok(out)
+    }
+
+    pub async fn list_approvals(&self, agent: &str) -> Result<Vec<ApprovalRow>, sqlx::Error> {
+        sqlx::query_as::<_, ApprovalRow>(&format!(
+            "SELECT {APPROVAL_COLS} FROM approvals WHERE agent = $1 ORDER BY created_at DESC, id"
+        ))
+        .bind(agent)
+        .fetch_all(&self.pool)
+        .await
+    }
+
+    /// Stores a batch in one transaction; an event id this device already sent is skipped.
+    /// Returns (accepted, duplicates).
+    pub async fn insert_events(
+        &self,
+        agent: &str,
+        device_id: &str,
+        user_id: &str,
+        events: &[NewEvent],
+    ) -> Result<(u64, u64), sqlx::Error> {
+        let now = now_ms();
+        let mut tx = self.pool.begin().await?;
+        let (mut accepted, mut dup) = (0, 0);
+        for e in events {
+            let n = sqlx::query(&format!(
+                "INSERT INTO events ({EVENT_COLS}) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11)
+                 ON CONFLICT (device_id, event_id) DO NOTHING"
+            ))
+            .bind(new_id())
+            .bind(agent)
+            .bind(device_id)
+            .bind(user_id)
+            .bind(&e.id)
+            .bind(&e.kind)
+            .bind(&e.time)
+            .bind(&e.conversation_id)
+            .bind(&e.turn_id)
+            .bind(&e.data)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if n == 1 {
+                accepted += 1;
+            } else {
+                dup += 1;
+            }
+        }
+        tx.commit().await?;
+        Ok((accepted, dup))
+    }
+
+    /// A page of an agent's events after the cursor, oldest first.
+    pub async fn list_events(
+        &self,
+        agent: &str,
+        device_id: Option<&str>,
+        after: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<EventRow>, sqlx::Error> {
+        sqlx::query_as::<_, EventRow>(&format!(
+            "SELECT {EVENT_COLS} FROM events WHERE agent = $1 AND ($2 IS NULL OR device_id = $2)
+             AND ($3 IS NULL OR seq_id > $3) ORDER BY seq_id LIMIT $4"
+        ))
+        .bind(agent)
+        .bind(device_id)
+        .bind(after)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await
+    }
+}
+
+pub fn new_approval_id() -> String {
+    format!("apr_{}", new_id())
+}
