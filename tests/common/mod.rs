@@ -3,6 +3,8 @@
 //! postgres:// URL of a server we may create databases on).
 #![allow(dead_code)]
 
+pub mod procs;
+
 use std::time::Duration;
 
 use gatehouse::config::Settings;
