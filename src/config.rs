@@ -91,7 +91,7 @@ impl Settings {
             login_lockout_s: parse_var("GATEHOUSE_LOGIN_LOCKOUT_S", 300)?,
             cache_ttl_s: parse_var("GATEHOUSE_CACHE_TTL_S", 30)?,
             db_max_connections: parse_var("GATEHOUSE_DB_MAX_CONNECTIONS", 16)?,
-            db_acquire_timeout_s: parse_var("GATEHOUSE_DB_ACQUIRE_TIMEOUT_S", 5)?,
+            db_acquire_timeout_s: parse_var("GATEHOUSE_DB_ACQUIRE_TIMEOUT_S", 2)?,
             usage_queue: parse_var("GATEHOUSE_USAGE_QUEUE", 10_000)?,
             pii_vault_ttl_s: parse_var("GATEHOUSE_PII_VAULT_TTL_S", 86_400)?,
         })
@@ -116,7 +116,7 @@ impl Settings {
             login_lockout_s: 300,
             cache_ttl_s: 30,
             db_max_connections: 16,
-            db_acquire_timeout_s: 5,
+            db_acquire_timeout_s: 2,
             usage_queue: 10_000,
             pii_vault_ttl_s: 86_400,
         }

@@ -62,17 +62,26 @@ pub fn start(store: Store, capacity: usize) -> (UsageSink, tokio::task::JoinHand
         let mut batch = Vec::with_capacity(BATCH);
         while rx.recv_many(&mut batch, BATCH).await > 0 {
             let n = batch.len() as u64;
-            let mut attempt = 0;
+            let mut attempt: u32 = 0;
             loop {
                 match write_batch(&store, &batch).await {
                     Ok(()) => {
                         c.written.fetch_add(n, Ordering::Relaxed);
                         break;
                     }
+                    // While the database is away, keep the batch and retry: the
+                    // bounded queue behind it absorbs (and counts) the overflow.
+                    Err(e) if is_unavailable(&e) => {
+                        attempt += 1;
+                        if attempt == 1 {
+                            tracing::warn!(error = %e, "database unavailable; usage records wait");
+                        }
+                        tokio::time::sleep(Duration::from_millis(250 * u64::from(attempt.min(20)))).await;
+                    }
                     Err(e) if attempt < 3 => {
                         attempt += 1;
                         tracing::warn!(error = %e, attempt, "usage batch write failed; retrying");
-                        tokio::time::sleep(Duration::from_millis(200 * attempt)).await;
+                        tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt))).await;
                     }
                     Err(e) => {
                         tracing::error!(error = %e, records = n, "usage batch lost");
@@ -85,6 +94,12 @@ pub fn start(store: Store, capacity: usize) -> (UsageSink, tokio::task::JoinHand
         }
     });
     (UsageSink { tx, counters }, handle)
+}
+
+/// Errors that mean "the database is not there" rather than "this write is wrong".
+pub fn is_unavailable(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed | sqlx::Error::Tls(_))
+        || matches!(e, sqlx::Error::Database(d) if d.code().is_some_and(|c| c.starts_with("57P") || c.starts_with("08")))
 }
 
 async fn write_batch(store: &Store, batch: &[UsageRecord]) -> Result<(), sqlx::Error> {

@@ -105,10 +105,7 @@ pub fn openai_type(status: StatusCode) -> &'static str {
 impl From<sqlx::Error> for ApiError {
     fn from(e: sqlx::Error) -> Self {
         match e {
-            sqlx::Error::PoolTimedOut
-            | sqlx::Error::Io(_)
-            | sqlx::Error::PoolClosed
-            | sqlx::Error::Tls(_) => {
+            e if crate::usage::is_unavailable(&e) => {
                 tracing::warn!(error = %e, "database unavailable");
                 ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
