@@ -76,7 +76,8 @@ pub fn start(store: Store, capacity: usize) -> (UsageSink, tokio::task::JoinHand
                         if attempt == 1 {
                             tracing::warn!(error = %e, "database unavailable; usage records wait");
                         }
-                        tokio::time::sleep(Duration::from_millis(250 * u64::from(attempt.min(20)))).await;
+                        tokio::time::sleep(Duration::from_millis(250 * u64::from(attempt.min(20))))
+                            .await;
                     }
                     Err(e) if attempt < 3 => {
                         attempt += 1;
@@ -98,8 +99,13 @@ pub fn start(store: Store, capacity: usize) -> (UsageSink, tokio::task::JoinHand
 
 /// Errors that mean "the database is not there" rather than "this write is wrong".
 pub fn is_unavailable(e: &sqlx::Error) -> bool {
-    matches!(e, sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed | sqlx::Error::Tls(_))
-        || matches!(e, sqlx::Error::Database(d) if d.code().is_some_and(|c| c.starts_with("57P") || c.starts_with("08")))
+    matches!(
+        e,
+        sqlx::Error::PoolTimedOut
+            | sqlx::Error::Io(_)
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::Tls(_)
+    ) || matches!(e, sqlx::Error::Database(d) if d.code().is_some_and(|c| c.starts_with("57P") || c.starts_with("08")))
 }
 
 async fn write_batch(store: &Store, batch: &[UsageRecord]) -> Result<(), sqlx::Error> {

@@ -684,3 +684,48 @@ async fn v1_errors_use_the_openai_shape_and_api_errors_the_detail_shape() {
     let v: Value = r.json().await.unwrap();
     assert!(v["detail"]["message"].is_string());
 }
+
+#[tokio::test]
+async fn providers_and_models_from_the_config_file_are_applied_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gatehouse.toml");
+    std::fs::write(
+        &path,
+        r#"
+[[providers]]
+name = "tei-local"
+type = "tei"
+base_url = "http://127.0.0.1:9"
+
+[[models]]
+id = "emb-code"
+kind = "embeddings"
+provider = "tei-local"
+upstream_model = "bge-small"
+"#,
+    )
+    .unwrap();
+    let p = path.clone();
+    let app = spawn_app_with(move |s| s.config_file = Some(p)).await;
+    let token = app.admin_token().await;
+    let key = app.api_key(&token, json!({"name": "k"})).await;
+    let v: Value = app.get("/v1/models", &key).await.json().await.unwrap();
+    assert_eq!(v["data"][0]["id"], "emb-code");
+    assert_eq!(v["data"][0]["kind"], "embeddings");
+}
+
+#[tokio::test]
+async fn a_config_file_with_an_invalid_provider_stops_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.toml");
+    std::fs::write(
+        &path,
+        "[[providers]]\nname = \"x\"\ntype = \"mystery\"\nbase_url = \"http://h\"\n",
+    )
+    .unwrap();
+    let (db, _d) = fresh_database().await;
+    let mut s = gatehouse::config::Settings::for_database(&db);
+    s.config_file = Some(path);
+    let err = gatehouse::start(s).await.err().expect("start must fail");
+    assert!(err.to_string().contains("type"), "{err}");
+}
