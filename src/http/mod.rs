@@ -2,9 +2,12 @@
 //! error shapes) and thin handlers that call into the domain modules.
 
 pub mod admin;
+pub mod agent_auth;
+pub mod agents;
 pub mod error;
 pub mod extract;
 pub mod metrics;
+pub mod signins;
 pub mod system;
 pub mod users;
 
@@ -37,6 +40,8 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .merge(system::routes())
         .merge(users::routes())
         .merge(admin::routes())
+        .merge(agents::routes())
+        .merge(signins::routes())
 }
 
 pub fn router(state: AppState) -> Router {

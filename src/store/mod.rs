@@ -7,6 +7,7 @@ pub mod catalog;
 pub mod keys;
 pub mod listener;
 pub mod notify;
+pub mod signins;
 pub mod users;
 
 use std::time::Duration;
