@@ -41,7 +41,10 @@ pub struct Caches {
     pub users: TtlCache<String, Arc<UserInfo>>,
     /// key hash -> key; a miss is not cached, so a new key works at once.
     pub api_keys: TtlCache<String, Arc<KeyInfo>>,
+    /// access-token id hash -> its sign-in; ended ones too (ending is final).
     pub sign_ins: TtlCache<String, Arc<crate::auth::signins::SignInInfo>>,
+    /// address -> agent, read on every agent request; a miss is not cached.
+    pub agents: TtlCache<String, Arc<crate::agents::Agent>>,
 }
 
 pub struct App {
@@ -65,7 +68,10 @@ pub type AppState = Arc<App>;
 pub enum Invalidation {
     User(String),
     ApiKey(String),
+    /// A sign-in (by device id) ended.
     SignIn(String),
+    /// An agent (by address) changed.
+    Agent(String),
     Catalog,
 }
 
@@ -88,6 +94,7 @@ impl App {
                 users: TtlCache::new(ttl, 100_000),
                 api_keys: TtlCache::new(ttl, 100_000),
                 sign_ins: TtlCache::new(ttl, 100_000),
+                agents: TtlCache::new(ttl, 10_000),
             },
             catalog: RwLock::new(Arc::new(CatalogSnapshot::default())),
             metrics: Metrics::default(),
@@ -119,7 +126,11 @@ impl App {
                 self.caches.sign_ins.remove_where(|_, s| &s.user_id == id);
             }
             Invalidation::ApiKey(hash) => self.caches.api_keys.remove(hash),
-            Invalidation::SignIn(device) => self.caches.sign_ins.remove(device),
+            Invalidation::SignIn(device) => self
+                .caches
+                .sign_ins
+                .remove_where(|_, s| &s.device_id == device),
+            Invalidation::Agent(address) => self.caches.agents.remove(address),
             Invalidation::Catalog => {
                 if let Err(e) = self.reload_catalog().await {
                     tracing::warn!(error = %e, "catalog reload failed");
@@ -146,6 +157,29 @@ impl App {
         let info = Arc::new(UserInfo::from(&row));
         self.caches.users.insert(key, Arc::clone(&info), generation);
         Ok(Some(info))
+    }
+}
+
+impl App {
+    pub async fn agent(
+        &self,
+        address: &str,
+    ) -> Result<Option<Arc<crate::agents::Agent>>, sqlx::Error> {
+        let key = address.to_string();
+        if let Some(a) = self.caches.agents.get(&key) {
+            return Ok(Some(a));
+        }
+        let generation = self.caches.agents.generation();
+        let Some(row) = self.store.agent(address).await? else {
+            return Ok(None);
+        };
+        let agent = crate::agents::Agent::from_row(row)
+            .map(Arc::new)
+            .map_err(|e| sqlx::Error::Decode(e.into()))?;
+        self.caches
+            .agents
+            .insert(key, Arc::clone(&agent), generation);
+        Ok(Some(agent))
     }
 }
 

@@ -1,19 +1,50 @@
 //! Agents, manifests, tool rules, approvals and events.
 
+pub mod agent;
 pub mod approvals;
 pub mod events;
 pub mod ids;
 pub mod manifest;
 pub mod tools;
 
-/// Applies agents from the TOML config (filled by the agents work).
-pub async fn apply_file_agents(
-    _store: &crate::store::Store,
-    agents: &[serde_json::Value],
-) -> Result<(), String> {
+pub use agent::{Agent, AgentAddress, AgentPatch, NewAgent, PiiSettings, ToolMode, ToolName};
+
+use crate::app::Invalidation;
+use crate::models::CatalogSnapshot;
+use crate::store::Store;
+
+/// Applies the `[[agents]]` tables of GATEHOUSE_CONFIG as upserts: the file is
+/// the source of truth for the agents it names (fields it leaves out take
+/// their defaults). Runs at start, after the file's providers and models.
+pub async fn apply_file_agents(store: &Store, agents: &[serde_json::Value]) -> Result<(), String> {
     if agents.is_empty() {
-        Ok(())
-    } else {
-        Err("agents in GATEHOUSE_CONFIG are not supported yet".into())
+        return Ok(());
     }
+    let catalog = CatalogSnapshot::build(
+        store.list_providers().await.map_err(|e| e.to_string())?,
+        store.list_models().await.map_err(|e| e.to_string())?,
+    );
+    let now = crate::store::now_ms();
+    for (i, raw) in agents.iter().enumerate() {
+        let label = raw
+            .get("address")
+            .and_then(|a| a.as_str())
+            .map_or_else(|| format!("#{}", i + 1), str::to_string);
+        let fail = |m: String| format!("GATEHOUSE_CONFIG agent {label}: {m}");
+        let new: NewAgent = serde_json::from_value(raw.clone()).map_err(|e| fail(e.to_string()))?;
+        let agent = new.validate(&catalog, now).map_err(|e| fail(e.message))?;
+        store
+            .upsert_agent(&agent.to_row())
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+        // A narrowed allowed_users list also applies to who is signed in now.
+        let ended = crate::auth::signins::end_unallowed(store, &agent)
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+        for device in ended {
+            crate::store::notify::publish(store, &Invalidation::SignIn(device)).await;
+        }
+        crate::store::notify::publish(store, &Invalidation::Agent(agent.address.to_string())).await;
+    }
+    Ok(())
 }

@@ -1,4 +1,5 @@
-//! Admin API: users, providers, models (agents, sign-ins, usage come with their features).
+//! Admin API: users, providers, models (agents and sign-ins live in agents.rs
+//! and signins.rs; usage comes with its feature).
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -11,6 +12,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::app::{AppState, Invalidation};
 use crate::auth::passwords;
+use crate::auth::signins::EndReason;
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{AdminUser, ApiJson, ApiKeyAuth};
 use crate::models::{NewModel, NewProvider};
@@ -124,6 +126,10 @@ async fn update_user(
         .update_user(&id, body.is_active, body.is_admin, hash.as_deref())
         .await?
         .ok_or_else(|| ApiError::not_found("user_not_found", "There is no user with this id."))?;
+    if body.is_active == Some(false) {
+        // Ended, not merely refused, so re-enabling the user does not revive them.
+        crate::auth::signins::end_all_of_user(&app, &id, EndReason::UserDisabled).await?;
+    }
     app.invalidate(Invalidation::User(id)).await;
     Ok(Json(user_view(&user)))
 }

@@ -2,9 +2,12 @@
 //! error shapes) and thin handlers that call into the domain modules.
 
 pub mod admin;
+pub mod agent_auth;
+pub mod agents;
 pub mod error;
 pub mod extract;
 pub mod metrics;
+pub mod signins;
 pub mod system;
 pub mod usage;
 pub mod users;
@@ -41,6 +44,8 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .merge(admin::routes())
         .merge(usage::routes())
         .merge(v1::routes())
+        .merge(agents::routes())
+        .merge(signins::routes())
 }
 
 pub fn router(state: AppState) -> Router {

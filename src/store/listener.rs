@@ -50,5 +50,6 @@ async fn drop_all(app: &App) {
     app.caches.users.clear();
     app.caches.api_keys.clear();
     app.caches.sign_ins.clear();
+    app.caches.agents.clear();
     app.invalidate_local(&Invalidation::Catalog).await;
 }

@@ -9,6 +9,7 @@ pub mod keys;
 pub mod listener;
 pub mod notify;
 pub mod usage;
+pub mod signins;
 pub mod users;
 
 use std::time::Duration;

@@ -12,6 +12,7 @@ pub fn encode(inv: &Invalidation) -> String {
         Invalidation::User(id) => format!("user:{id}"),
         Invalidation::ApiKey(h) => format!("key:{h}"),
         Invalidation::SignIn(d) => format!("signin:{d}"),
+        Invalidation::Agent(a) => format!("agent:{a}"),
         Invalidation::Catalog => "catalog".to_string(),
     }
 }
@@ -22,6 +23,7 @@ pub fn decode(s: &str) -> Option<Invalidation> {
         "user" => Some(Invalidation::User(rest.to_string())),
         "key" => Some(Invalidation::ApiKey(rest.to_string())),
         "signin" => Some(Invalidation::SignIn(rest.to_string())),
+        "agent" => Some(Invalidation::Agent(rest.to_string())),
         "catalog" => Some(Invalidation::Catalog),
         _ => None,
     }
@@ -51,6 +53,7 @@ mod tests {
             Invalidation::User("u1".into()),
             Invalidation::ApiKey("abc".into()),
             Invalidation::SignIn("d1".into()),
+            Invalidation::Agent("support@acme".into()),
             Invalidation::Catalog,
         ] {
             assert_eq!(

@@ -1,0 +1,137 @@
+//! Credentials of agent apps: the access token on `/v1/agents/{agent}/...`,
+//! and "a login token or an access token" on the caller's own sign-in routes.
+
+use std::sync::Arc;
+
+use axum::extract::{FromRequestParts, RawPathParams};
+use axum::http::request::Parts;
+
+use crate::agents::Agent;
+use crate::app::{AppState, UserInfo};
+use crate::auth::signins::{self, SignInInfo};
+use crate::auth::tokens::{self, Claims, TokenError};
+use crate::http::error::{ApiError, ApiResult};
+use crate::http::extract::{bearer, login_user};
+
+fn invalid(message: &str) -> ApiError {
+    ApiError::unauthorized("invalid_token", message.to_string())
+}
+
+/// Verifies a bearer token's signature and expiry; other secrets are named.
+fn verify(state: &AppState, token: &str) -> ApiResult<Claims> {
+    if token.starts_with("gtk_") {
+        return Err(invalid(
+            "An API key cannot be used here; send the agent's access token.",
+        ));
+    }
+    if token.starts_with(signins::REFRESH_PREFIX) {
+        return Err(invalid(
+            "A refresh token cannot be used here; renew it at POST /api/agent-tokens/refresh.",
+        ));
+    }
+    state.tokens.verify(token).map_err(|e| match e {
+        TokenError::Expired => ApiError::unauthorized(
+            "token_expired",
+            "The token has expired; renew an access token at POST /api/agent-tokens/refresh, or log in again.",
+        ),
+        TokenError::Invalid => invalid("The token is not valid."),
+    })
+}
+
+/// An agent app on one device, by its access token. Only access tokens are
+/// accepted; the sign-in must be live, its user active, and the path's
+/// `{agent}` the sign-in's agent.
+pub struct AgentAccess {
+    pub user: Arc<UserInfo>,
+    pub sign_in: Arc<SignInInfo>,
+    pub agent: Arc<Agent>,
+}
+
+impl FromRequestParts<AppState> for AgentAccess {
+    type Rejection = ApiError;
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> ApiResult<Self> {
+        let token = bearer(parts).ok_or_else(|| {
+            invalid("Send the agent's access token as Authorization: Bearer <ACCESS_TOKEN>.")
+        })?;
+        let claims = verify(state, token)?;
+        if claims.typ != tokens::ACCESS {
+            return Err(invalid(
+                "A login token cannot be used on agent routes; exchange it for an access token at POST /api/agent-tokens.",
+            ));
+        }
+        let (sign_in, user) = signins::check_access(state, &claims).await?;
+        // Percent-decoded, so `support%40acme` matches `support@acme`.
+        let path_agent = RawPathParams::from_request_parts(parts, state)
+            .await
+            .ok()
+            .and_then(|p| {
+                p.iter()
+                    .find(|(k, _)| *k == "agent")
+                    .map(|(_, v)| v.to_string())
+            });
+        if let Some(path_agent) = path_agent {
+            if path_agent != sign_in.agent {
+                return Err(ApiError::forbidden(
+                    "agent_mismatch",
+                    format!(
+                        "This access token belongs to the agent '{}', not to '{path_agent}'.",
+                        sign_in.agent
+                    ),
+                ));
+            }
+        }
+        let agent = state.agent(&sign_in.agent).await?.ok_or_else(|| {
+            ApiError::not_found("agent_not_found", "This sign-in's agent no longer exists.")
+        })?;
+        state
+            .last_used
+            .sign_ins
+            .insert(sign_in.device_id.clone(), crate::store::now_ms());
+        Ok(AgentAccess {
+            user,
+            sign_in,
+            agent,
+        })
+    }
+}
+
+/// A user by login token, or one device of theirs by its access token.
+pub enum Caller {
+    Login(Arc<UserInfo>),
+    Device {
+        user: Arc<UserInfo>,
+        sign_in: Arc<SignInInfo>,
+    },
+}
+
+impl Caller {
+    pub fn user(&self) -> &UserInfo {
+        match self {
+            Caller::Login(u) | Caller::Device { user: u, .. } => u,
+        }
+    }
+}
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = ApiError;
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> ApiResult<Self> {
+        let token = bearer(parts).ok_or_else(|| {
+            invalid(
+                "Send a login token or the agent's access token as Authorization: Bearer <token>.",
+            )
+        })?;
+        let claims = verify(state, token)?;
+        match claims.typ.as_str() {
+            tokens::LOGIN => login_user(state, token).await.map(Caller::Login),
+            tokens::ACCESS => {
+                let (sign_in, user) = signins::check_access(state, &claims).await?;
+                state
+                    .last_used
+                    .sign_ins
+                    .insert(sign_in.device_id.clone(), crate::store::now_ms());
+                Ok(Caller::Device { user, sign_in })
+            }
+            _ => Err(invalid("The token is not valid.")),
+        }
+    }
+}
