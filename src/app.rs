@@ -45,6 +45,14 @@ pub struct Caches {
     pub sign_ins: TtlCache<String, Arc<crate::auth::signins::SignInInfo>>,
     /// address -> agent, read on every agent request; a miss is not cached.
     pub agents: TtlCache<String, Arc<crate::agents::Agent>>,
+    /// agent|device -> tool classes of the device's latest manifest.
+    pub manifests:
+        TtlCache<String, Arc<std::collections::HashMap<String, crate::agents::tools::ToolClass>>>,
+    /// address -> administrator decisions on the agent's tools.
+    pub tools:
+        TtlCache<String, Arc<std::collections::HashMap<String, crate::agents::tools::ToolStatus>>>,
+    /// PII terms (joined) -> compiled scanner.
+    pub scanners: TtlCache<String, Arc<gatehouse_pii::Scanner>>,
 }
 
 pub struct App {
@@ -72,6 +80,10 @@ pub enum Invalidation {
     SignIn(String),
     /// An agent (by address) changed.
     Agent(String),
+    /// A device's latest manifest changed (key: agent|device id).
+    Manifest(String),
+    /// An agent's tool decisions changed (by address).
+    Tools(String),
     Catalog,
 }
 
@@ -95,6 +107,10 @@ impl App {
                 api_keys: TtlCache::new(ttl, 100_000),
                 sign_ins: TtlCache::new(ttl, 100_000),
                 agents: TtlCache::new(ttl, 10_000),
+                manifests: TtlCache::new(ttl, 100_000),
+                tools: TtlCache::new(ttl, 10_000),
+                // Scanners depend only on their terms: no revocation to wait for.
+                scanners: TtlCache::new(Duration::from_secs(3600), 1_000),
             },
             catalog: RwLock::new(Arc::new(CatalogSnapshot::default())),
             metrics: Metrics::default(),
@@ -131,6 +147,8 @@ impl App {
                 .sign_ins
                 .remove_where(|_, s| &s.device_id == device),
             Invalidation::Agent(address) => self.caches.agents.remove(address),
+            Invalidation::Manifest(key) => self.caches.manifests.remove(key),
+            Invalidation::Tools(address) => self.caches.tools.remove(address),
             Invalidation::Catalog => {
                 if let Err(e) = self.reload_catalog().await {
                     tracing::warn!(error = %e, "catalog reload failed");

@@ -2,6 +2,7 @@
 
 pub mod agent;
 pub mod approvals;
+pub mod chat;
 pub mod events;
 pub mod ids;
 pub mod manifest;

@@ -31,34 +31,7 @@ impl ToolClass {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ToolMode {
-    Off,
-    ReadOnly,
-    Ask,
-    Auto,
-}
-
-impl ToolMode {
-    pub const ALL: [&'static str; 4] = ["off", "read_only", "ask", "auto"];
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "off" => Some(Self::Off),
-            "read_only" => Some(Self::ReadOnly),
-            "ask" => Some(Self::Ask),
-            "auto" => Some(Self::Auto),
-            _ => None,
-        }
-    }
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Off => "off",
-            Self::ReadOnly => "read_only",
-            Self::Ask => "ask",
-            Self::Auto => "auto",
-        }
-    }
-}
+pub use crate::agents::agent::ToolMode;
 
 /// An administrator's view of a tool of an agent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

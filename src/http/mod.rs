@@ -3,6 +3,8 @@
 
 pub mod admin;
 pub mod agent_auth;
+pub mod agent_chat;
+pub mod agent_data;
 pub mod agents;
 pub mod error;
 pub mod extract;
@@ -45,6 +47,8 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .merge(usage::routes())
         .merge(v1::routes())
         .merge(agents::routes())
+        .merge(agent_data::routes())
+        .merge(agent_chat::routes())
         .merge(signins::routes())
 }
 

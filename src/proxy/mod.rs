@@ -3,6 +3,7 @@
 //! chat relay used by `/v1/chat/completions` and the agent chat route
 //! ([`chat`]), and the AG-UI translation of streamed agent chats ([`agui`]).
 
+pub mod agent_hooks;
 pub mod agui;
 pub mod chat;
 pub mod sse;

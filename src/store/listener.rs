@@ -51,5 +51,7 @@ async fn drop_all(app: &App) {
     app.caches.api_keys.clear();
     app.caches.sign_ins.clear();
     app.caches.agents.clear();
+    app.caches.manifests.clear();
+    app.caches.tools.clear();
     app.invalidate_local(&Invalidation::Catalog).await;
 }

@@ -8,8 +8,8 @@ pub mod catalog;
 pub mod keys;
 pub mod listener;
 pub mod notify;
-pub mod usage;
 pub mod signins;
+pub mod usage;
 pub mod users;
 
 use std::time::Duration;

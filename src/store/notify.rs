@@ -13,6 +13,8 @@ pub fn encode(inv: &Invalidation) -> String {
         Invalidation::ApiKey(h) => format!("key:{h}"),
         Invalidation::SignIn(d) => format!("signin:{d}"),
         Invalidation::Agent(a) => format!("agent:{a}"),
+        Invalidation::Manifest(k) => format!("manifest:{k}"),
+        Invalidation::Tools(a) => format!("tools:{a}"),
         Invalidation::Catalog => "catalog".to_string(),
     }
 }
@@ -24,6 +26,8 @@ pub fn decode(s: &str) -> Option<Invalidation> {
         "key" => Some(Invalidation::ApiKey(rest.to_string())),
         "signin" => Some(Invalidation::SignIn(rest.to_string())),
         "agent" => Some(Invalidation::Agent(rest.to_string())),
+        "manifest" => Some(Invalidation::Manifest(rest.to_string())),
+        "tools" => Some(Invalidation::Tools(rest.to_string())),
         "catalog" => Some(Invalidation::Catalog),
         _ => None,
     }
@@ -54,6 +58,8 @@ mod tests {
             Invalidation::ApiKey("abc".into()),
             Invalidation::SignIn("d1".into()),
             Invalidation::Agent("support@acme".into()),
+            Invalidation::Manifest("a|d".into()),
+            Invalidation::Tools("a".into()),
             Invalidation::Catalog,
         ] {
             assert_eq!(

@@ -37,7 +37,12 @@ pub fn routes() -> OpenApiRouter<AppState> {
 #[utoipa::path(put, path = "/v1/agents/{agent}/manifest", tag = "agent", params(("agent" = String, Path)),
     responses((status = 200, description = "{seen_before, manifest_hash}"), (status = 400, description = "manifest_invalid, too_many_tools, too_many_context_entries"),
               (status = 413, description = "manifest_too_large")))]
-async fn put_manifest(State(app): State<AppState>, access: AgentAccess, Path(_agent): Path<String>, req: Request) -> ApiResult<impl IntoResponse> {
+async fn put_manifest(
+    State(app): State<AppState>,
+    access: AgentAccess,
+    Path(_agent): Path<String>,
+    req: Request,
+) -> ApiResult<impl IntoResponse> {
     let bytes = read_body(req).await?;
     let manifest = crate::agents::manifest::parse(&bytes)?;
     let hash = manifest.hash();
@@ -46,11 +51,22 @@ async fn put_manifest(State(app): State<AppState>, access: AgentAccess, Path(_ag
     let tools: Vec<ManifestTool> = manifest
         .tools
         .iter()
-        .map(|t| ManifestTool { name: &t.name, class: t.class.as_str(), description: &t.description })
+        .map(|t| ManifestTool {
+            name: &t.name,
+            class: t.class.as_str(),
+            description: &t.description,
+        })
         .collect();
     let agent = access.agent.address.as_str();
-    let seen = app.store.save_manifest(agent, &access.sign_in.device_id, &hash, &canonical, &tools).await?;
-    app.invalidate(Invalidation::Manifest(format!("{agent}\u{0}{}", access.sign_in.device_id))).await;
+    let seen = app
+        .store
+        .save_manifest(agent, &access.sign_in.device_id, &hash, &canonical, &tools)
+        .await?;
+    app.invalidate(Invalidation::Manifest(format!(
+        "{agent}|{}",
+        access.sign_in.device_id
+    )))
+    .await;
     app.invalidate(Invalidation::Tools(agent.to_string())).await;
     Ok(Json(json!({"seen_before": seen, "manifest_hash": hash})))
 }
@@ -58,14 +74,27 @@ async fn put_manifest(State(app): State<AppState>, access: AgentAccess, Path(_ag
 /// Report up to 100 events; stored durably before the answer, idempotent by event id per device.
 #[utoipa::path(post, path = "/v1/agents/{agent}/events", tag = "agent", params(("agent" = String, Path)),
     responses((status = 202, description = "{accepted, duplicates}"), (status = 400, description = "validation_error or too_many_events")))]
-async fn post_events(State(app): State<AppState>, access: AgentAccess, Path(_agent): Path<String>, req: Request) -> ApiResult<impl IntoResponse> {
+async fn post_events(
+    State(app): State<AppState>,
+    access: AgentAccess,
+    Path(_agent): Path<String>,
+    req: Request,
+) -> ApiResult<impl IntoResponse> {
     let bytes = read_body(req).await?;
     let events = crate::agents::events::parse_batch(&bytes)?;
     let (accepted, duplicates) = app
         .store
-        .insert_events(access.agent.address.as_str(), &access.sign_in.device_id, &access.user.id, &events)
+        .insert_events(
+            access.agent.address.as_str(),
+            &access.sign_in.device_id,
+            &access.user.id,
+            &events,
+        )
         .await?;
-    Ok((StatusCode::ACCEPTED, Json(json!({"accepted": accepted, "duplicates": duplicates}))))
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({"accepted": accepted, "duplicates": duplicates})),
+    ))
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -76,7 +105,9 @@ pub struct ApprovalAnswer {
 }
 
 pub fn approval_view(a: &ApprovalRow, now: i64) -> Value {
-    let state = ApprovalState::parse(&a.status).unwrap_or(ApprovalState::Pending).effective(a.expires_at, now);
+    let state = ApprovalState::parse(&a.status)
+        .unwrap_or(ApprovalState::Pending)
+        .effective(a.expires_at, now);
     let mut v = json!({
         "id": a.id, "tool_call_id": a.tool_call_id, "tool": a.tool, "arguments": a.arguments,
         "status": state.as_str(), "expires_at": rfc3339(a.expires_at), "created_at": rfc3339(a.created_at),
@@ -105,70 +136,136 @@ async fn answer_approval(
     let status = match body.decision.as_str() {
         "approve" => "approved",
         "deny" => "denied",
-        _ => return Err(ApiError::validation("decision", "'decision' must be approve or deny.")),
+        _ => {
+            return Err(ApiError::validation(
+                "decision",
+                "'decision' must be approve or deny.",
+            ))
+        }
     };
-    if body.reason.as_ref().is_some_and(|r| r.chars().count() > 1000) {
-        return Err(ApiError::validation("reason", "'reason' must be at most 1000 characters."));
+    if body
+        .reason
+        .as_ref()
+        .is_some_and(|r| r.chars().count() > 1000)
+    {
+        return Err(ApiError::validation(
+            "reason",
+            "'reason' must be at most 1000 characters.",
+        ));
     }
     let res = app
         .store
-        .decide_approval(access.agent.address.as_str(), &access.user.id, &id, status, body.reason.as_deref())
+        .decide_approval(
+            access.agent.address.as_str(),
+            &access.user.id,
+            &id,
+            status,
+            body.reason.as_deref(),
+        )
         .await?;
     match res {
         Ok(row) => Ok(Json(approval_view(&row, crate::store::now_ms()))),
-        Err(DecideError::NotFound) => Err(ApiError::not_found("approval_not_found", "There is no such approval for you.")),
-        Err(DecideError::AlreadyDecided) => {
-            Err(ApiError::conflict("approval_already_decided", "This approval was answered already."))
-        }
-        Err(DecideError::Expired) => Err(ApiError::conflict("approval_expired", "This approval has expired; the call counts as denied.")),
+        Err(DecideError::NotFound) => Err(ApiError::not_found(
+            "approval_not_found",
+            "There is no such approval for you.",
+        )),
+        Err(DecideError::AlreadyDecided) => Err(ApiError::conflict(
+            "approval_already_decided",
+            "This approval was answered already.",
+        )),
+        Err(DecideError::Expired) => Err(ApiError::conflict(
+            "approval_expired",
+            "This approval has expired; the call counts as denied.",
+        )),
     }
 }
 
 fn tool_view(t: &ToolRow, contract: &[String]) -> Value {
-    let status = if contract.iter().any(|c| c == &t.name) { "contract" } else { t.status.as_str() };
+    let status = if contract.iter().any(|c| c == &t.name) {
+        "contract"
+    } else {
+        t.status.as_str()
+    };
     json!({"name": t.name, "class": t.class, "description": t.description, "status": status, "first_seen_at": rfc3339(t.first_seen_at)})
 }
 
 async fn agent_or_404(app: &AppState, address: &str) -> ApiResult<Arc<crate::agents::Agent>> {
-    app.agent(address).await?.ok_or_else(|| ApiError::not_found("agent_not_found", "There is no agent with this address."))
+    app.agent(address).await?.ok_or_else(|| {
+        ApiError::not_found("agent_not_found", "There is no agent with this address.")
+    })
 }
 
 /// The agent's tools: in its contract, accepted, held or rejected.
 #[utoipa::path(get, path = "/api/admin/agents/{address}/tools", tag = "admin", params(("address" = String, Path)),
     responses((status = 200, description = "[{name, class, description, status, first_seen_at}]")))]
-async fn admin_tools(State(app): State<AppState>, _a: AdminUser, Path(address): Path<String>) -> ApiResult<impl IntoResponse> {
+async fn admin_tools(
+    State(app): State<AppState>,
+    _a: AdminUser,
+    Path(address): Path<String>,
+) -> ApiResult<impl IntoResponse> {
     let agent = agent_or_404(&app, &address).await?;
     let mut rows = app.store.list_tools(&address).await?;
     // Contract tools are listed even before any app reported them.
     for name in &agent.tool_contract {
         if !rows.iter().any(|r| &r.name == name) {
-            rows.push(ToolRow { agent: address.clone(), name: name.clone(), class: "execute".into(), description: String::new(), status: "contract".into(), first_seen_at: agent.created_at });
+            rows.push(ToolRow {
+                agent: address.clone(),
+                name: name.clone(),
+                class: "execute".into(),
+                description: String::new(),
+                status: "contract".into(),
+                first_seen_at: agent.created_at,
+            });
         }
     }
-    Ok(Json(rows.iter().map(|t| tool_view(t, &agent.tool_contract)).collect::<Vec<_>>()))
+    Ok(Json(
+        rows.iter()
+            .map(|t| tool_view(t, &agent.tool_contract))
+            .collect::<Vec<_>>(),
+    ))
 }
 
-async fn decide_tool(app: &AppState, address: &str, name: &str, status: ToolStatus) -> ApiResult<Json<Value>> {
+async fn decide_tool(
+    app: &AppState,
+    address: &str,
+    name: &str,
+    status: ToolStatus,
+) -> ApiResult<Json<Value>> {
     let agent = agent_or_404(app, address).await?;
     if !crate::agents::ids::is_tool_name(name) {
-        return Err(ApiError::validation("name", "A tool name is 1 to 64 of A-Za-z0-9_-."));
+        return Err(ApiError::validation(
+            "name",
+            "A tool name is 1 to 64 of A-Za-z0-9_-.",
+        ));
     }
-    let row = app.store.decide_tool(address, name, status.as_str()).await?;
-    app.invalidate(Invalidation::Tools(address.to_string())).await;
+    let row = app
+        .store
+        .decide_tool(address, name, status.as_str())
+        .await?;
+    app.invalidate(Invalidation::Tools(address.to_string()))
+        .await;
     Ok(Json(tool_view(&row, &agent.tool_contract)))
 }
 
 /// Accept a held tool: it reaches the upstream from now on.
 #[utoipa::path(post, path = "/api/admin/agents/{address}/tools/{name}/accept", tag = "admin",
     params(("address" = String, Path), ("name" = String, Path)), responses((status = 200, description = "The tool")))]
-async fn admin_accept_tool(State(app): State<AppState>, _a: AdminUser, Path((address, name)): Path<(String, String)>) -> ApiResult<Json<Value>> {
+async fn admin_accept_tool(
+    State(app): State<AppState>,
+    _a: AdminUser,
+    Path((address, name)): Path<(String, String)>,
+) -> ApiResult<Json<Value>> {
     decide_tool(&app, &address, &name, ToolStatus::Accepted).await
 }
 
 /// Reject a tool: it stays held for good.
 #[utoipa::path(post, path = "/api/admin/agents/{address}/tools/{name}/reject", tag = "admin",
     params(("address" = String, Path), ("name" = String, Path)), responses((status = 200, description = "The tool")))]
-async fn admin_reject_tool(State(app): State<AppState>, _a: AdminUser, Path((address, name)): Path<(String, String)>) -> ApiResult<Json<Value>> {
+async fn admin_reject_tool(
+    State(app): State<AppState>,
+    _a: AdminUser,
+    Path((address, name)): Path<(String, String)>,
+) -> ApiResult<Json<Value>> {
     decide_tool(&app, &address, &name, ToolStatus::Rejected).await
 }
 
@@ -182,16 +279,37 @@ struct EventsQuery {
 /// The agent's events, oldest first, a page at a time (`next` is the cursor for `after`).
 #[utoipa::path(get, path = "/api/admin/agents/{address}/events", tag = "admin", params(("address" = String, Path), EventsQuery),
     responses((status = 200, description = "{events, next}")))]
-async fn admin_events(State(app): State<AppState>, _a: AdminUser, Path(address): Path<String>, Query(q): Query<EventsQuery>) -> ApiResult<impl IntoResponse> {
+async fn admin_events(
+    State(app): State<AppState>,
+    _a: AdminUser,
+    Path(address): Path<String>,
+    Query(q): Query<EventsQuery>,
+) -> ApiResult<impl IntoResponse> {
     agent_or_404(&app, &address).await?;
     let limit: i64 = match q.limit.as_deref() {
         None | Some("") => 100,
-        Some(s) => s.parse().ok().filter(|n| (1..=1000).contains(n)).ok_or_else(|| ApiError::validation("limit", "'limit' must be 1 to 1000."))?,
+        Some(s) => s
+            .parse()
+            .ok()
+            .filter(|n| (1..=1000).contains(n))
+            .ok_or_else(|| ApiError::validation("limit", "'limit' must be 1 to 1000."))?,
     };
-    let mut rows = app.store.list_events(&address, q.device_id.as_deref(), q.after.as_deref().filter(|s| !s.is_empty()), limit + 1).await?;
+    let mut rows = app
+        .store
+        .list_events(
+            &address,
+            q.device_id.as_deref(),
+            q.after.as_deref().filter(|s| !s.is_empty()),
+            limit + 1,
+        )
+        .await?;
     let more = rows.len() as i64 > limit;
     rows.truncate(limit as usize);
-    let next = if more { rows.last().map(|r| r.seq_id.clone()) } else { None };
+    let next = if more {
+        rows.last().map(|r| r.seq_id.clone())
+    } else {
+        None
+    };
     let events: Vec<Value> = rows
         .iter()
         .map(|e| {
@@ -214,25 +332,46 @@ struct ApprovalsQuery {
 /// The agent's approvals, newest first, optionally of one status.
 #[utoipa::path(get, path = "/api/admin/agents/{address}/approvals", tag = "admin", params(("address" = String, Path), ApprovalsQuery),
     responses((status = 200, description = "[approval]")))]
-async fn admin_approvals(State(app): State<AppState>, _a: AdminUser, Path(address): Path<String>, Query(q): Query<ApprovalsQuery>) -> ApiResult<impl IntoResponse> {
+async fn admin_approvals(
+    State(app): State<AppState>,
+    _a: AdminUser,
+    Path(address): Path<String>,
+    Query(q): Query<ApprovalsQuery>,
+) -> ApiResult<impl IntoResponse> {
     agent_or_404(&app, &address).await?;
     let want = match q.status.as_deref() {
         None | Some("") => None,
-        Some(s) => Some(ApprovalState::parse(s).ok_or_else(|| ApiError::validation("status", "'status' must be pending, approved, denied or expired."))?),
+        Some(s) => Some(ApprovalState::parse(s).ok_or_else(|| {
+            ApiError::validation(
+                "status",
+                "'status' must be pending, approved, denied or expired.",
+            )
+        })?),
     };
     let now = crate::store::now_ms();
     let rows = app.store.list_approvals(&address).await?;
     let views: Vec<Value> = rows
         .iter()
-        .filter(|a| want.is_none_or(|w| ApprovalState::parse(&a.status).unwrap_or(ApprovalState::Pending).effective(a.expires_at, now) == w))
+        .filter(|a| {
+            want.is_none_or(|w| {
+                ApprovalState::parse(&a.status)
+                    .unwrap_or(ApprovalState::Pending)
+                    .effective(a.expires_at, now)
+                    == w
+            })
+        })
         .map(|a| approval_view(a, now))
         .collect();
     Ok(Json(views))
 }
 
 /// Tool classes from the device's latest manifest (cached; evicted on a new manifest).
-pub async fn manifest_classes(app: &AppState, agent: &str, device: &str) -> ApiResult<Arc<HashMap<String, ToolClass>>> {
-    let key = format!("{agent}\u{0}{device}");
+pub async fn manifest_classes(
+    app: &AppState,
+    agent: &str,
+    device: &str,
+) -> ApiResult<Arc<HashMap<String, ToolClass>>> {
+    let key = format!("{agent}|{device}");
     if let Some(c) = app.caches.manifests.get(&key) {
         return Ok(c);
     }
@@ -240,26 +379,46 @@ pub async fn manifest_classes(app: &AppState, agent: &str, device: &str) -> ApiR
     let body = app.store.latest_manifest(agent, device).await?;
     let mut map = HashMap::new();
     if let Some(v) = body.and_then(|b| serde_json::from_str::<Value>(&b).ok()) {
-        for t in v.get("tools").and_then(Value::as_array).into_iter().flatten() {
-            if let (Some(n), Some(c)) = (t.get("name").and_then(Value::as_str), t.get("class").and_then(Value::as_str).and_then(ToolClass::parse)) {
+        for t in v
+            .get("tools")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            if let (Some(n), Some(c)) = (
+                t.get("name").and_then(Value::as_str),
+                t.get("class")
+                    .and_then(Value::as_str)
+                    .and_then(ToolClass::parse),
+            ) {
                 map.insert(n.to_string(), c);
             }
         }
     }
     let map = Arc::new(map);
-    app.caches.manifests.insert(key, Arc::clone(&map), generation);
+    app.caches
+        .manifests
+        .insert(key, Arc::clone(&map), generation);
     Ok(map)
 }
 
 /// Administrator decisions on the agent's tools (cached; evicted on change).
-pub async fn tool_decisions(app: &AppState, agent: &str) -> ApiResult<Arc<HashMap<String, ToolStatus>>> {
+pub async fn tool_decisions(
+    app: &AppState,
+    agent: &str,
+) -> ApiResult<Arc<HashMap<String, ToolStatus>>> {
     if let Some(d) = app.caches.tools.get(&agent.to_string()) {
         return Ok(d);
     }
     let generation = app.caches.tools.generation();
     let rows = app.store.list_tools(agent).await?;
-    let map: HashMap<String, ToolStatus> = rows.iter().filter_map(|r| Some((r.name.clone(), ToolStatus::parse(&r.status)?))).collect();
+    let map: HashMap<String, ToolStatus> = rows
+        .iter()
+        .filter_map(|r| Some((r.name.clone(), ToolStatus::parse(&r.status)?)))
+        .collect();
     let map = Arc::new(map);
-    app.caches.tools.insert(agent.to_string(), Arc::clone(&map), generation);
+    app.caches
+        .tools
+        .insert(agent.to_string(), Arc::clone(&map), generation);
     Ok(map)
 }

@@ -1,0 +1,110 @@
+//! The request headers of agent chat, parsed once.
+
+use axum::http::HeaderMap;
+
+use crate::agents::ids::is_conversation_id;
+use crate::agents::tools::ToolMode;
+use crate::http::error::ApiError;
+
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct ChatHeaders {
+    pub tool_mode: Option<ToolMode>,
+    pub conversation_id: Option<String>,
+    pub turn_id: Option<String>,
+    pub pii_mode: Option<String>,
+    pub ag_ui: bool,
+}
+
+fn bad(header: &str, what: &str) -> ApiError {
+    ApiError::bad_request("invalid_header", format!("{header} {what}")).with_param(header)
+}
+
+fn text<'a>(h: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, ApiError> {
+    match h.get(name) {
+        None => Ok(None),
+        Some(v) => v
+            .to_str()
+            .map(Some)
+            .map_err(|_| bad(name, "must be plain ASCII text.")),
+    }
+}
+
+pub fn parse_headers(h: &HeaderMap) -> Result<ChatHeaders, ApiError> {
+    let mut out = ChatHeaders::default();
+    if let Some(v) = text(h, "X-Service-Tool-Mode")? {
+        out.tool_mode = Some(ToolMode::parse(v).ok_or_else(|| {
+            bad(
+                "X-Service-Tool-Mode",
+                "must be off, read_only, ask or auto.",
+            )
+        })?);
+    }
+    for (name, slot) in [
+        ("X-Service-Conversation-Id", &mut out.conversation_id),
+        ("X-Service-Turn-Id", &mut out.turn_id),
+    ] {
+        if let Some(v) = text(h, name)? {
+            if !is_conversation_id(v) {
+                return Err(bad(name, "must be 1 to 128 of letters, digits and . _ : -"));
+            }
+            *slot = Some(v.to_string());
+        }
+    }
+    if let Some(v) = text(h, "X-Service-PII-Mode")? {
+        out.pii_mode = Some(v.to_string());
+    }
+    if let Some(v) = text(h, "X-Service-Events")? {
+        if v != "ag-ui" {
+            return Err(bad("X-Service-Events", "must be ag-ui."));
+        }
+        out.ag_ui = true;
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(
+                axum::http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                v.parse().unwrap(),
+            );
+        }
+        h
+    }
+
+    #[test]
+    fn every_header_is_read() {
+        let h = parse_headers(&headers(&[
+            ("x-service-tool-mode", "read_only"),
+            ("x-service-conversation-id", "c-1"),
+            ("x-service-turn-id", "t:2"),
+            ("x-service-pii-mode", "redact"),
+            ("x-service-events", "ag-ui"),
+        ]))
+        .unwrap();
+        assert_eq!(h.tool_mode, Some(ToolMode::ReadOnly));
+        assert_eq!(h.conversation_id.as_deref(), Some("c-1"));
+        assert_eq!(h.turn_id.as_deref(), Some("t:2"));
+        assert!(h.ag_ui);
+    }
+
+    #[test]
+    fn bad_values_are_invalid_header_naming_the_header() {
+        for (k, v) in [
+            ("x-service-tool-mode", "sometimes"),
+            ("x-service-conversation-id", "has space"),
+            ("x-service-turn-id", &"x".repeat(129)),
+            ("x-service-events", "all"),
+        ] {
+            let e = parse_headers(&headers(&[(k, v)])).unwrap_err();
+            assert_eq!(e.code, "invalid_header");
+            assert!(e.message.to_lowercase().contains(k), "{}", e.message);
+        }
+        assert!(parse_headers(&headers(&[("x-service-turn-id", &"x".repeat(128))])).is_ok());
+    }
+}

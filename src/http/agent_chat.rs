@@ -1,0 +1,209 @@
+//! `POST /v1/agents/{agent}/chat/completions`: the agent's model, its
+//! instructions first, tool rules, approvals, PII protection, AG-UI events.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::Response;
+use gatehouse_pii::{Counts, Mode as PiiMode, Scanner, Vault};
+use serde_json::{json, Map, Value};
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+use crate::agents::approvals::{answered_calls, enforce, ApprovalState};
+use crate::agents::chat::parse_headers;
+use crate::agents::tools::{apply, offered_tools, ToolPolicy};
+use crate::app::{AppState, Invalidation};
+use crate::http::agent_auth::AgentAccess;
+use crate::http::agent_data::{manifest_classes, tool_decisions};
+use crate::http::error::{ApiError, ApiResult};
+use crate::http::extract::{parse_json, read_body};
+use crate::models::{resolve, ModelKind};
+use crate::pii::{choose_mode, protect_body, VaultStore, TOKEN_NOTE};
+use crate::proxy::agent_hooks::{AgentChatContext, AgentHooks};
+use crate::proxy::chat::check_body;
+use crate::proxy::{relay, ChatCall, UsageContext};
+
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(agent_chat))
+}
+
+async fn scanner(app: &AppState, terms: &[String]) -> ApiResult<Arc<Scanner>> {
+    let key = terms.join("\u{1}");
+    if let Some(s) = app.caches.scanners.get(&key) {
+        return Ok(s);
+    }
+    let generation = app.caches.scanners.generation();
+    let terms = terms.to_vec();
+    let built = tokio::task::spawn_blocking(move || Scanner::new(&terms))
+        .await
+        .map_err(ApiError::internal)?
+        .map_err(ApiError::internal)?;
+    let s = Arc::new(built);
+    app.caches.scanners.insert(key, Arc::clone(&s), generation);
+    Ok(s)
+}
+
+/// Chat through the agent's own model under the agent's tool rules.
+#[utoipa::path(post, path = "/v1/agents/{agent}/chat/completions", tag = "agent", params(("agent" = String, Path),
+    ("X-Service-Tool-Mode" = Option<String>, Header, description = "off, read_only, ask or auto"),
+    ("X-Service-Conversation-Id" = Option<String>, Header), ("X-Service-Turn-Id" = Option<String>, Header),
+    ("X-Service-PII-Mode" = Option<String>, Header, description = "redact or tokenize_reversible, where the agent lets the user choose"),
+    ("X-Service-Events" = Option<String>, Header, description = "ag-ui: AG-UI events in the stream")),
+    responses((status = 200, description = "A chat completion (or an SSE stream), with `approvals` when some are needed; header X-Service-Held-Tools"),
+              (status = 400, description = "invalid_header, pii_mode_not_allowed, validation_error"), (status = 409, description = "approval_pending")))]
+async fn agent_chat(
+    State(app): State<AppState>,
+    access: AgentAccess,
+    Path(_agent): Path<String>,
+    headers: HeaderMap,
+    req: Request,
+) -> ApiResult<Response> {
+    let h = parse_headers(&headers)?;
+    let agent = Arc::clone(&access.agent);
+    let pii_mode = choose_mode(
+        agent.pii.mode,
+        agent.pii.user_choosable,
+        h.pii_mode.as_deref(),
+    )?;
+    let bytes = read_body(req).await?;
+    let mut body: Map<String, Value> = parse_json(&bytes)?;
+    check_body(&body)?;
+    let model = resolve(&app.catalog(), &agent.model, ModelKind::Chat).map_err(|_| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "agent_model_unavailable",
+            "The agent's model is not configured; ask an administrator.",
+        )
+    })?;
+    let address = agent.address.as_str().to_string();
+    let device = access.sign_in.device_id.clone();
+
+    if let (Some(instructions), Some(Value::Array(messages))) =
+        (&agent.instructions, body.get_mut("messages"))
+    {
+        messages.insert(0, json!({"role": "system", "content": instructions}));
+    }
+
+    // Tool rules.
+    let mode = h.tool_mode.unwrap_or(agent.default_tool_mode);
+    let offered = offered_tools(&body);
+    let classes = manifest_classes(&app, &address, &device).await?;
+    let holding = !agent.tool_contract.is_empty() && !agent.allow_local_mcp;
+    let decisions = if holding {
+        tool_decisions(&app, &address).await?
+    } else {
+        Arc::new(HashMap::new())
+    };
+    let policy = ToolPolicy {
+        mode,
+        classes: &classes,
+        contract: &agent.tool_contract,
+        decisions: &decisions,
+        allow_local_mcp: agent.allow_local_mcp,
+    };
+    let decision = policy.decide(&offered);
+    if body.contains_key("tools") || body.contains_key("tool_choice") {
+        apply(&mut body, &decision.keep);
+    }
+    let unseen: Vec<String> = decision
+        .held
+        .iter()
+        .filter(|t| !decisions.contains_key(*t))
+        .cloned()
+        .collect();
+    if !unseen.is_empty() {
+        // Held tools show in the admin's list even if no manifest named them.
+        app.store.record_offered_tools(&address, &unseen).await?;
+        app.invalidate(Invalidation::Tools(address.clone())).await;
+    }
+
+    // Answers to approvals.
+    let answered = answered_calls(&body);
+    if !answered.is_empty() {
+        let now = crate::store::now_ms();
+        let states: HashMap<String, ApprovalState> = app
+            .store
+            .approval_states(&access.user.id, &answered)
+            .await?
+            .into_iter()
+            .filter_map(|(id, (s, exp))| Some((id, ApprovalState::parse(&s)?.effective(exp, now))))
+            .collect();
+        enforce(&mut body, &states)?;
+    }
+
+    // PII.
+    let mut counts = Counts::new();
+    let mut vault_out = None;
+    if pii_mode != PiiMode::Off {
+        let scanner = scanner(&app, &agent.pii.terms).await?;
+        let vault_key = h
+            .conversation_id
+            .as_deref()
+            .map(|c| VaultStore::key(&address, &access.user.id, c));
+        let mut vault = match (&vault_key, pii_mode) {
+            (Some(k), PiiMode::TokenizeReversible) => app.vaults.load(&app.store, k).await?,
+            _ => Vault::new(),
+        };
+        let before = vault.len();
+        protect_body(&mut body, &scanner, pii_mode, &mut vault, &mut counts);
+        if pii_mode == PiiMode::TokenizeReversible {
+            if !vault.is_empty() {
+                let at = usize::from(agent.instructions.is_some());
+                if let Some(Value::Array(messages)) = body.get_mut("messages") {
+                    messages.insert(
+                        at.min(messages.len()),
+                        json!({"role": "system", "content": TOKEN_NOTE}),
+                    );
+                }
+            }
+            if let Some(k) = &vault_key {
+                if vault.len() != before {
+                    app.vaults
+                        .save(&app.store, k, &vault, app.settings.pii_vault_ttl_s)
+                        .await?;
+                }
+            }
+            vault_out = Some(Arc::new(vault));
+        }
+    }
+
+    let stream = crate::proxy::chat::is_stream(&body);
+    let ag_ui = (h.ag_ui && stream).then(|| {
+        let gen = || uuid::Uuid::new_v4().to_string();
+        (
+            h.conversation_id.clone().unwrap_or_else(gen),
+            h.turn_id.clone().unwrap_or_else(gen),
+        )
+    });
+    let hooks = AgentHooks::new(AgentChatContext {
+        app: Arc::clone(&app),
+        agent: address.clone(),
+        model_alias: model.id.clone(),
+        user_id: access.user.id.clone(),
+        device_id: device.clone(),
+        conversation_id: h.conversation_id.clone(),
+        mode,
+        classes: Arc::clone(&classes),
+        held: decision.held.clone(),
+        pii_counts: counts,
+        vault: vault_out,
+        ag_ui,
+    });
+    let usage = UsageContext {
+        user_id: Some(access.user.id.clone()),
+        api_key_id: None,
+        agent: Some(address),
+        device_id: Some(device),
+        conversation_id: h.conversation_id,
+        turn_id: h.turn_id,
+    };
+    let mut resp = relay(&app, ChatCall { model, body, usage }, hooks).await?;
+    if !decision.held.is_empty() {
+        if let Ok(v) = HeaderValue::from_str(&decision.held.join(",")) {
+            resp.headers_mut().insert("x-service-held-tools", v);
+        }
+    }
+    Ok(resp)
+}

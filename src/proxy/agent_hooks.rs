@@ -1,0 +1,352 @@
+//! What agent chat adds around the relay: PII restore (also across stream
+//! chunks), approvals for `write`/`execute` tool calls in `ask` mode, and
+//! AG-UI events. Plain answers and streams get the same treatment.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use gatehouse_pii::{Counts, StreamRestorer, Vault};
+use serde_json::{json, Map, Value};
+
+use crate::agents::approvals::{tool_calls_of_response, ToolCall};
+use crate::agents::tools::{ToolClass, ToolMode};
+use crate::app::AppState;
+use crate::http::error::ApiError;
+use crate::proxy::agui::AgUi;
+use crate::proxy::chat::{ChatHooks, ChunkAction};
+use crate::proxy::sse::SseFrame;
+use crate::store::agent_data::{new_approval_id, ApprovalRow};
+use crate::store::now_ms;
+
+/// Who is chatting and under which rules.
+pub struct AgentChatContext {
+    pub app: AppState,
+    pub agent: String,
+    pub model_alias: String,
+    pub user_id: String,
+    pub device_id: String,
+    pub conversation_id: Option<String>,
+    pub mode: ToolMode,
+    pub classes: Arc<HashMap<String, ToolClass>>,
+    pub held: Vec<String>,
+    pub pii_counts: Counts,
+    /// Present in `tokenize_reversible` mode.
+    pub vault: Option<Arc<Vault>>,
+    /// Present when the client asked for AG-UI events: (threadId, runId).
+    pub ag_ui: Option<(String, String)>,
+}
+
+#[derive(Default)]
+struct CallAcc {
+    id: String,
+    name: String,
+    args: String,
+}
+
+pub struct AgentHooks {
+    ctx: AgentChatContext,
+    content: HashMap<u64, StreamRestorer>,
+    args: HashMap<(u64, u64), StreamRestorer>,
+    calls: BTreeMap<u64, CallAcc>,
+    agui: Option<AgUi>,
+    started: bool,
+    meta: Map<String, Value>,
+}
+
+fn agui_frame(ev: Value) -> SseFrame {
+    SseFrame::Event {
+        event: "ag-ui".into(),
+        data: ev.to_string(),
+    }
+}
+
+impl AgentHooks {
+    pub fn new(ctx: AgentChatContext) -> AgentHooks {
+        let agui = ctx.ag_ui.clone().map(|(t, r)| AgUi::new(t, r));
+        AgentHooks {
+            ctx,
+            content: HashMap::new(),
+            args: HashMap::new(),
+            calls: BTreeMap::new(),
+            agui,
+            started: false,
+            meta: Map::new(),
+        }
+    }
+
+    fn needs_approval(&self, tool: &str) -> bool {
+        self.ctx.mode == ToolMode::Ask
+            && self
+                .ctx
+                .classes
+                .get(tool)
+                .copied()
+                .unwrap_or(ToolClass::Execute)
+                != ToolClass::Read
+    }
+
+    /// Creates (durably) the approvals this answer's tool calls need.
+    async fn create_approvals(&self, calls: &[ToolCall]) -> Result<Vec<Value>, ApiError> {
+        let now = now_ms();
+        let expires = now + self.ctx.app.settings.approval_ttl * 1000;
+        let rows: Vec<ApprovalRow> = calls
+            .iter()
+            .filter(|c| self.needs_approval(&c.name))
+            .map(|c| ApprovalRow {
+                id: new_approval_id(),
+                agent: self.ctx.agent.clone(),
+                user_id: self.ctx.user_id.clone(),
+                device_id: self.ctx.device_id.clone(),
+                tool_call_id: c.id.clone(),
+                tool: c.name.clone(),
+                arguments: c.arguments.clone(),
+                status: "pending".into(),
+                reason: None,
+                conversation_id: self.ctx.conversation_id.clone(),
+                created_at: now,
+                expires_at: expires,
+                decided_at: None,
+            })
+            .collect();
+        if rows.is_empty() {
+            return Ok(vec![]);
+        }
+        self.ctx.app.store.create_approvals(&rows).await?;
+        Ok(rows
+            .iter()
+            .map(|a| {
+                json!({"id": a.id, "tool_call_id": a.tool_call_id, "tool": a.tool, "arguments": a.arguments,
+                       "status": "pending", "expires_at": crate::time::rfc3339(a.expires_at)})
+            })
+            .collect())
+    }
+
+    fn restore_delta(
+        &mut self,
+        choice_index: u64,
+        delta: &mut Map<String, Value>,
+        finishing: bool,
+    ) {
+        let Some(vault) = self.ctx.vault.clone() else {
+            return;
+        };
+        let r = self
+            .content
+            .entry(choice_index)
+            .or_insert_with(|| StreamRestorer::new(Arc::clone(&vault), false));
+        let mut text = match delta.get("content") {
+            Some(Value::String(s)) => r.push(s),
+            _ => String::new(),
+        };
+        if finishing {
+            text.push_str(&r.finish());
+        }
+        if delta.get("content").is_some_and(Value::is_string) || !text.is_empty() {
+            delta.insert("content".into(), Value::String(text));
+        }
+        if let Some(Value::Array(tcs)) = delta.get_mut("tool_calls") {
+            for tc in tcs.iter_mut() {
+                let idx = tc.get("index").and_then(Value::as_u64).unwrap_or(0);
+                let r = self
+                    .args
+                    .entry((choice_index, idx))
+                    .or_insert_with(|| StreamRestorer::new(Arc::clone(&vault), true));
+                if let Some(Value::String(a)) = tc.pointer_mut("/function/arguments") {
+                    *a = r.push(a);
+                }
+            }
+        }
+        if finishing {
+            // Release whatever the argument restorers still hold for this choice.
+            let mut tail: Vec<(u64, String)> = vec![];
+            for ((c, i), r) in self.args.iter_mut() {
+                if *c == choice_index {
+                    let rest = r.finish();
+                    if !rest.is_empty() {
+                        tail.push((*i, rest));
+                    }
+                }
+            }
+            if !tail.is_empty() {
+                let tcs = delta
+                    .entry("tool_calls")
+                    .or_insert_with(|| Value::Array(vec![]));
+                if let Value::Array(list) = tcs {
+                    for (i, rest) in tail {
+                        list.push(json!({"index": i, "function": {"arguments": rest}}));
+                    }
+                }
+            }
+        }
+    }
+
+    fn accumulate(&mut self, choice_index: u64, delta: &Map<String, Value>) {
+        if choice_index != 0 {
+            return;
+        }
+        for tc in delta
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let idx = tc.get("index").and_then(Value::as_u64).unwrap_or(0);
+            let acc = self.calls.entry(idx).or_default();
+            if let Some(id) = tc.get("id").and_then(Value::as_str) {
+                acc.id = id.to_string();
+            }
+            if let Some(n) = tc.pointer("/function/name").and_then(Value::as_str) {
+                acc.name.push_str(n);
+            }
+            if let Some(a) = tc.pointer("/function/arguments").and_then(Value::as_str) {
+                acc.args.push_str(a);
+            }
+        }
+    }
+
+    fn start_frames(&mut self, before: &mut Vec<SseFrame>) {
+        if self.started {
+            return;
+        }
+        self.started = true;
+        let Some(agui) = &self.agui else { return };
+        before.push(agui_frame(agui.run_started()));
+        if !self.ctx.held.is_empty() {
+            before.push(agui_frame(
+                agui.custom("service.held_tools", json!({"tools": self.ctx.held})),
+            ));
+        }
+        if !self.ctx.pii_counts.is_empty() {
+            before.push(agui_frame(agui.custom(
+                "service.pii",
+                json!({"counts": crate::pii::counts_json(&self.ctx.pii_counts)}),
+            )));
+        }
+    }
+}
+
+impl ChatHooks for AgentHooks {
+    async fn on_response(&mut self, response: &mut Value) -> Result<(), ApiError> {
+        if let Some(vault) = &self.ctx.vault {
+            crate::pii::restore_response(response, vault);
+        }
+        if self.ctx.mode == ToolMode::Ask {
+            let approvals = self
+                .create_approvals(&tool_calls_of_response(response))
+                .await?;
+            if !approvals.is_empty() {
+                response["approvals"] = Value::Array(approvals);
+            }
+        }
+        Ok(())
+    }
+
+    fn on_chunk(&mut self, chunk: &mut Value, before: &mut Vec<SseFrame>) -> ChunkAction {
+        self.start_frames(before);
+        if self.meta.is_empty() {
+            for k in ["id", "created", "model"] {
+                if let Some(v) = chunk.get(k) {
+                    self.meta.insert(k.into(), v.clone());
+                }
+            }
+        }
+        if let Some(Value::Array(choices)) = chunk.get_mut("choices") {
+            let mut work = vec![];
+            for (pos, choice) in choices.iter().enumerate() {
+                let idx = choice
+                    .get("index")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(pos as u64);
+                let finishing = choice.get("finish_reason").is_some_and(|f| !f.is_null());
+                work.push((pos, idx, finishing));
+            }
+            for (pos, idx, finishing) in work {
+                let Some(delta) = choices[pos].get_mut("delta").and_then(Value::as_object_mut)
+                else {
+                    continue;
+                };
+                let mut d = std::mem::take(delta);
+                self.restore_delta(idx, &mut d, finishing);
+                self.accumulate(idx, &d);
+                if let Some(slot) = choices[pos].get_mut("delta") {
+                    *slot = Value::Object(d);
+                }
+            }
+        }
+        if let Some(agui) = self.agui.as_mut() {
+            before.extend(agui.on_chunk(chunk).into_iter().map(agui_frame));
+        }
+        ChunkAction::Send
+    }
+
+    async fn on_stream_end(&mut self, usage: Option<&Value>) -> Vec<SseFrame> {
+        let mut frames = vec![];
+        self.start_frames(&mut frames);
+        // Text still held by a restorer (a stream that never sent finish_reason).
+        let mut leftover = String::new();
+        for r in self.content.values_mut() {
+            leftover.push_str(&r.finish());
+        }
+        if !leftover.is_empty() {
+            let mut c = Value::Object(self.meta.clone());
+            c["object"] = json!("chat.completion.chunk");
+            c["choices"] =
+                json!([{"index": 0, "delta": {"content": leftover}, "finish_reason": null}]);
+            if let Some(agui) = self.agui.as_mut() {
+                frames.extend(agui.on_chunk(&c).into_iter().map(agui_frame));
+            }
+            frames.push(SseFrame::json(&c));
+        }
+        let calls: Vec<ToolCall> = self
+            .calls
+            .values()
+            .map(|c| ToolCall {
+                id: c.id.clone(),
+                name: c.name.clone(),
+                arguments: c.args.clone(),
+            })
+            .collect();
+        let approvals = match self.create_approvals(&calls).await {
+            Ok(a) => a,
+            Err(e) => {
+                if let Some(agui) = self.agui.as_mut() {
+                    frames.extend(agui.error(&e.message, &e.code).into_iter().map(agui_frame));
+                }
+                frames.push(SseFrame::json(&e.openai_body()));
+                return frames;
+            }
+        };
+        if let Some(agui) = self.agui.as_mut() {
+            let extra = approvals
+                .iter()
+                .map(|a| agui.custom("service.approval_requested", json!({"id": a["id"], "tool_call_id": a["tool_call_id"], "tool": a["tool"], "expires_at": a["expires_at"]})))
+                .collect();
+            frames.extend(
+                agui.finish(usage, &self.ctx.model_alias, extra)
+                    .into_iter()
+                    .map(agui_frame),
+            );
+        }
+        if !approvals.is_empty() {
+            let mut c = Value::Object(self.meta.clone());
+            c["object"] = json!("chat.completion.chunk");
+            c["choices"] = json!([]);
+            c["approvals"] = Value::Array(approvals);
+            frames.push(SseFrame::json(&c));
+        }
+        frames
+    }
+
+    fn on_stream_error(&mut self, error: &ApiError) -> Vec<SseFrame> {
+        let mut frames = vec![];
+        self.start_frames(&mut frames);
+        if let Some(agui) = self.agui.as_mut() {
+            frames.extend(
+                agui.error(&error.message, &error.code)
+                    .into_iter()
+                    .map(agui_frame),
+            );
+        }
+        frames
+    }
+}
