@@ -224,3 +224,294 @@ async fn a_model_added_on_one_server_is_served_by_another() {
         "server B does not list the model added on A"
     );
 }
+
+/// Admin setup through server `url`: a chat model on the stub, an agent, a user; returns the user's login token.
+async fn agent_setup(
+    c: &reqwest::Client,
+    url: &str,
+    stub_base: &str,
+    agent: &str,
+    extra: Value,
+) -> String {
+    let admin = login(c, url, ADMIN_EMAIL, ADMIN_PASSWORD).await;
+    let post = |path: &str, body: Value| {
+        let req = c
+            .post(format!("{url}{path}"))
+            .bearer_auth(&admin)
+            .json(&body);
+        async move { req.send().await.unwrap() }
+    };
+    assert_eq!(
+        post(
+            "/api/admin/providers",
+            json!({"name": "stub", "type": "openai", "base_url": stub_base})
+        )
+        .await
+        .status(),
+        201
+    );
+    assert_eq!(
+        post(
+            "/api/admin/models",
+            json!({"id": "chat-1", "kind": "chat", "provider": "stub", "upstream_model": "ms-up"})
+        )
+        .await
+        .status(),
+        201
+    );
+    let mut a = json!({"address": agent, "name": "A", "model": "chat-1"});
+    if let (Some(a), Some(e)) = (a.as_object_mut(), extra.as_object()) {
+        a.extend(e.clone());
+    }
+    assert_eq!(post("/api/admin/agents", a).await.status(), 201);
+    assert_eq!(
+        post(
+            "/api/admin/users",
+            json!({"email": "dev@example.com", "password": "password-123"})
+        )
+        .await
+        .status(),
+        201
+    );
+    login(c, url, "dev@example.com", "password-123").await
+}
+
+async fn new_sign_in(
+    c: &reqwest::Client,
+    url: &str,
+    login_token: &str,
+    agent: &str,
+    label: &str,
+) -> Value {
+    let r = c
+        .post(format!("{url}/api/agent-tokens"))
+        .bearer_auth(login_token)
+        .json(&json!({"agent": agent, "device_label": label}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    r.json().await.unwrap()
+}
+
+#[tokio::test]
+async fn of_concurrent_renewals_spread_over_servers_exactly_one_succeeds() {
+    let db = pg_or_skip!();
+    let (a, b, s3) = tokio::join!(
+        spawn_server(&db, &[]),
+        spawn_server(&db, &[]),
+        spawn_server(&db, &[])
+    );
+    let c = client();
+    let stub = gatehouse_stub_upstream::Stub::start().await;
+    let user = agent_setup(&c, &a.url, &stub.openai_base_url(), "race", json!({})).await;
+    let pair = new_sign_in(&c, &a.url, &user, "race", "laptop").await;
+    let refresh = pair["refresh_token"].as_str().unwrap().to_string();
+    let urls = [a.url.clone(), b.url.clone(), s3.url.clone()];
+    let mut tasks = vec![];
+    for i in 0..24 {
+        let (c, url, rt) = (c.clone(), urls[i % 3].clone(), refresh.clone());
+        tasks.push(tokio::spawn(async move {
+            c.post(format!("{url}/api/agent-tokens/refresh"))
+                .json(&json!({"refresh_token": rt}))
+                .send()
+                .await
+                .unwrap()
+                .status()
+        }));
+    }
+    let mut ok = 0;
+    for t in tasks {
+        let s = t.await.unwrap();
+        if s == StatusCode::OK {
+            ok += 1;
+        } else {
+            assert_eq!(s, StatusCode::UNAUTHORIZED);
+        }
+    }
+    assert_eq!(ok, 1, "exactly one renewal may win");
+}
+
+#[tokio::test]
+async fn reuse_detected_on_one_server_ends_sign_ins_on_every_server_within_a_second() {
+    let db = pg_or_skip!();
+    let (a, b) = tokio::join!(spawn_server(&db, &[]), spawn_server(&db, &[]));
+    let c = client();
+    let stub = gatehouse_stub_upstream::Stub::start().await;
+    let user = agent_setup(&c, &a.url, &stub.openai_base_url(), "reuse", json!({})).await;
+    let phone = new_sign_in(&c, &a.url, &user, "reuse", "phone").await;
+    let laptop = new_sign_in(&c, &a.url, &user, "reuse", "laptop").await;
+    let laptop_access = laptop["access_token"].as_str().unwrap().to_string();
+    // Server B has validated (and cached) the laptop's access token.
+    let profile = |url: String, t: String| {
+        let c = c.clone();
+        async move {
+            c.get(format!("{url}/v1/agents/reuse/profile"))
+                .bearer_auth(t)
+                .send()
+                .await
+                .unwrap()
+                .status()
+        }
+    };
+    assert_eq!(profile(b.url.clone(), laptop_access.clone()).await, 200);
+    let old = phone["refresh_token"].as_str().unwrap().to_string();
+    let r = c
+        .post(format!("{}/api/agent-tokens/refresh", a.url))
+        .json(&json!({"refresh_token": old}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let r = c
+        .post(format!("{}/api/agent-tokens/refresh", a.url))
+        .json(&json!({"refresh_token": old}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["detail"]["code"],
+        "refresh_token_reused"
+    );
+    let took = eventually(Duration::from_secs(1), || {
+        let fut = profile(b.url.clone(), laptop_access.clone());
+        async move { fut.await == StatusCode::UNAUTHORIZED }
+    })
+    .await;
+    assert!(
+        took.is_some(),
+        "server B still accepts an access token of an ended sign-in after 1 s"
+    );
+}
+
+#[tokio::test]
+async fn a_sign_in_ended_on_one_server_is_refused_on_another_within_a_second() {
+    let db = pg_or_skip!();
+    let (a, b) = tokio::join!(spawn_server(&db, &[]), spawn_server(&db, &[]));
+    let c = client();
+    let stub = gatehouse_stub_upstream::Stub::start().await;
+    let user = agent_setup(&c, &a.url, &stub.openai_base_url(), "ending", json!({})).await;
+    let s = new_sign_in(&c, &a.url, &user, "ending", "tablet").await;
+    let access = s["access_token"].as_str().unwrap().to_string();
+    let get = || {
+        let (c, url, t) = (c.clone(), b.url.clone(), access.clone());
+        async move {
+            c.get(format!("{url}/v1/agents/ending/profile"))
+                .bearer_auth(t)
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(get().await.status(), 200);
+    let r = c
+        .delete(format!(
+            "{}/api/agent-tokens/{}",
+            a.url,
+            s["device_id"].as_str().unwrap()
+        ))
+        .bearer_auth(&user)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    let took = eventually(Duration::from_secs(1), || async {
+        get().await.status() == StatusCode::UNAUTHORIZED
+    })
+    .await;
+    assert!(
+        took.is_some(),
+        "server B still accepts the ended sign-in after 1 s"
+    );
+    let v: Value = get().await.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "sign_in_ended");
+}
+
+#[tokio::test]
+async fn an_approval_created_on_one_server_is_answered_on_another_and_enforced_on_a_third() {
+    let db = pg_or_skip!();
+    let (a, b, s3) = tokio::join!(
+        spawn_server(&db, &[]),
+        spawn_server(&db, &[]),
+        spawn_server(&db, &[])
+    );
+    let c = client();
+    let stub = gatehouse_stub_upstream::Stub::start().await;
+    stub.script(
+        "ms-up",
+        gatehouse_stub_upstream::Script {
+            tool_calls: vec![gatehouse_stub_upstream::ScriptToolCall {
+                id: "call_1".into(),
+                name: "delete_file".into(),
+                arguments: "{\"path\":\"/tmp/x\"}".into(),
+            }],
+            ..Default::default()
+        },
+    );
+    let user = agent_setup(
+        &c,
+        &a.url,
+        &stub.openai_base_url(),
+        "appr",
+        json!({"default_tool_mode": "ask"}),
+    )
+    .await;
+    let s = new_sign_in(&c, &a.url, &user, "appr", "desk").await;
+    let access = s["access_token"].as_str().unwrap().to_string();
+    let tools = json!([{"type": "function", "function": {"name": "delete_file", "parameters": {"type": "object"}}}]);
+    let r = c
+        .post(format!("{}/v1/agents/appr/chat/completions", a.url))
+        .bearer_auth(&access)
+        .json(&json!({"model": "x", "messages": [{"role": "user", "content": "clean up"}], "tools": tools}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    let approval = v["approvals"][0]["id"]
+        .as_str()
+        .expect("an approval")
+        .to_string();
+    let followup = json!({"model": "x", "messages": [
+        {"role": "user", "content": "clean up"},
+        {"role": "assistant", "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "delete_file", "arguments": "{\"path\":\"/tmp/x\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "deleted"}
+    ]});
+    // Pending: refused on the third server.
+    let r = c
+        .post(format!("{}/v1/agents/appr/chat/completions", s3.url))
+        .bearer_auth(&access)
+        .json(&followup)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 409);
+    // Denied on the second server.
+    let r = c
+        .post(format!("{}/v1/agents/appr/approvals/{approval}", b.url))
+        .bearer_auth(&access)
+        .json(&json!({"decision": "deny"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    stub.script("ms-up", gatehouse_stub_upstream::Script::default());
+    let r = c
+        .post(format!("{}/v1/agents/appr/chat/completions", s3.url))
+        .bearer_auth(&access)
+        .json(&followup)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let last = stub
+        .requests_for_model("ms-up")
+        .pop()
+        .expect("the upstream got the follow-up");
+    let msgs = last.body["messages"].as_array().unwrap();
+    assert_eq!(
+        msgs.last().unwrap()["content"],
+        "The user denied this tool call."
+    );
+}
