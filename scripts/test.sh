@@ -12,7 +12,7 @@ cargo test --workspace --no-fail-fast 2>&1 | tee /tmp/gatehouse-test-sqlite.log
 echo "== cargo test (PostgreSQL)"
 URL=$(scripts/pg.sh start)
 trap 'scripts/pg.sh stop' EXIT
-GATEHOUSE_TEST_DATABASE_URL="$URL" cargo test -p gatehouse --no-fail-fast 2>&1 | tee /tmp/gatehouse-test-pg.log
+GATEHOUSE_TEST_DATABASE_URL="$URL" GATEHOUSE_TEST_PG_FAULT=1 cargo test -p gatehouse --no-fail-fast 2>&1 | tee /tmp/gatehouse-test-pg.log
 
 if [ -d tests/python ]; then
   echo "== client tests (openai Python SDK)"
