@@ -186,8 +186,9 @@ async fn the_first_chunk_goes_out_before_the_upstream_stream_ends() {
         end_at >= Duration::from_millis(8 * 150),
         "the stream took {end_at:?}"
     );
+    // Buffering would put the first byte next to the end.
     assert!(
-        first_at < Duration::from_millis(600),
+        first_at * 3 < end_at,
         "first byte after {first_at:?} of {end_at:?}: buffered"
     );
 }
