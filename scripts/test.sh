@@ -18,6 +18,7 @@ if [ -d tests/python ]; then
   echo "== client tests (openai Python SDK)"
   if [ ! -x .venv/bin/python ]; then python3 -m venv .venv; fi
   .venv/bin/pip install -q -r tests/python/requirements.txt
-  cargo build -q --bin gatehouse -p gatehouse -p gatehouse-stub-upstream
+  # Both binaries: `--bin gatehouse` alone would skip stub-upstream.
+  cargo build -q -p gatehouse -p gatehouse-stub-upstream --bins
   .venv/bin/python -m pytest -q tests/python
 fi
