@@ -1210,24 +1210,32 @@ pii = { mode = "redact", user_choosable = true }
 
 #[tokio::test]
 async fn a_bad_agent_in_the_config_file_stops_the_start_with_its_reason() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("gatehouse.toml");
-    std::fs::write(
-        &path,
-        "[[agents]]\naddress = \"helpdesk\"\nname = \"H\"\nmodel = \"missing\"\n",
-    )
-    .unwrap();
-    let (db, _db_dir) = fresh_database().await;
-    let mut settings = gatehouse::config::Settings::for_database(&db);
-    settings.config_file = Some(path);
-    let err = match gatehouse::start(settings).await {
-        Ok(_) => panic!("the start must fail"),
-        Err(e) => e.to_string(),
-    };
-    assert!(
-        err.contains("agent helpdesk") && err.contains("model"),
-        "{err}"
-    );
+    for (table, want) in [
+        ("model = \"missing\"", "model"),
+        (
+            "model = \"missing\"\ntool_contracts = [\"x\"]",
+            "unknown field `tool_contracts`",
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gatehouse.toml");
+        std::fs::write(
+            &path,
+            format!("[[agents]]\naddress = \"helpdesk\"\nname = \"H\"\n{table}\n"),
+        )
+        .unwrap();
+        let (db, _db_dir) = fresh_database().await;
+        let mut settings = gatehouse::config::Settings::for_database(&db);
+        settings.config_file = Some(path);
+        let err = match gatehouse::start(settings).await {
+            Ok(_) => panic!("the start must fail"),
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            err.contains("agent helpdesk") && err.contains(want),
+            "{err}"
+        );
+    }
 }
 
 #[tokio::test]
