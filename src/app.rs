@@ -176,9 +176,8 @@ impl App {
         self.caches.users.insert(key, Arc::clone(&info), generation);
         Ok(Some(info))
     }
-}
 
-impl App {
+    /// An agent by address, from the cache or the database (then cached).
     pub async fn agent(
         &self,
         address: &str,

@@ -1210,24 +1210,32 @@ pii = { mode = "redact", user_choosable = true }
 
 #[tokio::test]
 async fn a_bad_agent_in_the_config_file_stops_the_start_with_its_reason() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("gatehouse.toml");
-    std::fs::write(
-        &path,
-        "[[agents]]\naddress = \"helpdesk\"\nname = \"H\"\nmodel = \"missing\"\n",
-    )
-    .unwrap();
-    let (db, _db_dir) = fresh_database().await;
-    let mut settings = gatehouse::config::Settings::for_database(&db);
-    settings.config_file = Some(path);
-    let err = match gatehouse::start(settings).await {
-        Ok(_) => panic!("the start must fail"),
-        Err(e) => e.to_string(),
-    };
-    assert!(
-        err.contains("agent helpdesk") && err.contains("model"),
-        "{err}"
-    );
+    for (table, want) in [
+        ("model = \"missing\"", "model"),
+        (
+            "model = \"missing\"\ntool_contracts = [\"x\"]",
+            "unknown field `tool_contracts`",
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gatehouse.toml");
+        std::fs::write(
+            &path,
+            format!("[[agents]]\naddress = \"helpdesk\"\nname = \"H\"\n{table}\n"),
+        )
+        .unwrap();
+        let (db, _db_dir) = fresh_database().await;
+        let mut settings = gatehouse::config::Settings::for_database(&db);
+        settings.config_file = Some(path);
+        let err = match gatehouse::start(settings).await {
+            Ok(_) => panic!("the start must fail"),
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            err.contains("agent helpdesk") && err.contains(want),
+            "{err}"
+        );
+    }
 }
 
 #[tokio::test]
@@ -1255,4 +1263,86 @@ async fn openapi_lists_the_agent_and_sign_in_routes() {
     ] {
         assert!(v["paths"].get(p).is_some(), "{p}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn renewal_races_across_two_servers_on_one_database_have_one_winner() {
+    let app = spawn_app().await;
+    setup(&app).await;
+    let second = gatehouse::start(app.settings.clone())
+        .await
+        .expect("second server");
+    let (_, login) = app.user("ann@example.com").await;
+    let t = sign_in(&app, &login, AGENT, "laptop").await;
+    let token = s(&t, "refresh_token");
+    let urls = [
+        app.u("/api/agent-tokens/refresh"),
+        format!("{}/api/agent-tokens/refresh", second.url()),
+    ];
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(20));
+    let mut tasks = Vec::new();
+    for i in 0..20 {
+        let (client, url, token, barrier) = (
+            app.client.clone(),
+            urls[i % 2].clone(),
+            token.clone(),
+            barrier.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            let r = client
+                .post(url)
+                .json(&json!({"refresh_token": token}))
+                .send()
+                .await
+                .expect("send");
+            r.status()
+        }));
+    }
+    let mut ok = 0;
+    for t in tasks {
+        if t.await.expect("task") == StatusCode::OK {
+            ok += 1;
+        }
+    }
+    assert_eq!(ok, 1);
+    second.shutdown().await;
+}
+
+/// On PostgreSQL an ending reaches the other servers' caches by NOTIFY.
+#[tokio::test]
+async fn an_ending_on_one_server_is_seen_by_another_servers_cache() {
+    let app = spawn_app().await;
+    if app.app().store.backend != gatehouse::store::Backend::Postgres {
+        return; // One SQLite file serves one server; there is nobody to tell.
+    }
+    setup(&app).await;
+    let second = gatehouse::start(app.settings.clone())
+        .await
+        .expect("second server");
+    let (_, login) = app.user("ann@example.com").await;
+    let t = sign_in(&app, &login, AGENT, "laptop").await;
+    let on_second = format!("{}/v1/agents/{AGENT}/profile", second.url());
+    let get = || {
+        app.client
+            .get(&on_second)
+            .bearer_auth(s(&t, "access_token"))
+            .send()
+    };
+    assert_eq!(get().await.unwrap().status(), StatusCode::OK);
+    let r = app
+        .delete(&format!("/api/agent-tokens/{}", s(&t, "device_id")), &login)
+        .await;
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    // The notification is delivered asynchronously: allow it a moment.
+    let mut status = StatusCode::OK;
+    for _ in 0..50 {
+        status = get().await.unwrap().status();
+        if status == StatusCode::UNAUTHORIZED {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    second.shutdown().await;
 }

@@ -14,6 +14,19 @@ use crate::app::Invalidation;
 use crate::models::CatalogSnapshot;
 use crate::store::Store;
 
+/// The fields of an `[[agents]]` table (those of `POST /api/admin/agents`).
+const FIELDS: [&str; 9] = [
+    "address",
+    "name",
+    "model",
+    "default_tool_mode",
+    "tool_contract",
+    "pii",
+    "allow_local_mcp",
+    "instructions",
+    "allowed_users",
+];
+
 /// Applies the `[[agents]]` tables of GATEHOUSE_CONFIG as upserts: the file is
 /// the source of truth for the agents it names (fields it leaves out take
 /// their defaults). Runs at start, after the file's providers and models.
@@ -32,6 +45,13 @@ pub async fn apply_file_agents(store: &Store, agents: &[serde_json::Value]) -> R
             .and_then(|a| a.as_str())
             .map_or_else(|| format!("#{}", i + 1), str::to_string);
         let fail = |m: String| format!("GATEHOUSE_CONFIG agent {label}: {m}");
+        // The HTTP body ignores unknown fields; in a file they are typos.
+        if let Some(unknown) = raw
+            .as_object()
+            .and_then(|o| o.keys().find(|k| !FIELDS.contains(&k.as_str())))
+        {
+            return Err(fail(format!("unknown field `{unknown}`")));
+        }
         let new: NewAgent = serde_json::from_value(raw.clone()).map_err(|e| fail(e.to_string()))?;
         let agent = new.validate(&catalog, now).map_err(|e| fail(e.message))?;
         store
