@@ -729,3 +729,27 @@ async fn a_config_file_with_an_invalid_provider_stops_the_start() {
     let err = gatehouse::start(s).await.err().expect("start must fail");
     assert!(err.to_string().contains("type"), "{err}");
 }
+
+#[tokio::test]
+async fn a_model_an_agent_chats_with_cannot_be_deleted() {
+    let app = spawn_app().await;
+    app.add_model("openai", "http://127.0.0.1:9/v1", "chat-a", "chat", "up-a")
+        .await;
+    let admin = app.admin_token().await;
+    let r = app
+        .post(
+            "/api/admin/agents",
+            &admin,
+            &json!({"address": "helper", "name": "Helper", "model": "chat-a"}),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    assert_eq!(
+        api_code(app.delete("/api/admin/models/chat-a", &admin).await).await,
+        (StatusCode::CONFLICT, "model_in_use".into())
+    );
+    assert_eq!(
+        app.get("/api/admin/models/chat-a", &admin).await.status(),
+        200
+    );
+}

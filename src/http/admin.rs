@@ -275,12 +275,19 @@ async fn get_model(
 
 /// Remove a model.
 #[utoipa::path(delete, path = "/api/admin/models/{id}", tag = "admin", params(("id" = String, Path)),
-    responses((status = 204), (status = 404, description = "model_not_found")))]
+    responses((status = 204), (status = 404, description = "model_not_found"), (status = 409, description = "model_in_use")))]
 async fn delete_model(
     State(app): State<AppState>,
     _admin: AdminUser,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
+    let users = app.store.agents_using_model(&id).await?;
+    if users > 0 {
+        return Err(ApiError::conflict(
+            "model_in_use",
+            format!("{users} agent(s) chat with this model; give them another model first."),
+        ));
+    }
     if !app.store.delete_model(&id).await? {
         return Err(ApiError::not_found(
             "model_not_found",

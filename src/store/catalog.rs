@@ -97,6 +97,13 @@ impl Store {
         Ok(n > 0)
     }
 
+    pub async fn agents_using_model(&self, id: &str) -> Result<i64, sqlx::Error> {
+        sqlx::query_scalar("SELECT COUNT(*) FROM agents WHERE model = $1")
+            .bind(id)
+            .fetch_one(&self.pool)
+            .await
+    }
+
     pub async fn delete_model(&self, id: &str) -> Result<bool, sqlx::Error> {
         let n = sqlx::query("DELETE FROM models WHERE id = $1")
             .bind(id)
