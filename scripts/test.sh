@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Runs every test: the Rust suite on SQLite, the same suite on PostgreSQL
 # (a private cluster started and stopped here), and the client tests with the
-# official openai Python SDK. Needs: cargo, python3, PostgreSQL server
-# binaries (apt-get install postgresql); .ci/run installs them.
+# official openai Python SDK. Needs: cargo, python3, node and npm (the AG-UI
+# events are checked with the protocol's own packages, tests/agui),
+# PostgreSQL server binaries (apt-get install postgresql); .ci/run installs them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+echo "== npm ci (tests/agui: @ag-ui/core, @ag-ui/client)"
+(cd tests/agui && npm ci --silent --no-audit --no-fund)
 
 echo "== cargo test (SQLite)"
 cargo test --workspace --no-fail-fast 2>&1 | tee /tmp/gatehouse-test-sqlite.log

@@ -167,9 +167,15 @@ pub async fn start(settings: Settings) -> Result<Server, StartError> {
     let a = Arc::clone(&app);
     background.push(tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(5));
-        loop {
+        for n in 0u64.. {
             tick.tick().await;
             flush_last_used(&a).await;
+            if n % 12 == 0 {
+                // Expired PII vaults: unreadable already, now gone.
+                if let Err(e) = pii::VaultStore::purge_expired(&a.store).await {
+                    tracing::warn!(error = %e, "purging expired PII vaults failed");
+                }
+            }
         }
     }));
     background.extend(store::listener::spawn(Arc::clone(&app)));

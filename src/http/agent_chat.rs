@@ -146,7 +146,6 @@ async fn agent_chat(
             (Some(k), PiiMode::TokenizeReversible) => app.vaults.load(&app.store, k).await?,
             _ => Vault::new(),
         };
-        let before = vault.len();
         protect_body(&mut body, &scanner, pii_mode, &mut vault, &mut counts);
         if pii_mode == PiiMode::TokenizeReversible {
             if !vault.is_empty() {
@@ -159,7 +158,8 @@ async fn agent_chat(
                 }
             }
             if let Some(k) = &vault_key {
-                if vault.len() != before {
+                // Saved on every turn that uses it: the lifetime counts from the last use.
+                if !vault.is_empty() {
                     app.vaults
                         .save(&app.store, k, &vault, app.settings.pii_vault_ttl_s)
                         .await?;

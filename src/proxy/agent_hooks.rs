@@ -85,7 +85,9 @@ impl AgentHooks {
                 != ToolClass::Read
     }
 
-    /// Creates (durably) the approvals this answer's tool calls need.
+    /// Creates (durably) the approvals this answer's tool calls need. `calls`
+    /// carry the arguments as the model gave them (with PII tokens, which is
+    /// what the database keeps); the client sees them restored.
     async fn create_approvals(&self, calls: &[ToolCall]) -> Result<Vec<Value>, ApiError> {
         let now = now_ms();
         let expires = now + self.ctx.app.settings.approval_ttl * 1000;
@@ -115,7 +117,11 @@ impl AgentHooks {
         Ok(rows
             .iter()
             .map(|a| {
-                json!({"id": a.id, "tool_call_id": a.tool_call_id, "tool": a.tool, "arguments": a.arguments,
+                let arguments = match &self.ctx.vault {
+                    Some(vault) => vault.restore_json(&a.arguments),
+                    None => a.arguments.clone(),
+                };
+                json!({"id": a.id, "tool_call_id": a.tool_call_id, "tool": a.tool, "arguments": arguments,
                        "status": "pending", "expires_at": crate::time::rfc3339(a.expires_at)})
             })
             .collect())
@@ -227,13 +233,13 @@ impl AgentHooks {
 
 impl ChatHooks for AgentHooks {
     async fn on_response(&mut self, response: &mut Value) -> Result<(), ApiError> {
+        // The calls as the model gave them: tokens, not values, are stored.
+        let calls = tool_calls_of_response(response);
         if let Some(vault) = &self.ctx.vault {
             crate::pii::restore_response(response, vault);
         }
         if self.ctx.mode == ToolMode::Ask {
-            let approvals = self
-                .create_approvals(&tool_calls_of_response(response))
-                .await?;
+            let approvals = self.create_approvals(&calls).await?;
             if !approvals.is_empty() {
                 response["approvals"] = Value::Array(approvals);
             }
@@ -266,8 +272,9 @@ impl ChatHooks for AgentHooks {
                     continue;
                 };
                 let mut d = std::mem::take(delta);
-                self.restore_delta(idx, &mut d, finishing);
+                // Accumulated before restoring: approvals keep the tokens.
                 self.accumulate(idx, &d);
+                self.restore_delta(idx, &mut d, finishing);
                 if let Some(slot) = choices[pos].get_mut("delta") {
                     *slot = Value::Object(d);
                 }

@@ -1,0 +1,191 @@
+//! Support for the agent-chat tests (PII, AG-UI): an agent on the stub
+//! upstream, a signed-in user, chat requests with the agent headers, and the
+//! SSE stream split into OpenAI chunks and AG-UI events.
+#![allow(dead_code)]
+
+use gatehouse::proxy::sse::SseEvent;
+use reqwest::{Response, StatusCode};
+use serde_json::{json, Value};
+
+use crate::model_support::{payloads, sse_events, Env};
+
+/// Creates chat model `m-<address>` on the stub's `upstream` model and the
+/// agent with `extra` fields (pii, tool_contract, default_tool_mode, ...).
+pub async fn agent(env: &Env, address: &str, upstream: &str, extra: Value) {
+    let model = format!("m-{address}");
+    env.model(&model, "chat", "openai", upstream).await;
+    let mut body = json!({"address": address, "name": format!("Agent {address}"), "model": model});
+    for (k, v) in extra.as_object().expect("extra is an object") {
+        body[k] = v.clone();
+    }
+    let r = env.app.post("/api/admin/agents", &env.admin, &body).await;
+    let status = r.status();
+    assert_eq!(
+        status,
+        StatusCode::CREATED,
+        "agent {address}: {}",
+        r.text().await.unwrap_or_default()
+    );
+}
+
+/// A new user signed in to `address`; returns the agent access token.
+pub async fn sign_in(env: &Env, email: &str, address: &str) -> String {
+    let (_, login) = env.app.user(email).await;
+    sign_in_as(env, &login, address).await
+}
+
+pub async fn sign_in_as(env: &Env, login: &str, address: &str) -> String {
+    let r = env
+        .app
+        .post(
+            "/api/agent-tokens",
+            login,
+            &json!({"agent": address, "device_label": "test device"}),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::CREATED, "sign-in to {address}");
+    let v: Value = r.json().await.expect("json");
+    v["access_token"]
+        .as_str()
+        .expect("access token")
+        .to_string()
+}
+
+/// POST /v1/agents/{address}/chat/completions with extra headers.
+pub async fn chat(
+    env: &Env,
+    address: &str,
+    token: &str,
+    body: &Value,
+    headers: &[(&str, &str)],
+) -> Response {
+    let mut req = env
+        .app
+        .client
+        .post(env.app.u(&format!("/v1/agents/{address}/chat/completions")))
+        .bearer_auth(token)
+        .json(body);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    req.send().await.expect("agent chat")
+}
+
+/// A chat answered with 200 and JSON.
+pub async fn chat_json(
+    env: &Env,
+    address: &str,
+    token: &str,
+    body: &Value,
+    headers: &[(&str, &str)],
+) -> Value {
+    let r = chat(env, address, token, body, headers).await;
+    let status = r.status();
+    let text = r.text().await.expect("body");
+    assert_eq!(status, StatusCode::OK, "{text}");
+    serde_json::from_str(&text).expect("json answer")
+}
+
+/// A streamed chat: every SSE message.
+pub async fn chat_stream(
+    env: &Env,
+    address: &str,
+    token: &str,
+    body: &Value,
+    headers: &[(&str, &str)],
+) -> Vec<SseEvent> {
+    let mut body = body.clone();
+    body["stream"] = json!(true);
+    let r = chat(env, address, token, &body, headers).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert!(r.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/event-stream"));
+    sse_events(r).await
+}
+
+/// The plain `data:` messages (OpenAI chunks, `[DONE]` as a string).
+pub fn data_messages(events: &[SseEvent]) -> Vec<Value> {
+    let plain: Vec<SseEvent> = events
+        .iter()
+        .filter(|e| e.event.is_none())
+        .cloned()
+        .collect();
+    payloads(&plain)
+}
+
+/// The AG-UI events (`event: ag-ui` messages), parsed.
+pub fn agui_events(events: &[SseEvent]) -> Vec<Value> {
+    events
+        .iter()
+        .filter(|e| e.event.as_deref() == Some("ag-ui"))
+        .map(|e| serde_json::from_str(&e.data).expect("AG-UI event is JSON"))
+        .collect()
+}
+
+/// Concatenated `delta.content` of choice 0 over the chunks.
+pub fn content_of(chunks: &[Value]) -> String {
+    chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect()
+}
+
+/// Tool calls assembled from stream chunks: (id, name, arguments) by index.
+pub fn tool_calls_of(chunks: &[Value]) -> Vec<(String, String, String)> {
+    let mut out: Vec<(String, String, String)> = vec![];
+    for c in chunks {
+        for tc in c["choices"][0]["delta"]["tool_calls"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let i = tc["index"].as_u64().expect("index") as usize;
+            while out.len() <= i {
+                out.push(Default::default());
+            }
+            if let Some(id) = tc["id"].as_str() {
+                out[i].0 = id.to_string();
+            }
+            if let Some(n) = tc["function"]["name"].as_str() {
+                out[i].1.push_str(n);
+            }
+            if let Some(a) = tc["function"]["arguments"].as_str() {
+                out[i].2.push_str(a);
+            }
+        }
+    }
+    out
+}
+
+/// Every text column the gateway writes about a chat, as one string:
+/// usage records, approvals, events, and the sealed vaults.
+pub async fn stored_text(env: &Env) -> String {
+    let pool = &env.app.app().store.pool;
+    let mut out = String::new();
+    for q in [
+        "SELECT COALESCE(user_id,'') || ' ' || COALESCE(agent,'') || ' ' || COALESCE(device_id,'') || ' ' || model || ' ' || kind || ' ' || COALESCE(conversation_id,'') || ' ' || COALESCE(turn_id,'') FROM usage_records",
+        "SELECT tool || ' ' || arguments || ' ' || COALESCE(reason,'') || ' ' || COALESCE(conversation_id,'') FROM approvals",
+        "SELECT type || ' ' || COALESCE(data,'') FROM events",
+        "SELECT sealed FROM pii_vaults",
+    ] {
+        let rows: Vec<String> = sqlx::query_scalar(q)
+            .fetch_all(pool)
+            .await
+            .unwrap_or_else(|e| panic!("{q}: {e}"));
+        for r in rows {
+            out.push_str(&r);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// Number of usage records (the writer flushes in the background).
+pub async fn usage_count(env: &Env) -> i64 {
+    sqlx::query_scalar("SELECT COUNT(*) FROM usage_records")
+        .fetch_one(&env.app.app().store.pool)
+        .await
+        .expect("count")
+}
