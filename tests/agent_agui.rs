@@ -494,7 +494,8 @@ async fn pii_counts_are_announced_and_no_value_is_in_any_event() {
             assert!(!e.data.contains(v), "{v} in {}", e.data);
         }
     }
-    // tokenize_reversible: counts too; the restored answer is the user's own text.
+    // tokenize_reversible: counts too; the events carry the tokens, never the values
+    // (the OpenAI chunks of the same stream carry the restored text).
     let r = env
         .app
         .patch(
@@ -514,7 +515,13 @@ async fn pii_counts_are_announced_and_no_value_is_in_any_event() {
         .iter()
         .map(|e| e["delta"].as_str().unwrap())
         .collect();
-    assert_eq!(said, format!("echo: {text}"));
+    assert!(
+        said.contains("[EMAIL_1]") && said.contains("[TERM_1]"),
+        "{said}"
+    );
+    for v in [email, phone, "Nightingale"] {
+        assert!(!said.contains(v), "{v} reached an AG-UI event: {said}");
+    }
     validate(&[("pii redact", &events), ("pii tokenize", &events2)]);
 }
 

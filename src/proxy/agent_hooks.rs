@@ -256,6 +256,12 @@ impl ChatHooks for AgentHooks {
                 }
             }
         }
+        // AG-UI events describe the chunk as the model sent it: in
+        // tokenize_reversible mode they carry tokens, never the values.
+        let as_sent = match (&self.agui, &self.ctx.vault) {
+            (Some(_), Some(_)) => Some(chunk.clone()),
+            _ => None,
+        };
         if let Some(Value::Array(choices)) = chunk.get_mut("choices") {
             let mut work = vec![];
             for (pos, choice) in choices.iter().enumerate() {
@@ -281,7 +287,8 @@ impl ChatHooks for AgentHooks {
             }
         }
         if let Some(agui) = self.agui.as_mut() {
-            before.extend(agui.on_chunk(chunk).into_iter().map(agui_frame));
+            let described = as_sent.as_ref().unwrap_or(chunk);
+            before.extend(agui.on_chunk(described).into_iter().map(agui_frame));
         }
         ChunkAction::Send
     }
@@ -299,9 +306,7 @@ impl ChatHooks for AgentHooks {
             c["object"] = json!("chat.completion.chunk");
             c["choices"] =
                 json!([{"index": 0, "delta": {"content": leftover}, "finish_reason": null}]);
-            if let Some(agui) = self.agui.as_mut() {
-                frames.extend(agui.on_chunk(&c).into_iter().map(agui_frame));
-            }
+            // AG-UI already described this text, as tokens, when it arrived.
             frames.push(SseFrame::json(&c));
         }
         let calls: Vec<ToolCall> = self
