@@ -1561,3 +1561,125 @@ async fn the_usage_record_of_an_agent_chat_keeps_conversation_and_turn_ids() {
     assert!(row.3.is_some());
     assert_eq!(row.4, env.model_id);
 }
+
+// ------------------------------------------------------- more edge cases
+
+#[tokio::test]
+async fn a_streamed_answer_names_held_tools_in_its_header_too() {
+    let env = env("holdstream", json!({"tool_contract": ["read_file"]})).await;
+    let mut body = chat_body("hi", &["read_file", "run"]);
+    body["stream"] = json!(true);
+    let r = env.chat(&[("X-Service-Tool-Mode", "auto")], &body).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(
+        r.headers()
+            .get("x-service-held-tools")
+            .and_then(|v| v.to_str().ok()),
+        Some("run")
+    );
+    let chunks = payloads(&sse_events(r).await);
+    assert_eq!(chunks.last(), Some(&json!("[DONE]")));
+    assert_eq!(tool_names(&env.last_sent()), names(&["read_file"]));
+}
+
+#[tokio::test]
+async fn the_approvals_chunk_comes_after_the_usage_chunk_when_usage_is_asked() {
+    let env = approvals_env("aprusage", |_| {}).await;
+    let mut body = chat_body("do it", &["read_file", "write_file", "run"]);
+    body["stream"] = json!(true);
+    body["stream_options"] = json!({"include_usage": true});
+    let r = env.chat(&[("X-Service-Tool-Mode", "ask")], &body).await;
+    let chunks = payloads(&sse_events(r).await);
+    let n = chunks.len();
+    assert_eq!(chunks[n - 1], json!("[DONE]"));
+    assert_eq!(chunks[n - 2]["approvals"].as_array().unwrap().len(), 2);
+    assert!(chunks[n - 3]["usage"].is_object(), "{}", chunks[n - 3]);
+    assert!(chunks[n - 3].get("approvals").is_none());
+}
+
+#[tokio::test]
+async fn another_agents_approval_is_not_found() {
+    let env = approvals_env("aprother", |_| {}).await;
+    let approvals = ask(&env).await;
+    let id = approvals[0]["id"].as_str().unwrap();
+    let r = env
+        .app
+        .post(
+            "/api/admin/agents",
+            &env.admin,
+            &json!({"address": "other@acme", "name": "Other", "model": env.model_id}),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let (other, _) = sign_in(&env.app, &env.login, "other@acme", "laptop").await;
+    let r = env
+        .app
+        .post(
+            &format!("/v1/agents/other@acme/approvals/{id}"),
+            &other,
+            &json!({"decision": "approve"}),
+        )
+        .await;
+    expect_error(r, 404, "approval_not_found").await;
+}
+
+#[tokio::test]
+async fn admin_agent_data_views_need_an_admin_and_an_existing_agent() {
+    let env = env("adm", json!({})).await;
+    for path in [
+        env.admin_path("tools"),
+        env.admin_path("events"),
+        env.admin_path("approvals"),
+    ] {
+        let (s, code) = api_code(env.app.get(&path, &env.login).await).await;
+        assert_eq!((s.as_u16(), code.as_str()), (403, "forbidden"), "{path}");
+        let missing = path.replace(&env.address, "nobody@acme");
+        let (s, code) = api_code(env.app.get(&missing, &env.admin).await).await;
+        assert_eq!(
+            (s.as_u16(), code.as_str()),
+            (404, "agent_not_found"),
+            "{missing}"
+        );
+    }
+    let accept = env.admin_path("tools/run/accept");
+    let (s, code) = api_code(env.app.post(&accept, &env.login, &json!({})).await).await;
+    assert_eq!((s.as_u16(), code.as_str()), (403, "forbidden"));
+    for q in ["approvals?status=maybe", "events?limit=0", "events?limit=x"] {
+        let (s, code) = api_code(env.app.get(&env.admin_path(q), &env.admin).await).await;
+        assert_eq!(
+            (s.as_u16(), code.as_str()),
+            (400, "validation_error"),
+            "{q}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn agent_routes_refuse_another_agents_token() {
+    let env = env("mismatch", json!({})).await;
+    let r = env
+        .app
+        .post(
+            "/api/admin/agents",
+            &env.admin,
+            &json!({"address": "other@acme", "name": "Other", "model": env.model_id}),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let (other, _) = sign_in(&env.app, &env.login, "other@acme", "laptop").await;
+    let r = env.put_manifest_as(&other, &std_manifest()).await;
+    expect_error(r, 403, "agent_mismatch").await;
+    let r = env.post_events_as(&other, &events(1, "x")).await;
+    expect_error(r, 403, "agent_mismatch").await;
+    let r = env.chat_as(&other, &[], &chat_body("hi", &[])).await;
+    expect_error(r, 403, "agent_mismatch").await;
+    let r = env
+        .app
+        .put(&env.path("manifest"), &env.login, &std_manifest())
+        .await;
+    assert_eq!(
+        r.status(),
+        StatusCode::UNAUTHORIZED,
+        "a login token is not an access token"
+    );
+}
