@@ -257,19 +257,22 @@ impl Store {
         })
     }
 
-    /// Approvals of this user for these tool calls: tool_call_id -> (status, expires_at).
+    /// Approvals of this user on this agent for these tool calls: tool_call_id -> (status, expires_at).
     pub async fn approval_states(
         &self,
+        agent: &str,
         user_id: &str,
         call_ids: &[String],
     ) -> Result<HashMap<String, (String, i64)>, sqlx::Error> {
         let mut out = HashMap::new();
         for id in call_ids {
             let row: Option<(String, i64)> = sqlx::query_as(
-                "SELECT status, expires_at FROM approvals WHERE user_id = $1 AND tool_call_id = $2 ORDER BY created_at DESC LIMIT 1",
+                "SELECT status, expires_at FROM approvals WHERE user_id = $1 AND tool_call_id = $2 AND agent = $3
+                 ORDER BY created_at DESC LIMIT 1",
             )
             .bind(user_id)
             .bind(id)
+            .bind(agent)
             .fetch_optional(&self.pool)
             .await?;
             if let Some(r) = row {
