@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
 use tokio::sync::mpsc;
@@ -48,6 +48,100 @@ impl UsageSink {
         if self.tx.try_send(r).is_err() {
             self.counters.dropped.fetch_add(1, Ordering::Relaxed);
         }
+    }
+}
+
+/// Who made a request, for its usage record.
+#[derive(Clone, Debug, Default)]
+pub struct UsageContext {
+    pub user_id: Option<String>,
+    pub api_key_id: Option<String>,
+    pub agent: Option<String>,
+    pub device_id: Option<String>,
+    pub conversation_id: Option<String>,
+    pub turn_id: Option<String>,
+}
+
+/// Token counts of one request.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tokens {
+    pub prompt: i64,
+    pub completion: i64,
+}
+
+/// Token estimate for text whose upstream reports no usage: one token per
+/// four characters, rounded up (the usual rule of thumb for BPE tokenizers
+/// on English text).
+pub fn estimate_tokens(chars: usize) -> i64 {
+    i64::try_from(chars.div_ceil(4)).unwrap_or(i64::MAX)
+}
+
+/// Status recorded for a request whose client went away before the answer
+/// was complete (nginx's convention).
+pub const CLIENT_CLOSED: u16 = 499;
+
+/// The longest model name kept in a usage record (clients may send anything).
+const MAX_MODEL_CHARS: usize = 256;
+
+/// One request's usage record in the making. `finish` queues it; dropped
+/// unfinished (the client went away and the handler or stream was dropped)
+/// it is queued with status [`CLIENT_CLOSED`], so every request is counted
+/// exactly once. `disarm` hands the request over to another ticket.
+pub struct UsageTicket {
+    sink: UsageSink,
+    record: Option<UsageRecord>,
+    started: Instant,
+}
+
+impl UsageTicket {
+    pub fn new(sink: &UsageSink, ctx: UsageContext, kind: &'static str) -> UsageTicket {
+        UsageTicket {
+            sink: sink.clone(),
+            record: Some(UsageRecord {
+                user_id: ctx.user_id,
+                api_key_id: ctx.api_key_id,
+                agent: ctx.agent,
+                device_id: ctx.device_id,
+                conversation_id: ctx.conversation_id,
+                turn_id: ctx.turn_id,
+                kind,
+                ..UsageRecord::default()
+            }),
+            started: Instant::now(),
+        }
+    }
+
+    /// The model the request named (the alias as the client sent it).
+    pub fn set_model(&mut self, model: &str) {
+        if let Some(r) = self.record.as_mut() {
+            r.model = model.chars().take(MAX_MODEL_CHARS).collect();
+        }
+    }
+
+    pub fn finish(&mut self, status: u16, tokens: Tokens) {
+        if let Some(mut r) = self.record.take() {
+            r.at = crate::store::now_ms();
+            r.status = status;
+            r.prompt_tokens = tokens.prompt;
+            r.completion_tokens = tokens.completion;
+            r.latency_ms = i64::try_from(self.started.elapsed().as_millis()).unwrap_or(i64::MAX);
+            self.sink.record(r);
+        }
+    }
+
+    /// Forget the request without recording it (another ticket records it).
+    pub fn disarm(&mut self) {
+        self.record = None;
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.record.is_none()
+    }
+}
+
+impl Drop for UsageTicket {
+    fn drop(&mut self) {
+        self.finish(CLIENT_CLOSED, Tokens::default());
     }
 }
 

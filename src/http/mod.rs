@@ -6,7 +6,9 @@ pub mod error;
 pub mod extract;
 pub mod metrics;
 pub mod system;
+pub mod usage;
 pub mod users;
+pub mod v1;
 
 use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode};
@@ -37,6 +39,8 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .merge(system::routes())
         .merge(users::routes())
         .merge(admin::routes())
+        .merge(usage::routes())
+        .merge(v1::routes())
 }
 
 pub fn router(state: AppState) -> Router {

@@ -3,6 +3,7 @@
 //! routing a request never touches the database.
 
 pub mod adapters;
+pub mod retrieval;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -144,6 +145,27 @@ impl CatalogSnapshot {
 
     pub fn model(&self, id: &str) -> Option<&Arc<Model>> {
         self.models.get(id)
+    }
+}
+
+/// The `model` a client named in an OpenAI-shaped body.
+pub fn requested_model(
+    body: &serde_json::Map<String, serde_json::Value>,
+) -> Result<&str, ApiError> {
+    match body.get("model") {
+        Some(serde_json::Value::String(m)) if !m.is_empty() => Ok(m),
+        Some(serde_json::Value::String(_)) => Err(ApiError::validation(
+            "model",
+            "'model' must not be empty; GET /v1/models lists the models.",
+        )),
+        None | Some(serde_json::Value::Null) => Err(ApiError::validation(
+            "model",
+            "'model' is required: the id of a model (GET /v1/models lists them).",
+        )),
+        Some(_) => Err(ApiError::validation(
+            "model",
+            "'model' must be a string: the id of a model.",
+        )),
     }
 }
 

@@ -1,2 +1,13 @@
-//! The chat relay.
+//! Talking to upstream model servers: the shared upstream call and its error
+//! mapping ([`upstream`]), the event-stream parser and framing ([`sse`]), the
+//! chat relay used by `/v1/chat/completions` and the agent chat route
+//! ([`chat`]), and the AG-UI translation of streamed agent chats ([`agui`]).
+
 pub mod agui;
+pub mod chat;
+pub mod sse;
+pub mod upstream;
+
+pub use crate::usage::UsageContext;
+pub use chat::{relay, ChatCall, ChatHooks, ChunkAction, NoHooks};
+pub use sse::SseFrame;

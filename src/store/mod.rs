@@ -8,6 +8,7 @@ pub mod catalog;
 pub mod keys;
 pub mod listener;
 pub mod notify;
+pub mod usage;
 pub mod users;
 
 use std::time::Duration;

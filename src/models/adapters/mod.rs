@@ -1,1 +1,263 @@
-//! Upstream adapters (filled by the model-routes work).
+//! Upstream adapters for embeddings and rerank: one per provider type
+//! (`openai`, `tei`, `cohere`), each turning our request into the upstream's
+//! wire format and its answer back into a neutral form that
+//! [`crate::models::retrieval`] shapes into the contract's answer. Adapters do
+//! no I/O, so each is tested on plain values; the call itself (key, deadline,
+//! error mapping) is [`crate::proxy::upstream`].
+//!
+//! Chat has no adapter: only `openai` providers serve it, through the relay
+//! in [`crate::proxy::chat`].
+
+pub mod cohere;
+pub mod openai;
+pub mod tei;
+
+use base64::Engine as _;
+use serde::{Serialize, Serializer};
+use serde_json::Value;
+
+use crate::models::retrieval::{EmbedRequest, RerankRequest};
+use crate::models::ProviderType;
+
+/// A request for the upstream: a path under the provider's `base_url`, and a JSON body.
+#[derive(Debug)]
+pub struct UpstreamCall {
+    pub path: &'static str,
+    pub body: Vec<u8>,
+}
+
+impl UpstreamCall {
+    pub fn json<T: Serialize>(path: &'static str, body: &T) -> Result<Self, serde_json::Error> {
+        Ok(UpstreamCall {
+            path,
+            body: serde_json::to_vec(body)?,
+        })
+    }
+}
+
+/// One embedding as an upstream gave it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Vector {
+    /// Numbers from JSON (kept as f64 so they go out exactly as they came).
+    Json(Vec<f64>),
+    /// Numbers decoded from base64.
+    F32(Vec<f32>),
+    /// Base64 of little-endian float32, as the upstream sent it.
+    Base64(String),
+}
+
+impl Vector {
+    /// Base64 of little-endian float32.
+    pub fn to_base64(&self) -> String {
+        let mut bytes = Vec::new();
+        match self {
+            Vector::Base64(s) => return s.clone(),
+            Vector::Json(v) => {
+                bytes.reserve(v.len() * 4);
+                for x in v {
+                    bytes.extend_from_slice(&(*x as f32).to_le_bytes());
+                }
+            }
+            Vector::F32(v) => {
+                bytes.reserve(v.len() * 4);
+                for x in v {
+                    bytes.extend_from_slice(&x.to_le_bytes());
+                }
+            }
+        }
+        base64::engine::general_purpose::STANDARD.encode(bytes)
+    }
+
+    /// Numbers, decoding base64 when needed.
+    pub fn into_floats(self) -> Result<Vector, String> {
+        match self {
+            Vector::Base64(s) => {
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(s.as_bytes())
+                    .map_err(|_| "an embedding is not valid base64".to_string())?;
+                if bytes.len() % 4 != 0 {
+                    return Err("a base64 embedding is not a whole number of float32".into());
+                }
+                Ok(Vector::F32(
+                    bytes
+                        .chunks_exact(4)
+                        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                        .collect(),
+                ))
+            }
+            v => Ok(v),
+        }
+    }
+}
+
+impl Serialize for Vector {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Vector::Json(v) => v.serialize(s),
+            Vector::F32(v) => v.serialize(s),
+            Vector::Base64(b) => b.serialize(s),
+        }
+    }
+}
+
+/// An embeddings answer: one vector per input, in input order.
+#[derive(Debug)]
+pub struct EmbedAnswer {
+    pub vectors: Vec<Vector>,
+    /// What the upstream reported, if it did.
+    pub prompt_tokens: Option<i64>,
+}
+
+/// A rerank answer: (document index, score), in any order.
+#[derive(Debug)]
+pub struct RerankAnswer {
+    pub scores: Vec<(usize, f64)>,
+    pub prompt_tokens: Option<i64>,
+}
+
+/// One upstream dialect for embeddings and rerank. `Err` from a parser is a
+/// sentence saying what was wrong with the answer.
+pub trait Adapter: Sync {
+    fn embed_call(
+        &self,
+        upstream_model: &str,
+        req: &EmbedRequest,
+    ) -> Result<UpstreamCall, serde_json::Error>;
+    fn parse_embed(&self, answer: Value, inputs: usize) -> Result<EmbedAnswer, String>;
+    fn rerank_call(
+        &self,
+        upstream_model: &str,
+        req: &RerankRequest,
+    ) -> Result<UpstreamCall, serde_json::Error>;
+    fn parse_rerank(&self, answer: Value, documents: usize) -> Result<RerankAnswer, String>;
+}
+
+pub fn adapter(kind: ProviderType) -> &'static dyn Adapter {
+    match kind {
+        ProviderType::Openai => &openai::OpenAi,
+        ProviderType::Tei => &tei::Tei,
+        ProviderType::Cohere => &cohere::Cohere,
+    }
+}
+
+/// A JSON array of numbers.
+pub(crate) fn numbers(v: &Value) -> Result<Vec<f64>, String> {
+    let arr = v
+        .as_array()
+        .ok_or_else(|| "an embedding is not an array of numbers".to_string())?;
+    arr.iter()
+        .map(|x| {
+            x.as_f64()
+                .ok_or_else(|| "an embedding holds something that is not a number".to_string())
+        })
+        .collect()
+}
+
+/// A list of embeddings, each an array of numbers; exactly `n` of them.
+pub(crate) fn vectors_in_order(v: &Value, n: usize) -> Result<Vec<Vector>, String> {
+    let arr = v
+        .as_array()
+        .ok_or_else(|| "the embeddings are not a list".to_string())?;
+    if arr.len() != n {
+        return Err(format!("{} embeddings for {n} inputs", arr.len()));
+    }
+    arr.iter().map(|x| numbers(x).map(Vector::Json)).collect()
+}
+
+/// Puts indexed vectors in order; every index in `0..n` exactly once.
+pub(crate) fn order_by_index(items: Vec<(usize, Vector)>, n: usize) -> Result<Vec<Vector>, String> {
+    if items.len() != n {
+        return Err(format!("{} embeddings for {n} inputs", items.len()));
+    }
+    let mut slots: Vec<Option<Vector>> = vec![None; n];
+    for (i, v) in items {
+        match slots.get_mut(i) {
+            Some(slot @ None) => *slot = Some(v),
+            Some(Some(_)) => return Err(format!("embedding index {i} comes twice")),
+            None => return Err(format!("embedding index {i} is out of range")),
+        }
+    }
+    slots
+        .into_iter()
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| "an embedding is missing".to_string())
+}
+
+/// Rerank results: objects with an `index` below `n` and a score under one of `score_keys`.
+pub(crate) fn scores(
+    v: &Value,
+    n: usize,
+    score_keys: &[&str],
+) -> Result<Vec<(usize, f64)>, String> {
+    let arr = v
+        .as_array()
+        .ok_or_else(|| "the results are not a list".to_string())?;
+    arr.iter()
+        .map(|r| {
+            let index = r
+                .get("index")
+                .and_then(Value::as_u64)
+                .and_then(|i| usize::try_from(i).ok())
+                .filter(|i| *i < n)
+                .ok_or_else(|| "a result has no valid document index".to_string())?;
+            let score = score_keys
+                .iter()
+                .find_map(|k| r.get(*k).and_then(Value::as_f64))
+                .ok_or_else(|| "a result has no score".to_string())?;
+            Ok((index, score))
+        })
+        .collect()
+}
+
+pub(crate) fn int_at(v: &Value, path: &[&str]) -> Option<i64> {
+    path.iter().try_fold(v, |v, k| v.get(*k))?.as_i64()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn base64_is_little_endian_float32_and_round_trips() {
+        let v = Vector::Json(vec![1.0, -2.5]);
+        let b = v.to_base64();
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(&b)
+            .unwrap();
+        assert_eq!(
+            bytes,
+            [1.0f32.to_le_bytes(), (-2.5f32).to_le_bytes()].concat()
+        );
+        assert_eq!(
+            Vector::Base64(b).into_floats().unwrap(),
+            Vector::F32(vec![1.0, -2.5])
+        );
+        assert!(Vector::Base64("AAA".into()).into_floats().is_err());
+        assert!(Vector::Base64("AAAAAAA=".into()).into_floats().is_err());
+    }
+
+    #[test]
+    fn indexed_vectors_must_cover_every_input_once() {
+        let v = |x: f64| Vector::Json(vec![x]);
+        assert_eq!(
+            order_by_index(vec![(1, v(1.0)), (0, v(0.0))], 2).unwrap(),
+            vec![v(0.0), v(1.0)]
+        );
+        assert!(order_by_index(vec![(0, v(0.0)), (0, v(1.0))], 2).is_err());
+        assert!(order_by_index(vec![(0, v(0.0)), (2, v(1.0))], 2).is_err());
+        assert!(order_by_index(vec![(0, v(0.0))], 2).is_err());
+    }
+
+    #[test]
+    fn scores_need_an_index_in_range_and_a_number() {
+        let r = json!([{"index": 1, "score": 0.5}, {"index": 0, "relevance_score": 0.25}]);
+        assert_eq!(
+            scores(&r, 2, &["relevance_score", "score"]).unwrap(),
+            vec![(1, 0.5), (0, 0.25)]
+        );
+        assert!(scores(&json!([{"index": 2, "score": 0.5}]), 2, &["score"]).is_err());
+        assert!(scores(&json!([{"index": 0}]), 2, &["score"]).is_err());
+        assert!(scores(&json!({"index": 0}), 2, &["score"]).is_err());
+    }
+}

@@ -1,0 +1,211 @@
+//! The OpenAI-compatible model routes (API key): chat completions (plain and
+//! streamed), embeddings and rerank. Thin: read the body, resolve the model,
+//! hand over to the relay or the retrieval functions. Every request that
+//! passed authentication leaves one usage record, failures included.
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::response::Response;
+use axum::Json;
+use serde_json::{Map, Value};
+use utoipa::ToSchema;
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+use crate::app::{App, AppState};
+use crate::http::error::{ApiError, ApiResult};
+use crate::http::extract::{parse_json, read_body, ApiKeyAuth};
+use crate::models::retrieval::{self, EmbedRequest, RerankRequest};
+use crate::models::{requested_model, resolve, Model, ModelKind};
+use crate::proxy::chat::{check_body, relay, ChatCall, NoHooks};
+use crate::usage::{Tokens, UsageContext, UsageTicket};
+
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(chat_completions))
+        .routes(routes!(embeddings))
+        .routes(routes!(rerank))
+}
+
+/// `POST /v1/chat/completions` (OpenAI shape; fields not listed pass to the upstream unchanged).
+#[derive(ToSchema)]
+#[allow(dead_code)]
+struct ChatCompletionRequest {
+    /// A chat model's id.
+    model: String,
+    #[schema(value_type = Vec<Object>)]
+    messages: Vec<Value>,
+    stream: Option<bool>,
+    #[schema(value_type = Option<Object>)]
+    stream_options: Option<Value>,
+}
+
+/// `POST /v1/embeddings`.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+struct EmbeddingsRequest {
+    /// An embeddings model's id.
+    model: String,
+    /// A string or a list of strings; not empty.
+    #[schema(value_type = Object)]
+    input: Value,
+    /// `float` (default) or `base64` (little-endian float32).
+    encoding_format: Option<String>,
+    dimensions: Option<u64>,
+    user: Option<String>,
+}
+
+/// `POST /v1/rerank`.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+struct RerankRequestDoc {
+    /// A scoring model's id.
+    model: String,
+    query: String,
+    /// Strings or `{"text": string}` objects; not empty.
+    #[schema(value_type = Vec<Object>)]
+    documents: Vec<Value>,
+    /// At least 1; default all.
+    top_n: Option<u64>,
+    /// Default true.
+    return_documents: Option<bool>,
+}
+
+fn key_context(auth: &ApiKeyAuth) -> UsageContext {
+    UsageContext {
+        user_id: Some(auth.user.id.clone()),
+        api_key_id: Some(auth.key.id.clone()),
+        ..UsageContext::default()
+    }
+}
+
+/// Reads the body as a JSON object and resolves its model for this route.
+async fn model_request(
+    app: &App,
+    auth: &ApiKeyAuth,
+    req: Request,
+    kind: ModelKind,
+    ticket: &mut UsageTicket,
+) -> ApiResult<(Arc<Model>, Map<String, Value>)> {
+    let bytes = read_body(req).await?;
+    let body: Map<String, Value> = parse_json(&bytes)?;
+    let name = requested_model(&body)?;
+    ticket.set_model(name);
+    auth.check_model(name)?;
+    let model = resolve(&app.catalog(), name, kind)?;
+    Ok((model, body))
+}
+
+/// Records a failure on the ticket and passes the result on.
+fn recorded<T>(ticket: &mut UsageTicket, r: ApiResult<(T, Tokens)>) -> ApiResult<T> {
+    match r {
+        Ok((v, tokens)) => {
+            ticket.finish(200, tokens);
+            Ok(v)
+        }
+        Err(e) => {
+            ticket.finish(e.status.as_u16(), Tokens::default());
+            Err(e)
+        }
+    }
+}
+
+/// Chat completion through the model's upstream, plain or streamed (SSE).
+#[utoipa::path(post, path = "/v1/chat/completions", tag = "v1",
+    request_body = ChatCompletionRequest,
+    responses(
+        (status = 200, description = "The upstream's answer with `model` naming the alias; with `stream: true` an event stream of chunks ending in `data: [DONE]`"),
+        (status = 400, description = "validation_error, model_kind_mismatch"),
+        (status = 401, description = "invalid_api_key"),
+        (status = 403, description = "model_not_allowed"),
+        (status = 404, description = "model_not_found"),
+        (status = 413, description = "payload_too_large"),
+        (status = 502, description = "upstream_unavailable, upstream_error"),
+        (status = 504, description = "upstream_timeout")))]
+async fn chat_completions(
+    State(app): State<AppState>,
+    auth: ApiKeyAuth,
+    req: Request,
+) -> ApiResult<Response> {
+    let ctx = key_context(&auth);
+    let mut ticket = UsageTicket::new(&app.usage, ctx.clone(), "chat");
+    let prepared = async {
+        let (model, body) = model_request(&app, &auth, req, ModelKind::Chat, &mut ticket).await?;
+        check_body(&body)?;
+        Ok::<_, ApiError>((model, body))
+    }
+    .await;
+    let (model, body) = match prepared {
+        Ok(v) => v,
+        Err(e) => {
+            ticket.finish(e.status.as_u16(), Tokens::default());
+            return Err(e);
+        }
+    };
+    // The relay records the request from here on.
+    ticket.disarm();
+    relay(
+        &app,
+        ChatCall {
+            model,
+            body,
+            usage: ctx,
+        },
+        NoHooks,
+    )
+    .await
+}
+
+/// Embeddings of one text or a list of texts.
+#[utoipa::path(post, path = "/v1/embeddings", tag = "v1",
+    request_body = EmbeddingsRequest,
+    responses(
+        (status = 200, description = "`{object: list, data: [{object: embedding, index, embedding}], model, usage: {prompt_tokens, total_tokens}}`"),
+        (status = 400, description = "validation_error, model_kind_mismatch"),
+        (status = 401, description = "invalid_api_key"),
+        (status = 403, description = "model_not_allowed"),
+        (status = 404, description = "model_not_found"),
+        (status = 502, description = "upstream_unavailable, upstream_error"),
+        (status = 504, description = "upstream_timeout")))]
+async fn embeddings(
+    State(app): State<AppState>,
+    auth: ApiKeyAuth,
+    req: Request,
+) -> ApiResult<Json<retrieval::EmbeddingsResponse>> {
+    let mut ticket = UsageTicket::new(&app.usage, key_context(&auth), "embeddings");
+    let result = async {
+        let (model, body) =
+            model_request(&app, &auth, req, ModelKind::Embeddings, &mut ticket).await?;
+        let req = EmbedRequest::from_body(body)?;
+        retrieval::embed(&app, &model, req).await
+    }
+    .await;
+    recorded(&mut ticket, result).map(Json)
+}
+
+/// Documents sorted by relevance to a query.
+#[utoipa::path(post, path = "/v1/rerank", tag = "v1",
+    request_body = RerankRequestDoc,
+    responses(
+        (status = 200, description = "`{id, model, results: [{index, relevance_score, document?: {text}}], usage: {prompt_tokens, total_tokens}}`, by falling score"),
+        (status = 400, description = "validation_error, model_kind_mismatch"),
+        (status = 401, description = "invalid_api_key"),
+        (status = 403, description = "model_not_allowed"),
+        (status = 404, description = "model_not_found"),
+        (status = 502, description = "upstream_unavailable, upstream_error"),
+        (status = 504, description = "upstream_timeout")))]
+async fn rerank(
+    State(app): State<AppState>,
+    auth: ApiKeyAuth,
+    req: Request,
+) -> ApiResult<Json<retrieval::RerankResponse>> {
+    let mut ticket = UsageTicket::new(&app.usage, key_context(&auth), "scoring");
+    let result = async {
+        let (model, body) =
+            model_request(&app, &auth, req, ModelKind::Scoring, &mut ticket).await?;
+        let req = RerankRequest::from_body(body)?;
+        retrieval::rerank(&app, &model, req).await
+    }
+    .await;
+    recorded(&mut ticket, result).map(Json)
+}

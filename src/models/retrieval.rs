@@ -1,0 +1,574 @@
+//! Embeddings and rerank: the request rules, the call through the provider's
+//! adapter, and the contract's answer, whatever the upstream spoke.
+//!
+//! Token usage is the upstream's when it reports it (OpenAI-compatible
+//! `usage`, Cohere `meta.billed_units.input_tokens`), else an estimate of one
+//! token per four characters, rounded up, per text ([`estimate_tokens`]).
+//! For rerank the estimate counts the query once per document (a cross-encoder
+//! reads each query–document pair) plus every document.
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::app::App;
+use crate::http::error::ApiError;
+use crate::models::adapters::{self, Vector};
+use crate::models::Model;
+use crate::proxy::upstream;
+use crate::usage::{estimate_tokens, Tokens};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Encoding {
+    Float,
+    Base64,
+}
+
+impl Encoding {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Encoding::Float => "float",
+            Encoding::Base64 => "base64",
+        }
+    }
+}
+
+/// A checked `/v1/embeddings` body.
+#[derive(Clone, Debug)]
+pub struct EmbedRequest {
+    pub inputs: Vec<String>,
+    /// `input` was one string (not a list).
+    pub single: bool,
+    /// As the client sent it; absent means float.
+    pub encoding_format: Option<Encoding>,
+    pub dimensions: Option<u64>,
+    pub user: Option<String>,
+    /// Fields the gateway does not know (passed to OpenAI-compatible upstreams).
+    pub extra: Map<String, Value>,
+}
+
+/// A checked `/v1/rerank` body.
+#[derive(Clone, Debug)]
+pub struct RerankRequest {
+    pub query: String,
+    /// The client's texts (from strings or `{"text"}` objects).
+    pub documents: Vec<String>,
+    pub top_n: Option<u64>,
+    pub return_documents: bool,
+    /// Fields the gateway does not know (passed to OpenAI-compatible upstreams).
+    pub extra: Map<String, Value>,
+}
+
+impl EmbedRequest {
+    /// Checks the body (its `model` was handled by the caller).
+    pub fn from_body(mut body: Map<String, Value>) -> Result<EmbedRequest, ApiError> {
+        body.remove("model");
+        let bad_input = |m: &str| ApiError::validation("input", m);
+        let (inputs, single) = match body.remove("input") {
+            Some(Value::String(s)) if s.is_empty() => {
+                return Err(bad_input("'input' must not be empty."))
+            }
+            Some(Value::String(s)) => (vec![s], true),
+            Some(Value::Array(a)) if a.is_empty() => {
+                return Err(bad_input("'input' must not be an empty list."))
+            }
+            Some(Value::Array(a)) => {
+                let mut inputs = Vec::with_capacity(a.len());
+                for (i, v) in a.into_iter().enumerate() {
+                    match v {
+                        Value::String(s) if !s.is_empty() => inputs.push(s),
+                        Value::String(_) => {
+                            return Err(bad_input(&format!("'input' item {i} is empty.")))
+                        }
+                        _ => {
+                            return Err(bad_input(&format!(
+                                "'input' must be a string or a list of strings; item {i} is not a string."
+                            )))
+                        }
+                    }
+                }
+                (inputs, false)
+            }
+            None | Some(Value::Null) => {
+                return Err(bad_input(
+                    "'input' is required: a string or a list of strings.",
+                ))
+            }
+            Some(_) => return Err(bad_input("'input' must be a string or a list of strings.")),
+        };
+        let encoding_format = match body.remove("encoding_format") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) if s == "float" => Some(Encoding::Float),
+            Some(Value::String(s)) if s == "base64" => Some(Encoding::Base64),
+            Some(_) => {
+                return Err(ApiError::validation(
+                    "encoding_format",
+                    "'encoding_format' must be \"float\" or \"base64\".",
+                ))
+            }
+        };
+        let dimensions = match body.remove("dimensions") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(v.as_u64().filter(|d| *d >= 1).ok_or_else(|| {
+                ApiError::validation(
+                    "dimensions",
+                    "'dimensions' must be an integer of at least 1.",
+                )
+            })?),
+        };
+        let user = match body.remove("user") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(s),
+            Some(_) => return Err(ApiError::validation("user", "'user' must be a string.")),
+        };
+        Ok(EmbedRequest {
+            inputs,
+            single,
+            encoding_format,
+            dimensions,
+            user,
+            extra: body,
+        })
+    }
+}
+
+impl RerankRequest {
+    /// Checks the body (its `model` was handled by the caller).
+    pub fn from_body(mut body: Map<String, Value>) -> Result<RerankRequest, ApiError> {
+        body.remove("model");
+        let query = match body.remove("query") {
+            Some(Value::String(q)) if q.trim().is_empty() => {
+                return Err(ApiError::validation("query", "'query' must not be empty."))
+            }
+            Some(Value::String(q)) => q,
+            None | Some(Value::Null) => {
+                return Err(ApiError::validation("query", "'query' is required."))
+            }
+            Some(_) => return Err(ApiError::validation("query", "'query' must be a string.")),
+        };
+        let bad_docs = |m: String| ApiError::validation("documents", m);
+        let documents = match body.remove("documents") {
+            Some(Value::Array(a)) if a.is_empty() => {
+                return Err(bad_docs("'documents' must not be an empty list.".into()))
+            }
+            Some(Value::Array(a)) => {
+                let mut docs = Vec::with_capacity(a.len());
+                for (i, d) in a.into_iter().enumerate() {
+                    match d {
+                        Value::String(s) => docs.push(s),
+                        Value::Object(mut o) => match o.remove("text") {
+                            Some(Value::String(s)) => docs.push(s),
+                            _ => return Err(bad_docs(format!(
+                                "Document {i} is an object without a 'text' string."
+                            ))),
+                        },
+                        _ => {
+                            return Err(bad_docs(format!(
+                                "Each document must be a string or {{\"text\": string}}; document {i} is neither."
+                            )))
+                        }
+                    }
+                }
+                docs
+            }
+            None | Some(Value::Null) => {
+                return Err(bad_docs(
+                    "'documents' is required: a list of strings.".into(),
+                ))
+            }
+            Some(_) => return Err(bad_docs("'documents' must be a list.".into())),
+        };
+        let top_n = match body.remove("top_n") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(v.as_u64().filter(|n| *n >= 1).ok_or_else(|| {
+                ApiError::validation("top_n", "'top_n' must be an integer of at least 1.")
+            })?),
+        };
+        let return_documents = match body.remove("return_documents") {
+            None | Some(Value::Null) => true,
+            Some(Value::Bool(b)) => b,
+            Some(_) => {
+                return Err(ApiError::validation(
+                    "return_documents",
+                    "'return_documents' must be true or false.",
+                ))
+            }
+        };
+        Ok(RerankRequest {
+            query,
+            documents,
+            top_n,
+            return_documents,
+            extra: body,
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct RetrievalUsage {
+    pub prompt_tokens: i64,
+    pub total_tokens: i64,
+}
+
+impl RetrievalUsage {
+    fn of(prompt_tokens: i64) -> Self {
+        RetrievalUsage {
+            prompt_tokens,
+            total_tokens: prompt_tokens,
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct EmbeddingItem {
+    pub object: &'static str,
+    pub index: usize,
+    pub embedding: Vector,
+}
+
+#[derive(Debug, Serialize)]
+pub struct EmbeddingsResponse {
+    pub object: &'static str,
+    pub data: Vec<EmbeddingItem>,
+    pub model: String,
+    pub usage: RetrievalUsage,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DocumentText {
+    pub text: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RerankResult {
+    pub index: usize,
+    pub relevance_score: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub document: Option<DocumentText>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RerankResponse {
+    pub id: String,
+    pub model: String,
+    pub results: Vec<RerankResult>,
+    pub usage: RetrievalUsage,
+}
+
+/// Estimated tokens of embedding inputs.
+pub fn estimate_embed_tokens(inputs: &[String]) -> i64 {
+    inputs
+        .iter()
+        .map(|s| estimate_tokens(s.chars().count()))
+        .sum()
+}
+
+/// Estimated tokens of a rerank: each (query, document) pair.
+pub fn estimate_rerank_tokens(query: &str, documents: &[String]) -> i64 {
+    let q = estimate_tokens(query.chars().count());
+    documents
+        .iter()
+        .map(|d| q + estimate_tokens(d.chars().count()))
+        .sum()
+}
+
+/// The vectors in the encoding the client asked for (float by default).
+pub fn encode_vectors(
+    vectors: Vec<Vector>,
+    want: Option<Encoding>,
+) -> Result<Vec<EmbeddingItem>, String> {
+    vectors
+        .into_iter()
+        .enumerate()
+        .map(|(index, v)| {
+            let embedding = match want.unwrap_or(Encoding::Float) {
+                Encoding::Float => v.into_floats()?,
+                Encoding::Base64 => match v {
+                    b @ Vector::Base64(_) => b,
+                    v => Vector::Base64(v.to_base64()),
+                },
+            };
+            Ok(EmbeddingItem {
+                object: "embedding",
+                index,
+                embedding,
+            })
+        })
+        .collect()
+}
+
+/// Rerank results: by falling score (ties by document order), each document
+/// once, at most `top_n`, with the client's own text unless it said not to.
+pub fn shape_results(
+    mut scores: Vec<(usize, f64)>,
+    documents: Vec<String>,
+    top_n: Option<u64>,
+    return_documents: bool,
+) -> Vec<RerankResult> {
+    scores.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    let mut texts: Vec<Option<String>> = documents.into_iter().map(Some).collect();
+    let limit = top_n
+        .and_then(|n| usize::try_from(n).ok())
+        .unwrap_or(usize::MAX);
+    let mut out = Vec::with_capacity(scores.len().min(limit));
+    for (index, relevance_score) in scores {
+        if out.len() >= limit {
+            break;
+        }
+        // Taking the text marks the document as used: duplicates are skipped.
+        let Some(text) = texts.get_mut(index).and_then(Option::take) else {
+            continue;
+        };
+        out.push(RerankResult {
+            index,
+            relevance_score,
+            document: return_documents.then_some(DocumentText { text }),
+        });
+    }
+    out
+}
+
+/// `/v1/embeddings` through the model's provider.
+pub async fn embed(
+    app: &App,
+    model: &Model,
+    req: EmbedRequest,
+) -> Result<(EmbeddingsResponse, Tokens), ApiError> {
+    let adapter = adapters::adapter(model.provider.kind);
+    let call = adapter
+        .embed_call(&model.upstream_model, &req)
+        .map_err(ApiError::internal)?;
+    let url = format!("{}{}", model.provider.base_url, call.path);
+    let answer = upstream::post_for_json(app, &model.provider, &url, call.body).await?;
+    let parsed = adapter
+        .parse_embed(answer, req.inputs.len())
+        .map_err(upstream::bad_answer)?;
+    let data = encode_vectors(parsed.vectors, req.encoding_format).map_err(upstream::bad_answer)?;
+    let prompt = parsed
+        .prompt_tokens
+        .unwrap_or_else(|| estimate_embed_tokens(&req.inputs));
+    Ok((
+        EmbeddingsResponse {
+            object: "list",
+            data,
+            model: model.id.clone(),
+            usage: RetrievalUsage::of(prompt),
+        },
+        Tokens {
+            prompt,
+            completion: 0,
+        },
+    ))
+}
+
+/// `/v1/rerank` through the model's provider.
+pub async fn rerank(
+    app: &App,
+    model: &Model,
+    req: RerankRequest,
+) -> Result<(RerankResponse, Tokens), ApiError> {
+    let adapter = adapters::adapter(model.provider.kind);
+    let call = adapter
+        .rerank_call(&model.upstream_model, &req)
+        .map_err(ApiError::internal)?;
+    let url = format!("{}{}", model.provider.base_url, call.path);
+    let answer = upstream::post_for_json(app, &model.provider, &url, call.body).await?;
+    let parsed = adapter
+        .parse_rerank(answer, req.documents.len())
+        .map_err(upstream::bad_answer)?;
+    let prompt = parsed
+        .prompt_tokens
+        .unwrap_or_else(|| estimate_rerank_tokens(&req.query, &req.documents));
+    let results = shape_results(
+        parsed.scores,
+        req.documents,
+        req.top_n,
+        req.return_documents,
+    );
+    Ok((
+        RerankResponse {
+            id: format!("rerank-{}", uuid::Uuid::new_v4().simple()),
+            model: model.id.clone(),
+            results,
+            usage: RetrievalUsage::of(prompt),
+        },
+        Tokens {
+            prompt,
+            completion: 0,
+        },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn map(v: Value) -> Map<String, Value> {
+        match v {
+            Value::Object(m) => m,
+            _ => panic!("not an object"),
+        }
+    }
+
+    fn embed_err(v: Value) -> Option<String> {
+        EmbedRequest::from_body(map(v)).err().and_then(|e| {
+            assert_eq!(e.code, "validation_error");
+            assert_eq!(e.status.as_u16(), 400);
+            e.param
+        })
+    }
+
+    fn rerank_err(v: Value) -> Option<String> {
+        RerankRequest::from_body(map(v)).err().and_then(|e| {
+            assert_eq!(e.code, "validation_error");
+            e.param
+        })
+    }
+
+    #[test]
+    fn embed_input_must_be_a_non_empty_string_or_list_of_strings() {
+        let r = EmbedRequest::from_body(map(json!({"model": "m", "input": "hi", "x": 1}))).unwrap();
+        assert_eq!((r.inputs, r.single), (vec!["hi".to_string()], true));
+        assert_eq!(r.extra, map(json!({"x": 1})));
+        let r = EmbedRequest::from_body(map(json!({"input": ["a", "b"]}))).unwrap();
+        assert_eq!((r.inputs.len(), r.single), (2, false));
+        for bad in [
+            json!({"input": ""}),
+            json!({"input": []}),
+            json!({"input": ["a", 1]}),
+            json!({"input": ["a", ""]}),
+            json!({"input": [[1, 2]]}),
+            json!({"input": 5}),
+            json!({}),
+        ] {
+            assert_eq!(embed_err(bad.clone()), Some("input".into()), "{bad}");
+        }
+    }
+
+    #[test]
+    fn embed_options_are_checked() {
+        let r = EmbedRequest::from_body(map(
+            json!({"input": "a", "encoding_format": "base64", "dimensions": 8, "user": "u"}),
+        ))
+        .unwrap();
+        assert_eq!(r.encoding_format, Some(Encoding::Base64));
+        assert_eq!(r.dimensions, Some(8));
+        assert_eq!(r.user.as_deref(), Some("u"));
+        assert_eq!(
+            embed_err(json!({"input": "a", "encoding_format": "int8"})),
+            Some("encoding_format".into())
+        );
+        assert_eq!(
+            embed_err(json!({"input": "a", "dimensions": 0})),
+            Some("dimensions".into())
+        );
+        assert_eq!(
+            embed_err(json!({"input": "a", "dimensions": 1.5})),
+            Some("dimensions".into())
+        );
+        assert_eq!(
+            embed_err(json!({"input": "a", "user": 3})),
+            Some("user".into())
+        );
+        assert!(
+            embed_err(json!({"input": "a", "dimensions": null, "encoding_format": null})).is_none()
+        );
+    }
+
+    #[test]
+    fn rerank_body_rules() {
+        let r = RerankRequest::from_body(map(json!({
+            "model": "m", "query": "q", "documents": ["a", {"text": "b", "id": 7}],
+            "top_n": 1, "return_documents": false, "extra": true
+        })))
+        .unwrap();
+        assert_eq!(r.documents, vec!["a".to_string(), "b".to_string()]);
+        assert_eq!((r.top_n, r.return_documents), (Some(1), false));
+        assert_eq!(r.extra, map(json!({"extra": true})));
+        let ok = RerankRequest::from_body(map(json!({"query": "q", "documents": ["a"]}))).unwrap();
+        assert_eq!((ok.top_n, ok.return_documents), (None, true));
+
+        let docs = json!(["a"]);
+        for (bad, param) in [
+            (json!({"query": "", "documents": docs}), "query"),
+            (json!({"query": "  ", "documents": docs}), "query"),
+            (json!({"documents": docs}), "query"),
+            (json!({"query": 1, "documents": docs}), "query"),
+            (json!({"query": "q", "documents": []}), "documents"),
+            (json!({"query": "q"}), "documents"),
+            (json!({"query": "q", "documents": "a"}), "documents"),
+            (json!({"query": "q", "documents": [1]}), "documents"),
+            (
+                json!({"query": "q", "documents": [{"txt": "a"}]}),
+                "documents",
+            ),
+            (
+                json!({"query": "q", "documents": docs, "top_n": 0}),
+                "top_n",
+            ),
+            (
+                json!({"query": "q", "documents": docs, "top_n": -1}),
+                "top_n",
+            ),
+            (
+                json!({"query": "q", "documents": docs, "top_n": 1.5}),
+                "top_n",
+            ),
+            (
+                json!({"query": "q", "documents": docs, "top_n": "2"}),
+                "top_n",
+            ),
+            (
+                json!({"query": "q", "documents": docs, "return_documents": "no"}),
+                "return_documents",
+            ),
+        ] {
+            assert_eq!(rerank_err(bad.clone()), Some(param.into()), "{bad}");
+        }
+    }
+
+    #[test]
+    fn results_fall_by_score_are_cut_at_top_n_and_carry_the_clients_text() {
+        let docs = || vec!["zero".to_string(), "one".to_string(), "two".to_string()];
+        let scores = vec![(0, 0.1), (2, 0.9), (1, 0.5)];
+        let r = shape_results(scores.clone(), docs(), None, true);
+        assert_eq!(
+            r.iter()
+                .map(|x| (x.index, x.relevance_score))
+                .collect::<Vec<_>>(),
+            vec![(2, 0.9), (1, 0.5), (0, 0.1)]
+        );
+        assert_eq!(r[0].document.as_ref().map(|d| d.text.as_str()), Some("two"));
+        let r = shape_results(scores.clone(), docs(), Some(2), false);
+        assert_eq!(r.len(), 2);
+        assert!(r.iter().all(|x| x.document.is_none()));
+        assert_eq!(shape_results(scores, docs(), Some(10), true).len(), 3);
+        // ties keep document order; a repeated index counts once
+        let r = shape_results(vec![(1, 0.5), (0, 0.5), (1, 0.4)], docs(), None, true);
+        assert_eq!(r.iter().map(|x| x.index).collect::<Vec<_>>(), vec![0, 1]);
+    }
+
+    #[test]
+    fn vectors_come_out_in_the_asked_encoding() {
+        let items = encode_vectors(
+            vec![Vector::Json(vec![0.5]), Vector::Base64("AACAPw==".into())],
+            None,
+        )
+        .unwrap();
+        assert_eq!(items[0].embedding, Vector::Json(vec![0.5]));
+        assert_eq!(items[1].embedding, Vector::F32(vec![1.0]));
+        assert_eq!(items[1].index, 1);
+        let items = encode_vectors(vec![Vector::Json(vec![1.0])], Some(Encoding::Base64)).unwrap();
+        assert_eq!(items[0].embedding, Vector::Base64("AACAPw==".into()));
+        assert!(encode_vectors(vec![Vector::Base64("!".into())], Some(Encoding::Float)).is_err());
+    }
+
+    #[test]
+    fn estimates_are_four_characters_a_token_per_text() {
+        assert_eq!(estimate_embed_tokens(&["abcde".into(), "a".into()]), 3);
+        assert_eq!(
+            estimate_rerank_tokens("abcd", &["a".into(), "abcdefgh".into()]),
+            1 + 1 + 1 + 2
+        );
+    }
+}

@@ -1,0 +1,739 @@
+//! The chat relay: one OpenAI-compatible chat completion, plain or streamed,
+//! from the client to the model's upstream and back. `/v1/chat/completions`
+//! uses it with [`NoHooks`]; the agent chat route uses it with hooks that add
+//! its own behaviour (PII restore, approvals, AG-UI events).
+//!
+//! What the relay does:
+//!
+//! * The body goes upstream as the caller gives it (a JSON object kept as a
+//!   map, so fields the gateway does not know pass unchanged), with `model`
+//!   set to the upstream's model name. A caller that needs to change the body
+//!   (tool rules, PII, instructions) edits [`ChatCall::body`] before calling.
+//! * Streams (`"stream": true`) always ask the upstream for usage
+//!   (`stream_options.include_usage: true`) so usage can be recorded, but the
+//!   client gets exactly what it asked for: unless it asked for usage itself,
+//!   the upstream's usage-only chunk (empty `choices` + `usage`) and every
+//!   `usage` field in other chunks are removed.
+//! * The answer's `model` (the whole answer, or every stream chunk) names the
+//!   alias the client used.
+//! * Streams are relayed event by event, never collected: the response head
+//!   and the first chunk go out as soon as the upstream's first event is in.
+//!   Failures before that first event are ordinary HTTP errors (502/504);
+//!   after it, the stream ends with `data: {"error":{...}}` (OpenAI error
+//!   shape) and `data: [DONE]`. The upstream going quiet for longer than the
+//!   provider's `timeout_s` counts as a failure (`upstream_timeout`).
+//! * When the client goes away, the response body is dropped, and with it the
+//!   upstream request: the upstream sees its connection close.
+//! * One usage record per call: user, key or agent context, alias, tokens
+//!   (the upstream's `usage`, else an estimate of about four characters a
+//!   token), latency to the end of the answer, and status (the error's status
+//!   for failures; 499 when the client went away).
+//!
+//! Hooks ([`ChatHooks`], static dispatch, every method has a default):
+//!
+//! * `on_response`: a plain answer after the `model` rewrite; may edit it;
+//!   async (it may write to the database); an error fails the request.
+//! * `on_chunk`: each stream chunk (parsed JSON, after usage stripping and
+//!   the `model` rewrite) before it goes out; may edit it, may push frames
+//!   to send before it, and may drop it ([`ChunkAction::Drop`]).
+//! * `on_stream_end`: the stream ended normally; frames to send before
+//!   `data: [DONE]`; async; gets the upstream's usage object if it sent one.
+//! * `on_stream_error`: the stream failed after it began; frames to send
+//!   before the error message.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt};
+use serde_json::{Map, Value};
+
+use super::sse::{SseEvent, SseFrame, SseParser, DONE};
+use super::upstream;
+use crate::app::App;
+use crate::http::error::ApiError;
+use crate::models::{Model, Provider, ProviderType};
+use crate::usage::{estimate_tokens, Tokens, UsageContext, UsageTicket, CLIENT_CLOSED};
+
+/// The largest single stream event accepted from an upstream.
+const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
+
+/// How long to wait, after `[DONE]`, for the upstream to end its body (so
+/// its connection can be reused).
+const DRAIN_WAIT: Duration = Duration::from_secs(1);
+
+/// One chat completion to relay.
+pub struct ChatCall {
+    pub model: Arc<Model>,
+    /// The request body as the client sent it (plus the caller's edits).
+    pub body: Map<String, Value>,
+    pub usage: UsageContext,
+}
+
+/// What happens to a stream chunk after `on_chunk`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChunkAction {
+    Send,
+    /// Do not send the chunk (frames pushed before it still go out).
+    Drop,
+}
+
+/// Extra behaviour around the relay; see the module documentation.
+pub trait ChatHooks: Send + 'static {
+    /// A plain (non-stream) answer, after the `model` rewrite.
+    fn on_response(
+        &mut self,
+        response: &mut Value,
+    ) -> impl Future<Output = Result<(), ApiError>> + Send {
+        let _ = response;
+        async { Ok(()) }
+    }
+
+    /// A stream chunk about to go out; `before` takes frames to send first.
+    fn on_chunk(&mut self, chunk: &mut Value, before: &mut Vec<SseFrame>) -> ChunkAction {
+        let _ = (chunk, before);
+        ChunkAction::Send
+    }
+
+    /// The stream ended normally: frames to send before `data: [DONE]`.
+    fn on_stream_end(
+        &mut self,
+        usage: Option<&Value>,
+    ) -> impl Future<Output = Vec<SseFrame>> + Send {
+        let _ = usage;
+        async { Vec::new() }
+    }
+
+    /// The stream failed after it began: frames to send before the error.
+    fn on_stream_error(&mut self, error: &ApiError) -> Vec<SseFrame> {
+        let _ = error;
+        Vec::new()
+    }
+}
+
+/// No extra behaviour (`/v1/chat/completions`).
+pub struct NoHooks;
+
+impl ChatHooks for NoHooks {}
+
+/// Checks the fields the relay itself reads; everything else is the
+/// upstream's business. (`model` is checked by the caller, who resolves it.)
+pub fn check_body(body: &Map<String, Value>) -> Result<(), ApiError> {
+    match body.get("messages") {
+        Some(Value::Array(m)) if !m.is_empty() => {}
+        Some(Value::Array(_)) => {
+            return Err(ApiError::validation(
+                "messages",
+                "'messages' must not be empty.",
+            ))
+        }
+        _ => {
+            return Err(ApiError::validation(
+                "messages",
+                "'messages' must be an array of messages.",
+            ))
+        }
+    }
+    if !matches!(
+        body.get("stream"),
+        None | Some(Value::Null | Value::Bool(_))
+    ) {
+        return Err(ApiError::validation(
+            "stream",
+            "'stream' must be true or false.",
+        ));
+    }
+    match body.get("stream_options") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(o)) => {
+            if !matches!(
+                o.get("include_usage"),
+                None | Some(Value::Null | Value::Bool(_))
+            ) {
+                return Err(ApiError::validation(
+                    "stream_options.include_usage",
+                    "'stream_options.include_usage' must be true or false.",
+                ));
+            }
+        }
+        Some(_) => {
+            return Err(ApiError::validation(
+                "stream_options",
+                "'stream_options' must be an object.",
+            ))
+        }
+    }
+    Ok(())
+}
+
+pub fn is_stream(body: &Map<String, Value>) -> bool {
+    body.get("stream") == Some(&Value::Bool(true))
+}
+
+/// Makes the body the upstream's: its model name, and for streams usage
+/// asked for. Returns whether the client itself asked for usage.
+pub fn prepare_body(body: &mut Map<String, Value>, upstream_model: &str, stream: bool) -> bool {
+    body.insert("model".into(), Value::String(upstream_model.to_string()));
+    if !stream {
+        return false;
+    }
+    let opts = body
+        .entry("stream_options")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !opts.is_object() {
+        *opts = Value::Object(Map::new());
+    }
+    let Some(o) = opts.as_object_mut() else {
+        return false;
+    };
+    let client_asked = o.get("include_usage") == Some(&Value::Bool(true));
+    o.insert("include_usage".into(), Value::Bool(true));
+    client_asked
+}
+
+/// For a client that did not ask for usage: false for the upstream's
+/// usage-only chunk (drop it); otherwise removes any `usage` field.
+pub fn strip_usage(chunk: &mut Map<String, Value>) -> bool {
+    let usage_only = chunk
+        .get("choices")
+        .and_then(Value::as_array)
+        .is_some_and(Vec::is_empty)
+        && chunk.get("usage").is_some_and(|u| !u.is_null());
+    if usage_only {
+        return false;
+    }
+    chunk.remove("usage");
+    true
+}
+
+/// Names the alias in an answer or chunk.
+pub fn rewrite_model(obj: &mut Map<String, Value>, alias: &str) {
+    obj.insert("model".into(), Value::String(alias.to_string()));
+}
+
+/// Tokens from an OpenAI `usage` object, when it has them.
+pub fn usage_tokens(usage: Option<&Value>) -> Option<Tokens> {
+    let u = usage?.as_object()?;
+    let get = |k: &str| u.get(k).and_then(Value::as_i64);
+    let (p, c) = (get("prompt_tokens"), get("completion_tokens"));
+    if p.is_none() && c.is_none() {
+        return None;
+    }
+    Some(Tokens {
+        prompt: p.unwrap_or(0),
+        completion: c.unwrap_or(0),
+    })
+}
+
+fn text_chars(content: Option<&Value>) -> usize {
+    match content {
+        Some(Value::String(s)) => s.chars().count(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .map(|t| t.chars().count())
+            .sum(),
+        _ => 0,
+    }
+}
+
+fn tool_call_chars(calls: Option<&Value>) -> usize {
+    calls
+        .and_then(Value::as_array)
+        .map(|calls| {
+            calls
+                .iter()
+                .filter_map(|c| c.get("function")?.get("arguments")?.as_str())
+                .map(|a| a.chars().count())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// Characters of text in the messages (content, text parts, tool-call
+/// arguments), for the prompt estimate.
+pub fn prompt_chars(body: &Map<String, Value>) -> usize {
+    body.get("messages")
+        .and_then(Value::as_array)
+        .map(|ms| {
+            ms.iter()
+                .map(|m| text_chars(m.get("content")) + tool_call_chars(m.get("tool_calls")))
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// Characters of generated text in a plain answer or (with `delta`) a chunk.
+pub fn completion_chars(obj: &Map<String, Value>, field: &str) -> usize {
+    obj.get("choices")
+        .and_then(Value::as_array)
+        .map(|cs| {
+            cs.iter()
+                .filter_map(|c| c.get(field))
+                .map(|m| text_chars(m.get("content")) + tool_call_chars(m.get("tool_calls")))
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+fn unsupported_provider(model: &Model) -> ApiError {
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "provider_unsupported",
+        format!(
+            "The model '{}' runs on a {} provider, which does not serve chat completions; an administrator must put it on an openai provider.",
+            model.id,
+            model.provider.kind.as_str()
+        ),
+    )
+}
+
+/// Relays one chat completion; see the module documentation.
+pub async fn relay<H: ChatHooks>(
+    app: &App,
+    call: ChatCall,
+    hooks: H,
+) -> Result<Response, ApiError> {
+    let ChatCall {
+        model,
+        mut body,
+        usage,
+    } = call;
+    let mut ticket = UsageTicket::new(&app.usage, usage, "chat");
+    ticket.set_model(&model.id);
+    let fail = |mut ticket: UsageTicket, e: ApiError| {
+        ticket.finish(e.status.as_u16(), Tokens::default());
+        Err(e)
+    };
+    if model.provider.kind != ProviderType::Openai {
+        return fail(ticket, unsupported_provider(&model));
+    }
+    let stream = is_stream(&body);
+    let client_usage = prepare_body(&mut body, &model.upstream_model, stream);
+    let prompt_estimate = estimate_tokens(prompt_chars(&body));
+    let bytes = match serde_json::to_vec(&body) {
+        Ok(b) => b,
+        Err(e) => return fail(ticket, ApiError::internal(e)),
+    };
+    drop(body);
+    let url = format!("{}/chat/completions", model.provider.base_url);
+    let deadline = upstream::deadline(&model.provider);
+    let resp = match upstream::post(app, &model.provider, &url, bytes, stream, deadline).await {
+        Ok(r) => r,
+        Err(e) => return fail(ticket, e),
+    };
+    if !stream {
+        let result = whole_answer(&model, resp, deadline, hooks, prompt_estimate).await;
+        return match result {
+            Ok((v, tokens)) => {
+                ticket.finish(200, tokens);
+                Ok(axum::Json(v).into_response())
+            }
+            Err(e) => fail(ticket, e),
+        };
+    }
+
+    let mut relay = StreamRelay {
+        upstream: Box::pin(resp.bytes_stream()),
+        parser: SseParser::new(),
+        hooks,
+        alias: model.id.clone(),
+        provider: Arc::clone(&model.provider),
+        client_usage,
+        usage: None,
+        prompt_estimate,
+        completion_chars: 0,
+        saw_finish: false,
+        eof: false,
+        phase: Phase::Streaming,
+        ticket,
+    };
+    // Wait for the first output: failures before it are plain HTTP errors.
+    let first = match relay.step().await {
+        Ok(b) => b.unwrap_or_default(),
+        Err(e) => {
+            relay.ticket.finish(e.status.as_u16(), Tokens::default());
+            return Err(e);
+        }
+    };
+    let rest = futures_util::stream::unfold(relay, |mut r| async move {
+        match r.step().await {
+            Ok(Some(b)) => Some((Ok::<Bytes, std::convert::Infallible>(b), r)),
+            Ok(None) => None,
+            Err(e) => {
+                let b = r.fail(&e);
+                Some((Ok(b), r))
+            }
+        }
+    });
+    let body = futures_util::stream::once(async move { Ok(first) }).chain(rest);
+    let mut resp = Response::new(Body::from_stream(body));
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    Ok(resp)
+}
+
+/// A plain answer: read whole (before the deadline), check, rewrite, hook.
+async fn whole_answer<H: ChatHooks>(
+    model: &Model,
+    resp: reqwest::Response,
+    deadline: tokio::time::Instant,
+    mut hooks: H,
+    prompt_estimate: i64,
+) -> Result<(Value, Tokens), ApiError> {
+    let bytes = upstream::read_body(&model.provider, resp, deadline).await?;
+    let mut v: Value =
+        serde_json::from_slice(&bytes).map_err(|_| upstream::bad_answer("it is not JSON"))?;
+    let Some(obj) = v.as_object_mut() else {
+        return Err(upstream::bad_answer("it is not a JSON object"));
+    };
+    if !obj.get("choices").is_some_and(Value::is_array) {
+        if let Some(e) = obj.get("error") {
+            return Err(error_in_answer(e));
+        }
+        return Err(upstream::bad_answer("it has no 'choices'"));
+    }
+    rewrite_model(obj, &model.id);
+    let tokens = usage_tokens(obj.get("usage")).unwrap_or_else(|| Tokens {
+        prompt: prompt_estimate,
+        completion: estimate_tokens(completion_chars(obj, "message")),
+    });
+    hooks.on_response(&mut v).await?;
+    Ok((v, tokens))
+}
+
+/// An `{"error": ...}` the upstream sent with a 2xx status or inside a stream.
+fn error_in_answer(error: &Value) -> ApiError {
+    let wrapped = serde_json::json!({ "error": error });
+    let message = upstream::error_message(wrapped.to_string().as_bytes())
+        .unwrap_or_else(|| "The model server reported an error.".to_string());
+    ApiError::new(StatusCode::BAD_GATEWAY, "upstream_error", message)
+}
+
+fn cut_off() -> ApiError {
+    ApiError::new(
+        StatusCode::BAD_GATEWAY,
+        "upstream_error",
+        "The model server closed the stream before it ended.",
+    )
+}
+
+fn idle_timeout(provider: &Provider) -> ApiError {
+    ApiError::new(
+        StatusCode::GATEWAY_TIMEOUT,
+        "upstream_timeout",
+        format!(
+            "The model server sent nothing for {} seconds; the stream was ended.",
+            provider.timeout_s
+        ),
+    )
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Streaming,
+    /// `[DONE]` went out; waiting for the upstream body to end.
+    Draining,
+    Done,
+}
+
+type ByteStream = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
+
+struct StreamRelay<H> {
+    upstream: ByteStream,
+    parser: SseParser,
+    hooks: H,
+    alias: String,
+    provider: Arc<Provider>,
+    client_usage: bool,
+    /// The last usage object the upstream sent.
+    usage: Option<Value>,
+    prompt_estimate: i64,
+    completion_chars: usize,
+    saw_finish: bool,
+    eof: bool,
+    phase: Phase,
+    ticket: UsageTicket,
+}
+
+impl<H> StreamRelay<H> {
+    fn tokens(&self) -> Tokens {
+        usage_tokens(self.usage.as_ref()).unwrap_or(Tokens {
+            prompt: self.prompt_estimate,
+            completion: estimate_tokens(self.completion_chars),
+        })
+    }
+
+    /// The next upstream event; None at a clean end of the body.
+    async fn next_event(&mut self) -> Result<Option<SseEvent>, ApiError> {
+        loop {
+            if let Some(ev) = self.parser.next_event() {
+                return Ok(Some(ev));
+            }
+            if self.eof {
+                return Ok(self.parser.finish());
+            }
+            let idle = Duration::from_secs(self.provider.timeout_s);
+            match tokio::time::timeout(idle, self.upstream.next()).await {
+                Err(_) => return Err(idle_timeout(&self.provider)),
+                Ok(None) => self.eof = true,
+                Ok(Some(Err(e))) => {
+                    tracing::info!(provider = %self.provider.name, error = %e, "upstream stream cut off");
+                    return Err(cut_off());
+                }
+                Ok(Some(Ok(bytes))) => {
+                    self.parser.push(&bytes);
+                    if self.parser.pending_bytes() > MAX_EVENT_BYTES {
+                        return Err(upstream::bad_answer("a stream event is too large"));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Ends a failed stream: hook frames, the error message, `[DONE]`.
+    fn fail(&mut self, e: &ApiError) -> Bytes
+    where
+        H: ChatHooks,
+    {
+        let mut out = Vec::new();
+        for f in self.hooks.on_stream_error(e) {
+            f.write_to(&mut out);
+        }
+        SseFrame::json(&e.openai_body()).write_to(&mut out);
+        out.extend_from_slice(DONE);
+        let tokens = self.tokens();
+        self.ticket.finish(e.status.as_u16(), tokens);
+        self.phase = Phase::Done;
+        self.upstream = Box::pin(futures_util::stream::empty());
+        Bytes::from(out)
+    }
+}
+
+impl<H: ChatHooks> StreamRelay<H> {
+    /// The next piece of output: the frames for one upstream event (or
+    /// several, when some produce nothing). None when the stream is over.
+    async fn step(&mut self) -> Result<Option<Bytes>, ApiError> {
+        loop {
+            match self.phase {
+                Phase::Done => return Ok(None),
+                Phase::Draining => {
+                    let upstream = &mut self.upstream;
+                    let _ = tokio::time::timeout(DRAIN_WAIT, async {
+                        while let Some(Ok(_)) = upstream.next().await {}
+                    })
+                    .await;
+                    self.phase = Phase::Done;
+                    return Ok(None);
+                }
+                Phase::Streaming => {}
+            }
+            let ev = match self.next_event().await? {
+                Some(ev) => ev,
+                // Some servers end without [DONE]; after a finish_reason that is fine.
+                None if self.saw_finish => return Ok(Some(self.end().await)),
+                None => return Err(cut_off()),
+            };
+            if let Some(name) = ev.event.as_deref() {
+                if name == "error" {
+                    let v: Value = serde_json::from_str(&ev.data).unwrap_or(Value::Null);
+                    return Err(error_in_answer(v.get("error").unwrap_or(&v)));
+                }
+                if !name.is_empty() && name != "message" {
+                    // Not an OpenAI event: passed on as it came.
+                    return Ok(Some(
+                        SseFrame::Event {
+                            event: name.to_string(),
+                            data: ev.data,
+                        }
+                        .to_bytes(),
+                    ));
+                }
+            }
+            if ev.data.trim() == "[DONE]" {
+                return Ok(Some(self.end().await));
+            }
+            let mut chunk: Value = serde_json::from_str(&ev.data)
+                .map_err(|_| upstream::bad_answer("a stream event is not JSON"))?;
+            let Some(obj) = chunk.as_object_mut() else {
+                return Err(upstream::bad_answer("a stream event is not a JSON object"));
+            };
+            if !obj.contains_key("choices") {
+                if let Some(e) = obj.get("error") {
+                    return Err(error_in_answer(e));
+                }
+            }
+            if let Some(u) = obj.get("usage").filter(|u| u.is_object()) {
+                self.usage = Some(u.clone());
+            }
+            self.completion_chars += completion_chars(obj, "delta");
+            if let Some(cs) = obj.get("choices").and_then(Value::as_array) {
+                if cs
+                    .iter()
+                    .any(|c| c.get("finish_reason").is_some_and(|f| !f.is_null()))
+                {
+                    self.saw_finish = true;
+                }
+            }
+            if !self.client_usage && !strip_usage(obj) {
+                continue;
+            }
+            rewrite_model(obj, &self.alias);
+            let mut before = Vec::new();
+            let action = self.hooks.on_chunk(&mut chunk, &mut before);
+            if action == ChunkAction::Drop && before.is_empty() {
+                continue;
+            }
+            let mut out = Vec::with_capacity(ev.data.len() + 64);
+            for f in &before {
+                f.write_to(&mut out);
+            }
+            if action == ChunkAction::Send {
+                out.extend_from_slice(b"data: ");
+                if let Err(e) = serde_json::to_writer(&mut out, &chunk) {
+                    return Err(ApiError::internal(e));
+                }
+                out.extend_from_slice(b"\n\n");
+            }
+            return Ok(Some(Bytes::from(out)));
+        }
+    }
+
+    /// Ends a stream that went well: hook frames, then `[DONE]`.
+    async fn end(&mut self) -> Bytes {
+        let mut out = Vec::new();
+        for f in self.hooks.on_stream_end(self.usage.as_ref()).await {
+            f.write_to(&mut out);
+        }
+        out.extend_from_slice(DONE);
+        let tokens = self.tokens();
+        self.ticket.finish(200, tokens);
+        self.phase = Phase::Draining;
+        Bytes::from(out)
+    }
+}
+
+impl<H> Drop for StreamRelay<H> {
+    fn drop(&mut self) {
+        if !self.ticket.is_finished() {
+            let tokens = self.tokens();
+            self.ticket.finish(CLIENT_CLOSED, tokens);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn map(v: Value) -> Map<String, Value> {
+        match v {
+            Value::Object(m) => m,
+            _ => panic!("not an object"),
+        }
+    }
+
+    #[test]
+    fn prepare_body_sets_the_upstream_model_and_asks_for_usage_on_streams() {
+        let mut b = map(json!({"model": "alias", "messages": [], "x_unknown": {"a": 1}}));
+        assert!(!prepare_body(&mut b, "up/model", true));
+        assert_eq!(
+            Value::Object(b),
+            json!({"model": "up/model", "messages": [], "x_unknown": {"a": 1},
+                   "stream_options": {"include_usage": true}})
+        );
+
+        let mut b = map(json!({"model": "a", "stream_options": {"include_usage": true, "k": 1}}));
+        assert!(prepare_body(&mut b, "u", true));
+        assert_eq!(b["stream_options"], json!({"include_usage": true, "k": 1}));
+
+        let mut b = map(json!({"model": "a", "stream_options": {"include_usage": false}}));
+        assert!(!prepare_body(&mut b, "u", true));
+        assert_eq!(b["stream_options"], json!({"include_usage": true}));
+
+        let mut b = map(json!({"model": "a"}));
+        assert!(!prepare_body(&mut b, "u", false));
+        assert_eq!(Value::Object(b), json!({"model": "u"}));
+    }
+
+    #[test]
+    fn strip_usage_drops_the_usage_only_chunk_and_usage_fields() {
+        let mut c = map(json!({"choices": [], "usage": {"prompt_tokens": 1}}));
+        assert!(!strip_usage(&mut c));
+        let mut c = map(json!({"choices": [{"delta": {}}], "usage": null}));
+        assert!(strip_usage(&mut c));
+        assert_eq!(Value::Object(c), json!({"choices": [{"delta": {}}]}));
+        let mut c = map(json!({"choices": [{"delta": {}}], "usage": {"prompt_tokens": 1}}));
+        assert!(strip_usage(&mut c));
+        assert!(!c.contains_key("usage"));
+        // An empty-choices chunk without usage is not ours to drop.
+        let mut c = map(json!({"choices": []}));
+        assert!(strip_usage(&mut c));
+    }
+
+    #[test]
+    fn check_body_names_the_bad_field() {
+        let param = |v: Value| check_body(&map(v)).err().and_then(|e| e.param);
+        let msgs = json!([{"role": "user", "content": "hi"}]);
+        assert_eq!(param(json!({"messages": msgs})), None);
+        assert_eq!(param(json!({})), Some("messages".into()));
+        assert_eq!(param(json!({"messages": []})), Some("messages".into()));
+        assert_eq!(param(json!({"messages": "hi"})), Some("messages".into()));
+        assert_eq!(
+            param(json!({"messages": msgs, "stream": "yes"})),
+            Some("stream".into())
+        );
+        assert_eq!(param(json!({"messages": msgs, "stream": null})), None);
+        assert_eq!(
+            param(json!({"messages": msgs, "stream_options": 3})),
+            Some("stream_options".into())
+        );
+        assert_eq!(
+            param(json!({"messages": msgs, "stream_options": {"include_usage": 1}})),
+            Some("stream_options.include_usage".into())
+        );
+    }
+
+    #[test]
+    fn usage_tokens_read_openai_usage() {
+        assert_eq!(
+            usage_tokens(Some(
+                &json!({"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7})
+            )),
+            Some(Tokens {
+                prompt: 3,
+                completion: 4
+            })
+        );
+        assert_eq!(usage_tokens(Some(&json!({"total_tokens": 7}))), None);
+        assert_eq!(usage_tokens(Some(&Value::Null)), None);
+        assert_eq!(usage_tokens(None), None);
+    }
+
+    #[test]
+    fn character_counts_cover_text_parts_and_tool_arguments() {
+        let body = map(json!({"messages": [
+            {"role": "user", "content": "abcd"},
+            {"role": "user", "content": [{"type": "text", "text": "ef"}, {"type": "image_url"}]},
+            {"role": "assistant", "content": null,
+             "tool_calls": [{"function": {"name": "f", "arguments": "{}"}}]}
+        ]}));
+        assert_eq!(prompt_chars(&body), 8);
+        let chunk = map(json!({"choices": [
+            {"delta": {"content": "héllo"}},
+            {"delta": {"tool_calls": [{"index": 0, "function": {"arguments": "{\"a"}}]}}
+        ]}));
+        assert_eq!(completion_chars(&chunk, "delta"), 8);
+    }
+}

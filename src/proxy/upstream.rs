@@ -1,0 +1,259 @@
+//! Calling an upstream model server: one POST with the provider's key and
+//! deadline, and the mapping of everything that can go wrong to the
+//! contract's errors.
+//!
+//! | what happened | status | code |
+//! |---|---|---|
+//! | connection refused, reset, DNS failure, closed before the head | 502 | `upstream_unavailable` |
+//! | no head (or, where a whole body is read, no body) before `timeout_s` | 504 | `upstream_timeout` |
+//! | the upstream answered 4xx/5xx | that status | `upstream_error`, the upstream's message |
+//! | the upstream answered 2xx with something unusable | 502 | `upstream_error` |
+
+use axum::http::{header, StatusCode};
+use bytes::Bytes;
+use serde_json::Value;
+use tokio::time::Instant;
+
+use crate::app::App;
+use crate::http::error::ApiError;
+use crate::models::Provider;
+
+/// The longest upstream error message passed on to the client.
+const MAX_MESSAGE_CHARS: usize = 2000;
+
+/// When a call to this provider must have its answer.
+pub fn deadline(provider: &Provider) -> Instant {
+    Instant::now() + std::time::Duration::from_secs(provider.timeout_s)
+}
+
+pub fn timeout_error(provider: &Provider) -> ApiError {
+    ApiError::new(
+        StatusCode::GATEWAY_TIMEOUT,
+        "upstream_timeout",
+        format!(
+            "The model server did not answer within {} seconds; try again later.",
+            provider.timeout_s
+        ),
+    )
+}
+
+pub fn unavailable_error() -> ApiError {
+    ApiError::new(
+        StatusCode::BAD_GATEWAY,
+        "upstream_unavailable",
+        "The model server cannot be reached; try again later.",
+    )
+}
+
+/// A 2xx answer the gateway cannot use (not JSON, wrong shape, ...).
+pub fn bad_answer(what: impl std::fmt::Display) -> ApiError {
+    ApiError::new(
+        StatusCode::BAD_GATEWAY,
+        "upstream_error",
+        format!("The model server sent an answer the gateway cannot use: {what}."),
+    )
+}
+
+/// POSTs `body` (JSON bytes) to `url` with the provider's key. Returns the
+/// response once its head is in and its status is 2xx.
+pub async fn post(
+    app: &App,
+    provider: &Provider,
+    url: &str,
+    body: Vec<u8>,
+    stream: bool,
+    deadline: Instant,
+) -> Result<reqwest::Response, ApiError> {
+    let mut req = app
+        .http
+        .post(url)
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(
+            header::ACCEPT,
+            if stream {
+                "text/event-stream"
+            } else {
+                "application/json"
+            },
+        )
+        .body(body);
+    if let Some(key) = &provider.api_key {
+        req = req.bearer_auth(key);
+    }
+    let resp = match tokio::time::timeout_at(deadline, req.send()).await {
+        Err(_) => return Err(timeout_error(provider)),
+        Ok(Err(e)) if e.is_timeout() => return Err(timeout_error(provider)),
+        Ok(Err(e)) => {
+            tracing::warn!(provider = %provider.name, error = %e, "upstream unreachable");
+            return Err(unavailable_error());
+        }
+        Ok(Ok(r)) => r,
+    };
+    let status = resp.status();
+    if status.is_success() {
+        return Ok(resp);
+    }
+    // The error body, if it comes in time; the status alone is enough otherwise.
+    let body = tokio::time::timeout_at(deadline, resp.bytes())
+        .await
+        .ok()
+        .and_then(Result::ok);
+    let err = status_error(status.as_u16(), body.as_deref());
+    tracing::info!(provider = %provider.name, status = status.as_u16(), message = %err.message, "upstream error status");
+    Err(err)
+}
+
+/// POSTs and reads the whole answer as JSON, all before the deadline.
+pub async fn post_for_json(
+    app: &App,
+    provider: &Provider,
+    url: &str,
+    body: Vec<u8>,
+) -> Result<Value, ApiError> {
+    let deadline = deadline(provider);
+    let resp = post(app, provider, url, body, false, deadline).await?;
+    let bytes = read_body(provider, resp, deadline).await?;
+    serde_json::from_slice(&bytes).map_err(|_| bad_answer("it is not JSON"))
+}
+
+/// Reads a whole answer body before the deadline.
+pub async fn read_body(
+    provider: &Provider,
+    resp: reqwest::Response,
+    deadline: Instant,
+) -> Result<Bytes, ApiError> {
+    match tokio::time::timeout_at(deadline, resp.bytes()).await {
+        Err(_) => Err(timeout_error(provider)),
+        Ok(Err(e)) if e.is_timeout() => Err(timeout_error(provider)),
+        Ok(Err(e)) => {
+            tracing::warn!(provider = %provider.name, error = %e, "upstream answer cut off");
+            Err(ApiError::new(
+                StatusCode::BAD_GATEWAY,
+                "upstream_error",
+                "The model server closed the connection before its answer was complete.",
+            ))
+        }
+        Ok(Ok(b)) => Ok(b),
+    }
+}
+
+/// The error for an upstream's non-2xx status: 4xx and 5xx pass through with
+/// the upstream's message; anything else (a 3xx that was not followed, a
+/// 1xx) is a bad answer.
+pub fn status_error(status: u16, body: Option<&[u8]>) -> ApiError {
+    let Some(code) = StatusCode::from_u16(status)
+        .ok()
+        .filter(|s| s.is_client_error() || s.is_server_error())
+    else {
+        return bad_answer(format_args!("unexpected status {status}"));
+    };
+    let message = body.and_then(error_message).unwrap_or_else(|| {
+        format!("The model server answered with status {status} and no message.")
+    });
+    ApiError::new(code, "upstream_error", message)
+}
+
+/// The message in an upstream's error body, whatever its dialect:
+/// OpenAI `{"error":{"message"}}`, TEI `{"error":"..."}`, Cohere and vLLM
+/// `{"message":"..."}`, FastAPI `{"detail":"..."}` or `{"detail":[{"msg"}]}`,
+/// or short plain text. HTML pages and empty bodies give None.
+pub fn error_message(body: &[u8]) -> Option<String> {
+    let text = match serde_json::from_slice::<Value>(body) {
+        Ok(v) => json_error_message(&v)?,
+        Err(_) => {
+            let t = std::str::from_utf8(body).ok()?.trim();
+            if t.is_empty() || t.starts_with('<') {
+                return None;
+            }
+            t.to_string()
+        }
+    };
+    let text = text.trim();
+    if text.is_empty() {
+        return None;
+    }
+    Some(text.chars().take(MAX_MESSAGE_CHARS).collect())
+}
+
+fn json_error_message(v: &Value) -> Option<String> {
+    let str_of = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_string);
+    if let Some(e) = v.get("error") {
+        if let Some(m) = str_of(e.get("message")).or_else(|| str_of(Some(e))) {
+            return Some(m);
+        }
+    }
+    if let Some(m) = str_of(v.get("message")) {
+        return Some(m);
+    }
+    match v.get("detail") {
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(Value::Array(items)) => {
+            let msgs: Vec<&str> = items
+                .iter()
+                .filter_map(|i| i.get("msg").and_then(Value::as_str))
+                .collect();
+            (!msgs.is_empty()).then(|| msgs.join("; "))
+        }
+        Some(d) => str_of(d.get("message")),
+        None => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_messages_are_read_in_every_dialect() {
+        let m = |s: &str| error_message(s.as_bytes());
+        assert_eq!(
+            m(r#"{"error":{"message":"slow down","type":"rate_limit_error"}}"#).as_deref(),
+            Some("slow down")
+        );
+        assert_eq!(
+            m(r#"{"error":"Input validation error","error_type":"validation"}"#).as_deref(),
+            Some("Input validation error")
+        );
+        assert_eq!(
+            m(r#"{"id":"x","message":"invalid request: texts"}"#).as_deref(),
+            Some("invalid request: texts")
+        );
+        assert_eq!(
+            m(r#"{"object":"error","message":"vllm says no","code":400}"#).as_deref(),
+            Some("vllm says no")
+        );
+        assert_eq!(m(r#"{"detail":"Not Found"}"#).as_deref(), Some("Not Found"));
+        assert_eq!(
+            m(r#"{"detail":[{"msg":"field required"},{"msg":"bad"}]}"#).as_deref(),
+            Some("field required; bad")
+        );
+        assert_eq!(
+            m("upstream overloaded\n").as_deref(),
+            Some("upstream overloaded")
+        );
+        assert_eq!(m("<html><body>502</body></html>"), None);
+        assert_eq!(m(""), None);
+        assert_eq!(m(r#"{"unrelated":1}"#), None);
+        assert_eq!(
+            m(&"x".repeat(5000)).map(|s| s.len()),
+            Some(MAX_MESSAGE_CHARS)
+        );
+    }
+
+    #[test]
+    fn error_statuses_pass_through_and_others_are_bad_answers() {
+        let e = status_error(429, Some(br#"{"error":{"message":"too many"}}"#));
+        assert_eq!(
+            (e.status.as_u16(), e.code.as_ref(), e.message.as_str()),
+            (429, "upstream_error", "too many")
+        );
+        let e = status_error(503, None);
+        assert_eq!(e.status.as_u16(), 503);
+        assert!(e.message.contains("503"), "{}", e.message);
+        let e = status_error(302, None);
+        assert_eq!(
+            (e.status.as_u16(), e.code.as_ref()),
+            (502, "upstream_error")
+        );
+    }
+}
