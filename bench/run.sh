@@ -124,7 +124,8 @@ log "$(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 
 
 # Stub upstream.
 "$BIN/stub-upstream" --listen 127.0.0.1:0 --no-record >"$TMP/stub.out" 2>&1 &
-PIDS+=($!)
+STUB_PID=$!
+PIDS+=($STUB_PID)
 STUB=$(wait_line "$TMP/stub.out" '^listening on ' | sed 's/^listening on //')
 STUB_PORT=${STUB##*:}
 log "stub upstream at $STUB"
@@ -164,7 +165,8 @@ http {
 EOF
 if [[ " $TARGETS " == *" nginx "* ]]; then
     "$NGINX" -e "$TMP/nginx/error.log" -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf" >"$TMP/nginx/out" 2>&1 &
-    PIDS+=($!)
+    NGINX_PID=$!
+    PIDS+=($NGINX_PID)
     for _ in $(seq 100); do
         curl -s -o /dev/null "http://127.0.0.1:$NGINX_PORT/v1/models" && break
         kill -0 "${PIDS[-1]}" 2>/dev/null || die "nginx exited: $(cat "$TMP/nginx/out" "$TMP/nginx/error.log" 2>/dev/null)"
@@ -184,15 +186,19 @@ if [[ " $TARGETS " == *" gatehouse "* ]]; then
         GATEHOUSE_ADMIN_EMAIL=$ADMIN GATEHOUSE_ADMIN_PASSWORD=$PASSWORD \
         GATEHOUSE_LOG=warn \
         "$BIN/gatehouse" serve >"$TMP/gatehouse.out" 2>&1 &
-    PIDS+=($!)
+    GATEHOUSE_PID=$!
+    PIDS+=($GATEHOUSE_PID)
     GATEHOUSE=$(wait_line "$TMP/gatehouse.out" 'listening on ' | sed 's/.*listening on //')
     log "gatehouse at $GATEHOUSE"
     api() { # METHOD PATH JSON
         curl -sS --fail-with-body -X "$1" "$GATEHOUSE$2" -H "Authorization: Bearer $TOKEN" \
             -H 'Content-Type: application/json' -d "$3"
     }
-    TOKEN=$(curl -sS --fail-with-body -X POST "$GATEHOUSE/api/auth/jwt/login" \
-        --data-urlencode "username=$ADMIN" --data-urlencode "password=$PASSWORD" | jq -r .access_token)
+    login() {
+        curl -sS --fail-with-body -X POST "$GATEHOUSE/api/auth/jwt/login" \
+            --data-urlencode "username=$ADMIN" --data-urlencode "password=$PASSWORD" | jq -r .access_token
+    }
+    TOKEN=$(login)
     api POST /api/admin/providers "{\"name\":\"stub\",\"type\":\"openai\",\"base_url\":\"$STUB/v1\"}" >/dev/null
     api POST /api/admin/models '{"id":"bench-chat","kind":"chat","provider":"stub","upstream_model":"bench-chat"}' >/dev/null
     api POST /api/admin/models '{"id":"bench-embed","kind":"embeddings","provider":"stub","upstream_model":"bench-embed"}' >/dev/null
@@ -242,6 +248,23 @@ for t in $TARGETS; do
 done
 [ ${#ACTIVE[@]} -gt 0 ] || die "no target answered"
 
+HZ=$(getconf CLK_TCK)
+# cpu_ticks PID...: user + system clock ticks used so far by these processes.
+cpu_ticks() {
+    local p total=0
+    for p in "$@"; do
+        [ -r "/proc/$p/stat" ] || continue
+        total=$((total + $(sed 's/.*) //' "/proc/$p/stat" | awk '{print $12 + $13}')))
+    done
+    echo "$total"
+}
+proxy_pids() {
+    case $1 in
+    nginx) echo "$NGINX_PID" $(pgrep -P "$NGINX_PID") ;;
+    gatehouse) echo "$GATEHOUSE_PID" ;;
+    esac
+}
+
 mkdir -p "$(dirname "$OUT")"
 : >"$OUT"
 runs=$(($(wc -w <<<"$WORKLOADS") * $(wc -w <<<"$CONCURRENCY") * ${#ACTIVE[@]}))
@@ -254,11 +277,20 @@ for w in $WORKLOADS; do
                 --concurrency "$c" --duration "$DURATION" --warmup "$WARMUP" --threads "$LOADGEN_THREADS")
             [ "$t" = gatehouse ] && args+=(--header "Authorization: Bearer $KEY")
             [ "$w" = chat-stream ] && args+=(--stream --expect-suffix '[DONE]')
-            line=$(timeout $((WARMUP + DURATION + 60)) "$BIN/loadgen" "${args[@]}" 2>"$TMP/loadgen.err") ||
-                die "loadgen failed for $t $w c=$c: $(cat "$TMP/loadgen.err")"
+            timeout $((WARMUP + DURATION + 60)) "$BIN/loadgen" "${args[@]}" >"$TMP/loadgen.out" 2>"$TMP/loadgen.err" &
+            lg=$!
+            # CPU used by the stub and by the proxy during the measured window.
+            sleep "$WARMUP"
+            stub0=$(cpu_ticks "$STUB_PID")
+            proxy0=$(cpu_ticks $(proxy_pids "$t"))
+            wait "$lg" || die "loadgen failed for $t $w c=$c: $(cat "$TMP/loadgen.err")"
+            stub1=$(cpu_ticks "$STUB_PID")
+            proxy1=$(cpu_ticks $(proxy_pids "$t"))
             [ -s "$TMP/loadgen.err" ] && log "$t $w c=$c: $(cat "$TMP/loadgen.err")"
             jq -c --arg t "$t" --arg w "$w" --arg load "$(cut -d' ' -f1 /proc/loadavg)" \
-                '{target:$t,workload:$w} + . + {load1:($load|tonumber)}' <<<"$line" | tee -a "$OUT" >&2
+                --argjson stub $(((stub1 - stub0) * 100 / HZ)) --argjson proxy $(((proxy1 - proxy0) * 100 / HZ)) \
+                '{target:$t,workload:$w} + . + {stub_cpu_s:($stub/100),proxy_cpu_s:(if $t == "direct" then null else $proxy/100 end),
+                  load1:($load|tonumber)}' "$TMP/loadgen.out" | tee -a "$OUT" >&2
         done
     done
 done
@@ -271,9 +303,11 @@ echo
 jq -rs -f /dev/stdin "$OUT" <<'JQ'
 def f: if . == null then "–" else (. * 1000 | round / 1000 | tostring) end;
 def r: if . == null then "–" else (. | round | tostring) end;
-"| workload | concurrency | target | req/s | p50 ms | p99 ms | TTFB p50 ms | TTFB p99 ms | errors |",
-"|---|---:|---|---:|---:|---:|---:|---:|---:|",
-(.[] | "| \(.workload) | \(.concurrency) | \(.target) | \(.rps|r) | \(.p50_ms|f) | \(.p99_ms|f) | \(.ttfb_p50_ms|f) | \(.ttfb_p99_ms|f) | \(.errors) |")
+def us_per_req(cpu): if cpu == null or .requests == 0 then "–" else (cpu * 1e6 / .requests | round | tostring) end;
+def cores(cpu): if cpu == null then "–" else (cpu / .duration_s * 100 | round / 100 | tostring) end;
+"| workload | concurrency | target | req/s | p50 ms | p99 ms | TTFB p50 ms | TTFB p99 ms | errors | proxy CPU µs/req | cores used: loadgen / stub / proxy |",
+"|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|",
+(.[] | "| \(.workload) | \(.concurrency) | \(.target) | \(.rps|r) | \(.p50_ms|f) | \(.p99_ms|f) | \(.ttfb_p50_ms|f) | \(.ttfb_p99_ms|f) | \(.errors) | \(us_per_req(.proxy_cpu_s)) | \(cores(.loadgen_cpu_s)) / \(cores(.stub_cpu_s)) / \(cores(.proxy_cpu_s)) |")
 JQ
 echo
 echo "Added latency over direct (ms; for chat-stream on TTFB and on the full stream), and throughput relative to nginx:"
@@ -291,4 +325,13 @@ def pct(a; b): if a == null or b == null or b == 0 then "–" else ((a / b * 100
    | "| \($d.workload) | \($d.concurrency) | \($m) | \(d($n[$p50]; $d[$p50])|f) | \(d($n[$p99]; $d[$p99])|f) | \(d($h[$p50]; $d[$p50])|f) | \(d($h[$p99]; $d[$p99])|f) | \(if $m == "full" then pct($h.rps; $n.rps) else "" end) |")
 JQ
 echo
+if [ -n "$GATEHOUSE_OK" ] && [[ " ${ACTIVE[*]} " == *" gatehouse "* ]]; then
+    # Usage accounting really happened: one record per request, none dropped.
+    TOKEN=$(login)
+    sleep 1 # the usage writer batches
+    written=$(curl -sS "$GATEHOUSE/metrics" -H "Authorization: Bearer $TOKEN" |
+        awk '/^gatehouse_usage_records_(written|dropped|failed)_total/ {sub("gatehouse_usage_records_", "", $1); sub("_total", "", $1); printf "%s %s, ", $1, $2}')
+    echo "Gateway usage records: ${written%, } (requests sent to the gateway, warm-up included: one record each)."
+    echo
+fi
 log "raw results in $OUT"

@@ -295,6 +295,8 @@ async fn run(args: Args, t: Target) -> String {
     let handles: Vec<_> = (0..args.concurrency.max(1))
         .map(|_| tokio::spawn(worker(t.clone(), warm_end, end)))
         .collect();
+    tokio::time::sleep_until(warm_end.into()).await;
+    let cpu_start = cpu_seconds();
     let mut latencies = Vec::new();
     let mut ttfbs = Vec::new();
     let mut errors = 0;
@@ -310,6 +312,7 @@ async fn run(args: Args, t: Target) -> String {
             last_done = last_done.max(d);
         }
     }
+    let cpu = cpu_start.zip(cpu_seconds()).map(|(a, b)| b - a);
     if let Some(e) = first_error {
         eprintln!("loadgen: first error: {e}");
     }
@@ -331,7 +334,8 @@ async fn run(args: Args, t: Target) -> String {
     format!(
         concat!(
             r#"{{"requests":{},"errors":{},"rps":{:.1},"p50_ms":{},"p99_ms":{},"#,
-            r#""ttfb_p50_ms":{},"ttfb_p99_ms":{},"concurrency":{},"duration_s":{:.3}}}"#
+            r#""ttfb_p50_ms":{},"ttfb_p99_ms":{},"concurrency":{},"duration_s":{:.3},"#,
+            r#""loadgen_cpu_s":{}}}"#
         ),
         latencies.len(),
         errors,
@@ -342,7 +346,15 @@ async fn run(args: Args, t: Target) -> String {
         stats::json_ms(ttfb(99.0)),
         args.concurrency,
         elapsed,
+        cpu.map_or("null".into(), |c| format!("{c:.2}")),
     )
+}
+
+/// CPU time (user + system) this process has used so far, from
+/// /proc/self/stat (Linux; clock ticks of 1/100 s). None elsewhere.
+fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    stats::cpu_ticks(&stat).map(|t| t as f64 / 100.0)
 }
 
 fn main() -> ExitCode {

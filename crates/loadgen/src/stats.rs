@@ -26,6 +26,16 @@ pub fn json_ms(nanos: Option<u64>) -> String {
     }
 }
 
+/// utime + stime (clock ticks) from the text of a /proc/PID/stat file.
+pub fn cpu_ticks(stat: &str) -> Option<u64> {
+    // The command name (field 2) is in parentheses and may hold spaces.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_ascii_whitespace().skip(11); // fields 3..=13
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some(utime + stime)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -66,6 +76,13 @@ mod tests {
         // Out-of-range p is clamped.
         assert_eq!(percentile(&v, -5.0), Some(1));
         assert_eq!(percentile(&v, 250.0), Some(4));
+    }
+
+    #[test]
+    fn cpu_ticks_from_proc_stat() {
+        let stat = "4242 (a b) c) S 1 4242 4242 0 -1 4194560 2000 0 0 0 150 25 0 0 20 0 3 0";
+        assert_eq!(cpu_ticks(stat), Some(175));
+        assert_eq!(cpu_ticks("garbage"), None);
     }
 
     #[test]
