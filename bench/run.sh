@@ -1,0 +1,337 @@
+#!/usr/bin/env bash
+# Gatehouse throughput and added latency against a fast stub upstream, called
+# directly, through nginx (plain reverse proxy with upstream keep-alive: the
+# floor for one proxy hop) and through the gateway; all on 127.0.0.1.
+#
+#   bench/run.sh
+#
+# Workloads: chat (non-stream), chat-stream (SSE; TTFB and full time),
+# embeddings (8 inputs); each at concurrency 1 and 32, one keep-alive
+# connection per concurrent client. Prints Markdown tables and writes raw JSON
+# lines to bench/results/latest.jsonl.
+#
+# Environment (all optional):
+#   BENCH_DURATION=10      measured seconds per run
+#   BENCH_WARMUP=2         warm-up seconds per run
+#   BENCH_CONCURRENCY="1 32"
+#   BENCH_TARGETS="direct nginx gatehouse"
+#   BENCH_WORKLOADS="chat chat-stream embeddings"
+#   BENCH_NGINX_WORKERS=1  nginx worker_processes
+#   BENCH_LOADGEN_THREADS=1  load generator runtime threads
+#   BENCH_NO_BUILD=1       use the release binaries already built
+#   BENCH_OUT=PATH         raw results (default bench/results/latest.jsonl)
+#   CARGO_TARGET_DIR       where the release binaries are
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+DURATION=${BENCH_DURATION:-10}
+WARMUP=${BENCH_WARMUP:-2}
+CONCURRENCY=${BENCH_CONCURRENCY:-"1 32"}
+TARGETS=${BENCH_TARGETS:-"direct nginx gatehouse"}
+WORKLOADS=${BENCH_WORKLOADS:-"chat chat-stream embeddings"}
+NGINX_WORKERS=${BENCH_NGINX_WORKERS:-1}
+LOADGEN_THREADS=${BENCH_LOADGEN_THREADS:-1}
+OUT=${BENCH_OUT:-$ROOT/bench/results/latest.jsonl}
+BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release
+
+log() { echo "bench: $*" >&2; }
+die() {
+    log "error: $*"
+    exit 1
+}
+
+# --- tools -----------------------------------------------------------------
+
+need_apt=()
+command -v curl >/dev/null || need_apt+=(curl)
+command -v jq >/dev/null || need_apt+=(jq)
+command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need_apt+=(nginx-light)
+if [ ${#need_apt[@]} -gt 0 ]; then
+    [ "$(id -u)" = 0 ] || die "missing ${need_apt[*]}: install them (apt-get install ${need_apt[*]})"
+    log "installing ${need_apt[*]}"
+    # Keep Debian's maintainer scripts from starting a system-wide nginx.
+    made_policy=
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+        printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+        chmod +x /usr/sbin/policy-rc.d
+        made_policy=1
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    if ! apt-get install -y -qq "${need_apt[@]}" >/dev/null; then
+        apt-get update -qq
+        apt-get install -y -qq "${need_apt[@]}" >/dev/null ||
+            apt-get install -y -qq "${need_apt[@]/nginx-light/nginx}" >/dev/null
+    fi
+    [ -n "$made_policy" ] && rm -f /usr/sbin/policy-rc.d
+fi
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+
+if [ -z "${BENCH_NO_BUILD:-}" ]; then
+    log "building release binaries"
+    (cd "$ROOT" && cargo build --release -q -p gatehouse -p gatehouse-stub-upstream -p gatehouse-loadgen)
+fi
+for b in stub-upstream loadgen $([[ " $TARGETS " == *" gatehouse "* ]] && echo gatehouse); do
+    [ -x "$BIN/$b" ] || die "$BIN/$b not built"
+done
+
+# --- processes ---------------------------------------------------------------
+
+TMP=$(mktemp -d /tmp/gatehouse-bench.XXXXXX)
+PIDS=()
+cleanup() {
+    local pid
+    for pid in "${PIDS[@]}"; do
+        kill "$pid" 2>/dev/null || true
+    done
+    for pid in "${PIDS[@]}"; do
+        # Bounded wait: the servers stop within a second or two.
+        for _ in $(seq 50); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.1
+        done
+        kill -9 "$pid" 2>/dev/null || true
+    done
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# A TCP port on 127.0.0.1 that nothing answers on.
+free_port() {
+    local p
+    for _ in $(seq 100); do
+        p=$((20000 + RANDOM % 40000))
+        if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+            echo "$p"
+            return
+        fi
+    done
+    die "no free port"
+}
+
+# wait_line FILE PATTERN: the first line of FILE matching PATTERN (10 s at most).
+wait_line() {
+    for _ in $(seq 100); do
+        if grep -m1 "$2" "$1" 2>/dev/null; then
+            return
+        fi
+        sleep 0.1
+    done
+    die "timed out waiting for '$2' in $1: $(cat "$1" 2>/dev/null)"
+}
+
+log "$(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'); load $(cut -d' ' -f1-3 /proc/loadavg)"
+
+# Stub upstream.
+"$BIN/stub-upstream" --listen 127.0.0.1:0 --no-record >"$TMP/stub.out" 2>&1 &
+STUB_PID=$!
+PIDS+=($STUB_PID)
+STUB=$(wait_line "$TMP/stub.out" '^listening on ' | sed 's/^listening on //')
+STUB_PORT=${STUB##*:}
+log "stub upstream at $STUB"
+
+# nginx as a plain reverse proxy with upstream keep-alive.
+NGINX_PORT=$(free_port)
+mkdir -p "$TMP/nginx"
+cat >"$TMP/nginx/nginx.conf" <<EOF
+worker_processes $NGINX_WORKERS;
+daemon off;
+pid $TMP/nginx/nginx.pid;
+error_log $TMP/nginx/error.log warn;
+events {
+    worker_connections 4096;
+}
+http {
+    access_log off;
+    client_body_temp_path $TMP/nginx/client_body;
+    proxy_temp_path $TMP/nginx/proxy;
+    keepalive_requests 100000000;
+    keepalive_timeout 120s;
+    upstream stub {
+        server 127.0.0.1:$STUB_PORT;
+        keepalive 64;
+        keepalive_requests 100000000;
+    }
+    server {
+        listen 127.0.0.1:$NGINX_PORT;
+        location / {
+            proxy_pass http://stub;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+        }
+    }
+}
+EOF
+if [[ " $TARGETS " == *" nginx "* ]]; then
+    "$NGINX" -e "$TMP/nginx/error.log" -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf" >"$TMP/nginx/out" 2>&1 &
+    NGINX_PID=$!
+    PIDS+=($NGINX_PID)
+    for _ in $(seq 100); do
+        curl -s -o /dev/null "http://127.0.0.1:$NGINX_PORT/v1/models" && break
+        kill -0 "${PIDS[-1]}" 2>/dev/null || die "nginx exited: $(cat "$TMP/nginx/out" "$TMP/nginx/error.log" 2>/dev/null)"
+        sleep 0.1
+    done
+    log "nginx $("$NGINX" -v 2>&1 | sed 's/.*\///') at http://127.0.0.1:$NGINX_PORT ($NGINX_WORKERS worker)"
+fi
+
+# The gateway: fresh SQLite, a provider pointing at the stub, a chat model,
+# an embeddings model and an API key, all set up over HTTP.
+GATEHOUSE_OK=
+if [[ " $TARGETS " == *" gatehouse "* ]]; then
+    ADMIN=bench@example.com
+    PASSWORD=bench-password-$RANDOM$RANDOM
+    GATEHOUSE_LISTEN=127.0.0.1:0 \
+        GATEHOUSE_DATABASE_URL="sqlite://$TMP/gatehouse.db" \
+        GATEHOUSE_ADMIN_EMAIL=$ADMIN GATEHOUSE_ADMIN_PASSWORD=$PASSWORD \
+        GATEHOUSE_LOG=warn \
+        "$BIN/gatehouse" serve >"$TMP/gatehouse.out" 2>&1 &
+    GATEHOUSE_PID=$!
+    PIDS+=($GATEHOUSE_PID)
+    GATEHOUSE=$(wait_line "$TMP/gatehouse.out" 'listening on ' | sed 's/.*listening on //')
+    log "gatehouse at $GATEHOUSE"
+    api() { # METHOD PATH JSON
+        curl -sS --fail-with-body -X "$1" "$GATEHOUSE$2" -H "Authorization: Bearer $TOKEN" \
+            -H 'Content-Type: application/json' -d "$3"
+    }
+    login() {
+        curl -sS --fail-with-body -X POST "$GATEHOUSE/api/auth/jwt/login" \
+            --data-urlencode "username=$ADMIN" --data-urlencode "password=$PASSWORD" | jq -r .access_token
+    }
+    TOKEN=$(login)
+    api POST /api/admin/providers "{\"name\":\"stub\",\"type\":\"openai\",\"base_url\":\"$STUB/v1\"}" >/dev/null
+    api POST /api/admin/models '{"id":"bench-chat","kind":"chat","provider":"stub","upstream_model":"bench-chat"}' >/dev/null
+    api POST /api/admin/models '{"id":"bench-embed","kind":"embeddings","provider":"stub","upstream_model":"bench-embed"}' >/dev/null
+    KEY=$(api POST /api/api-keys '{"name":"bench"}' | jq -r .key)
+    [ -n "$KEY" ] && [ "$KEY" != null ] || die "no API key"
+    GATEHOUSE_OK=1
+fi
+
+# --- workloads ---------------------------------------------------------------
+
+PROMPT="Summarise the following in one sentence: the quick brown fox jumps over the lazy dog while the cat watches from the warm windowsill."
+jq -nc --arg p "$PROMPT" '{model:"bench-chat",messages:[{role:"system",content:"You are terse."},{role:"user",content:$p}]}' >"$TMP/chat.json"
+jq -nc --arg p "$PROMPT" '{model:"bench-chat",stream:true,messages:[{role:"system",content:"You are terse."},{role:"user",content:$p}]}' >"$TMP/chat-stream.json"
+jq -nc '{model:"bench-embed",input:[range(8)|"passage \(.): the quick brown fox jumps over the lazy dog near the river bank"]}' >"$TMP/embeddings.json"
+
+base_url() {
+    case $1 in
+    direct) echo "$STUB" ;;
+    nginx) echo "http://127.0.0.1:$NGINX_PORT" ;;
+    gatehouse) echo "$GATEHOUSE" ;;
+    esac
+}
+path_of() {
+    case $1 in
+    chat | chat-stream) echo /v1/chat/completions ;;
+    embeddings) echo /v1/embeddings ;;
+    esac
+}
+
+# Probe every target once per workload: a 200 with the expected body, or skip
+# the target (the gateway may not have the model routes yet).
+ACTIVE=()
+for t in $TARGETS; do
+    ok=1
+    for w in $WORKLOADS; do
+        auth=()
+        [ "$t" = gatehouse ] && auth=(-H "Authorization: Bearer $KEY")
+        code=$(curl -s -o "$TMP/probe" -w '%{http_code}' -X POST "$(base_url "$t")$(path_of "$w")" \
+            -H 'Content-Type: application/json' "${auth[@]}" --data-binary "@$TMP/$w.json" --max-time 10 || true)
+        if [ "$code" != 200 ]; then
+            log "skipping $t: $w answered HTTP $code: $(head -c 300 "$TMP/probe")"
+            ok=
+            break
+        fi
+    done
+    [ -n "$ok" ] && ACTIVE+=("$t")
+done
+[ ${#ACTIVE[@]} -gt 0 ] || die "no target answered"
+
+HZ=$(getconf CLK_TCK)
+# cpu_ticks PID...: user + system clock ticks used so far by these processes.
+cpu_ticks() {
+    local p total=0
+    for p in "$@"; do
+        [ -r "/proc/$p/stat" ] || continue
+        total=$((total + $(sed 's/.*) //' "/proc/$p/stat" | awk '{print $12 + $13}')))
+    done
+    echo "$total"
+}
+proxy_pids() {
+    case $1 in
+    nginx) echo "$NGINX_PID" $(pgrep -P "$NGINX_PID") ;;
+    gatehouse) echo "$GATEHOUSE_PID" ;;
+    esac
+}
+
+mkdir -p "$(dirname "$OUT")"
+: >"$OUT"
+runs=$(($(wc -w <<<"$WORKLOADS") * $(wc -w <<<"$CONCURRENCY") * ${#ACTIVE[@]}))
+log "$runs runs of ${WARMUP}s warm-up + ${DURATION}s: about $((runs * (WARMUP + DURATION)))s"
+for w in $WORKLOADS; do
+    for c in $CONCURRENCY; do
+        # Targets interleaved so that each comparison sees similar conditions.
+        for t in "${ACTIVE[@]}"; do
+            args=(--url "$(base_url "$t")$(path_of "$w")" --method POST --body-file "$TMP/$w.json"
+                --concurrency "$c" --duration "$DURATION" --warmup "$WARMUP" --threads "$LOADGEN_THREADS")
+            [ "$t" = gatehouse ] && args+=(--header "Authorization: Bearer $KEY")
+            [ "$w" = chat-stream ] && args+=(--stream --expect-suffix '[DONE]')
+            timeout $((WARMUP + DURATION + 60)) "$BIN/loadgen" "${args[@]}" >"$TMP/loadgen.out" 2>"$TMP/loadgen.err" &
+            lg=$!
+            # CPU used by the stub and by the proxy during the measured window.
+            sleep "$WARMUP"
+            stub0=$(cpu_ticks "$STUB_PID")
+            proxy0=$(cpu_ticks $(proxy_pids "$t"))
+            wait "$lg" || die "loadgen failed for $t $w c=$c: $(cat "$TMP/loadgen.err")"
+            stub1=$(cpu_ticks "$STUB_PID")
+            proxy1=$(cpu_ticks $(proxy_pids "$t"))
+            [ -s "$TMP/loadgen.err" ] && log "$t $w c=$c: $(cat "$TMP/loadgen.err")"
+            jq -c --arg t "$t" --arg w "$w" --arg load "$(cut -d' ' -f1 /proc/loadavg)" \
+                --argjson stub $(((stub1 - stub0) * 100 / HZ)) --argjson proxy $(((proxy1 - proxy0) * 100 / HZ)) \
+                '{target:$t,workload:$w} + . + {stub_cpu_s:($stub/100),proxy_cpu_s:(if $t == "direct" then null else $proxy/100 end),
+                  load1:($load|tonumber)}' "$TMP/loadgen.out" | tee -a "$OUT" >&2
+        done
+    done
+done
+
+# --- report ------------------------------------------------------------------
+
+echo
+echo "$(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'); nginx worker_processes $NGINX_WORKERS; loadgen threads $LOADGEN_THREADS; ${WARMUP}s warm-up + ${DURATION}s per run"
+echo
+jq -rs -f /dev/stdin "$OUT" <<'JQ'
+def f: if . == null then "–" else (. * 1000 | round / 1000 | tostring) end;
+def r: if . == null then "–" else (. | round | tostring) end;
+def us_per_req(cpu): if cpu == null or .requests == 0 then "–" else (cpu * 1e6 / .requests | round | tostring) end;
+def cores(cpu): if cpu == null then "–" else (cpu / .duration_s * 100 | round / 100 | tostring) end;
+"| workload | concurrency | target | req/s | p50 ms | p99 ms | TTFB p50 ms | TTFB p99 ms | errors | proxy CPU µs/req | cores used: loadgen / stub / proxy |",
+"|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|",
+(.[] | "| \(.workload) | \(.concurrency) | \(.target) | \(.rps|r) | \(.p50_ms|f) | \(.p99_ms|f) | \(.ttfb_p50_ms|f) | \(.ttfb_p99_ms|f) | \(.errors) | \(us_per_req(.proxy_cpu_s)) | \(cores(.loadgen_cpu_s)) / \(cores(.stub_cpu_s)) / \(cores(.proxy_cpu_s)) |")
+JQ
+echo
+echo "Added latency over direct (ms; for chat-stream on TTFB and on the full stream), and throughput relative to nginx:"
+echo
+jq -rs -f /dev/stdin "$OUT" <<'JQ'
+def f: if . == null then "–" else (. * 1000 | round / 1000 | tostring) end;
+def d(a; b): if a == null or b == null then null else a - b end;
+def pct(a; b): if a == null or b == null or b == 0 then "–" else ((a / b * 100) | round | tostring) + " %" end;
+(group_by(.workload + "\u0000" + (.concurrency|tostring))) as $groups
+| "| workload | concurrency | measure | nginx +p50 | nginx +p99 | gatehouse +p50 | gatehouse +p99 | gatehouse req/s vs nginx |",
+  "|---|---:|---|---:|---:|---:|---:|---:|",
+  ($groups[] | (map({(.target): .}) | add) as $g
+   | ($g.direct // null) as $d | ($g.nginx // null) as $n | ($g.gatehouse // null) as $h
+   | (if $g.direct.workload == "chat-stream" then [["TTFB", "ttfb_p50_ms", "ttfb_p99_ms"], ["full", "p50_ms", "p99_ms"]] else [["full", "p50_ms", "p99_ms"]] end)[] as [$m, $p50, $p99]
+   | "| \($d.workload) | \($d.concurrency) | \($m) | \(d($n[$p50]; $d[$p50])|f) | \(d($n[$p99]; $d[$p99])|f) | \(d($h[$p50]; $d[$p50])|f) | \(d($h[$p99]; $d[$p99])|f) | \(if $m == "full" then pct($h.rps; $n.rps) else "" end) |")
+JQ
+echo
+if [ -n "$GATEHOUSE_OK" ] && [[ " ${ACTIVE[*]} " == *" gatehouse "* ]]; then
+    # Usage accounting really happened: one record per request, none dropped.
+    TOKEN=$(login)
+    sleep 1 # the usage writer batches
+    written=$(curl -sS "$GATEHOUSE/metrics" -H "Authorization: Bearer $TOKEN" |
+        awk '/^gatehouse_usage_records_(written|dropped|failed)_total/ {sub("gatehouse_usage_records_", "", $1); sub("_total", "", $1); printf "%s %s, ", $1, $2}')
+    echo "Gateway usage records: ${written%, } (requests sent to the gateway, warm-up included: one record each)."
+    echo
+fi
+log "raw results in $OUT"
