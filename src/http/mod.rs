@@ -131,8 +131,8 @@ async fn request_id(mut req: Request, next: Next) -> Response {
     req.headers_mut().insert("x-request-id", id.clone());
     let span =
         tracing::info_span!("request", id = ?id, method = %req.method(), path = %req.uri().path());
-    let _ = span.enter();
-    let mut resp = next.run(req).await;
+    // Instrument the future (a guard held across .await would leak the span to other tasks).
+    let mut resp = tracing::Instrument::instrument(next.run(req), span).await;
     resp.headers_mut().insert("x-request-id", id);
     resp
 }
