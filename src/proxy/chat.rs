@@ -474,39 +474,24 @@ impl<H> StreamRelay<H> {
         })
     }
 
-    /// The next upstream event; None at a clean end of the body. Without
-    /// `wait`, only what has already arrived is looked at: `Pending` then
-    /// means nothing is there yet.
-    async fn next_event(&mut self, wait: bool) -> Result<Pull, ApiError> {
+    /// The next upstream event; None at a clean end of the body.
+    async fn next_event(&mut self) -> Result<Option<SseEvent>, ApiError> {
         loop {
             if let Some(ev) = self.parser.next_event() {
-                return Ok(Pull::Event(ev));
+                return Ok(Some(ev));
             }
             if self.eof {
-                return Ok(match self.parser.finish() {
-                    Some(ev) => Pull::Event(ev),
-                    None => Pull::End,
-                });
+                return Ok(self.parser.finish());
             }
-            let item = if wait {
-                let idle = Duration::from_secs(self.provider.timeout_s);
-                match tokio::time::timeout(idle, self.upstream.next()).await {
-                    Err(_) => return Err(idle_timeout(&self.provider)),
-                    Ok(item) => item,
-                }
-            } else {
-                match futures_util::FutureExt::now_or_never(self.upstream.next()) {
-                    Some(item) => item,
-                    None => return Ok(Pull::Pending),
-                }
-            };
-            match item {
-                None => self.eof = true,
-                Some(Err(e)) => {
+            let idle = Duration::from_secs(self.provider.timeout_s);
+            match tokio::time::timeout(idle, self.upstream.next()).await {
+                Err(_) => return Err(idle_timeout(&self.provider)),
+                Ok(None) => self.eof = true,
+                Ok(Some(Err(e))) => {
                     tracing::info!(provider = %self.provider.name, error = %e, "upstream stream cut off");
                     return Err(cut_off());
                 }
-                Some(Ok(bytes)) => {
+                Ok(Some(Ok(bytes))) => {
                     self.parser.push(&bytes);
                     if self.parser.pending_bytes() > MAX_EVENT_BYTES {
                         return Err(upstream::bad_answer("a stream event is too large"));
@@ -536,38 +521,12 @@ impl<H> StreamRelay<H> {
 }
 
 impl<H: ChatHooks> StreamRelay<H> {
-    /// The next piece of output: the frames of every upstream event that
-    /// has already arrived, in one body frame (one write instead of one per
-    /// event), without waiting for anything more. None when the stream is over.
+    /// The next piece of output: the frames for one upstream event (or
+    /// several, when some produce nothing). None when the stream is over.
     async fn step(&mut self) -> Result<Option<Bytes>, ApiError> {
-        let Some(Some(first)) = self.step_once(true).await? else {
-            return Ok(None);
-        };
-        let mut out: Option<Vec<u8>> = None;
-        while matches!(self.phase, Phase::Streaming) {
-            match self.step_once(false).await {
-                Ok(Some(Some(more))) => out
-                    .get_or_insert_with(|| first.to_vec())
-                    .extend_from_slice(&more),
-                Ok(Some(None)) | Ok(None) => break,
-                Err(e) => {
-                    let tail = self.fail(&e);
-                    out.get_or_insert_with(|| first.to_vec())
-                        .extend_from_slice(&tail);
-                    break;
-                }
-            }
-        }
-        Ok(Some(out.map(Bytes::from).unwrap_or(first)))
-    }
-
-    /// The frames for one upstream event (or several, when some produce
-    /// nothing). `Ok(None)`: nothing arrived yet (only without `wait`);
-    /// `Ok(Some(None))`: the stream is over.
-    async fn step_once(&mut self, wait: bool) -> Result<Option<Option<Bytes>>, ApiError> {
         loop {
             match self.phase {
-                Phase::Done => return Ok(Some(None)),
+                Phase::Done => return Ok(None),
                 Phase::Draining => {
                     let upstream = &mut self.upstream;
                     let _ = tokio::time::timeout(DRAIN_WAIT, async {
@@ -575,16 +534,15 @@ impl<H: ChatHooks> StreamRelay<H> {
                     })
                     .await;
                     self.phase = Phase::Done;
-                    return Ok(Some(None));
+                    return Ok(None);
                 }
                 Phase::Streaming => {}
             }
-            let ev = match self.next_event(wait).await? {
-                Pull::Event(ev) => ev,
-                Pull::Pending => return Ok(None),
+            let ev = match self.next_event().await? {
+                Some(ev) => ev,
                 // Some servers end without [DONE]; after a finish_reason that is fine.
-                Pull::End if self.saw_finish => return Ok(Some(Some(self.end().await))),
-                Pull::End => return Err(cut_off()),
+                None if self.saw_finish => return Ok(Some(self.end().await)),
+                None => return Err(cut_off()),
             };
             if let Some(name) = ev.event.as_deref() {
                 if name == "error" {
@@ -593,17 +551,17 @@ impl<H: ChatHooks> StreamRelay<H> {
                 }
                 if !name.is_empty() && name != "message" {
                     // Not an OpenAI event: passed on as it came.
-                    return Ok(Some(Some(
+                    return Ok(Some(
                         SseFrame::Event {
                             event: name.to_string(),
                             data: ev.data,
                         }
                         .to_bytes(),
-                    )));
+                    ));
                 }
             }
             if ev.data.trim() == "[DONE]" {
-                return Ok(Some(Some(self.end().await)));
+                return Ok(Some(self.end().await));
             }
             let mut chunk: Value = serde_json::from_str(&ev.data)
                 .map_err(|_| upstream::bad_answer("a stream event is not JSON"))?;
@@ -647,7 +605,7 @@ impl<H: ChatHooks> StreamRelay<H> {
                 }
                 out.extend_from_slice(b"\n\n");
             }
-            return Ok(Some(Some(Bytes::from(out))));
+            return Ok(Some(Bytes::from(out)));
         }
     }
 
@@ -663,15 +621,6 @@ impl<H: ChatHooks> StreamRelay<H> {
         self.phase = Phase::Draining;
         Bytes::from(out)
     }
-}
-
-/// What the upstream has for us.
-enum Pull {
-    Event(SseEvent),
-    /// The body ended cleanly.
-    End,
-    /// Nothing has arrived yet (only without waiting).
-    Pending,
 }
 
 impl<H> Drop for StreamRelay<H> {
