@@ -164,17 +164,16 @@ impl App {
     }
 
     pub async fn user(&self, id: &str) -> Result<Option<Arc<UserInfo>>, sqlx::Error> {
-        let key = id.to_string();
-        if let Some(u) = self.caches.users.get(&key) {
-            return Ok(Some(u));
-        }
-        let generation = self.caches.users.generation();
-        let Some(row) = self.store.user_by_id(id).await? else {
-            return Ok(None);
-        };
-        let info = Arc::new(UserInfo::from(&row));
-        self.caches.users.insert(key, Arc::clone(&info), generation);
-        Ok(Some(info))
+        self.caches
+            .users
+            .get_or_load(id.to_string(), || async {
+                Ok(self
+                    .store
+                    .user_by_id(id)
+                    .await?
+                    .map(|row| Arc::new(UserInfo::from(&row))))
+            })
+            .await
     }
 
     /// An agent by address, from the cache or the database (then cached).
@@ -182,21 +181,17 @@ impl App {
         &self,
         address: &str,
     ) -> Result<Option<Arc<crate::agents::Agent>>, sqlx::Error> {
-        let key = address.to_string();
-        if let Some(a) = self.caches.agents.get(&key) {
-            return Ok(Some(a));
-        }
-        let generation = self.caches.agents.generation();
-        let Some(row) = self.store.agent(address).await? else {
-            return Ok(None);
-        };
-        let agent = crate::agents::Agent::from_row(row)
-            .map(Arc::new)
-            .map_err(|e| sqlx::Error::Decode(e.into()))?;
         self.caches
             .agents
-            .insert(key, Arc::clone(&agent), generation);
-        Ok(Some(agent))
+            .get_or_load(address.to_string(), || async {
+                let Some(row) = self.store.agent(address).await? else {
+                    return Ok(None);
+                };
+                crate::agents::Agent::from_row(row)
+                    .map(|a| Some(Arc::new(a)))
+                    .map_err(|e| sqlx::Error::Decode(e.into()))
+            })
+            .await
     }
 }
 

@@ -37,12 +37,34 @@ impl<K: Eq + Hash + Clone, V: Clone> TtlCache<K, V> {
         }
     }
 
+    /// The cached value, or what `load` finds, stored unless an eviction
+    /// raced the load. `Ok(None)` from `load` is not cached, so something
+    /// created a moment later is seen at once.
+    pub async fn get_or_load<E, Fut>(
+        &self,
+        key: K,
+        load: impl FnOnce() -> Fut,
+    ) -> Result<Option<V>, E>
+    where
+        Fut: std::future::Future<Output = Result<Option<V>, E>>,
+    {
+        if let Some(v) = self.get(&key) {
+            return Ok(Some(v));
+        }
+        let generation = self.generation();
+        let Some(v) = load().await? else {
+            return Ok(None);
+        };
+        self.insert(key, v.clone(), generation);
+        Ok(Some(v))
+    }
+
     /// Take before reading the database; pass to `insert`.
-    pub fn generation(&self) -> u64 {
+    fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
     }
 
-    pub fn insert(&self, k: K, v: V, generation: u64) {
+    fn insert(&self, k: K, v: V, generation: u64) {
         if self.map.len() >= self.max_entries {
             // Bounded: drop everything rather than grow without limit; it refills.
             self.map.clear();
@@ -92,5 +114,38 @@ mod tests {
         c.remove(&1);
         c.insert(1, "stale", g);
         assert_eq!(c.get(&1), None);
+    }
+
+    #[tokio::test]
+    async fn a_load_raced_by_an_eviction_is_returned_but_not_kept() {
+        let c = TtlCache::new(Duration::from_secs(60), 10);
+        let v = c
+            .get_or_load(1, || async {
+                c.remove(&1);
+                Ok::<_, ()>(Some("stale"))
+            })
+            .await;
+        assert_eq!(v, Ok(Some("stale")));
+        assert_eq!(c.get(&1), None);
+    }
+
+    #[tokio::test]
+    async fn a_miss_is_not_cached_and_a_hit_is() {
+        let c = TtlCache::new(Duration::from_secs(60), 10);
+        assert_eq!(
+            c.get_or_load(1, || async { Ok::<_, ()>(None) }).await,
+            Ok(None)
+        );
+        assert_eq!(
+            c.get_or_load(1, || async { Ok::<_, ()>(Some("new")) })
+                .await,
+            Ok(Some("new"))
+        );
+        // Now cached: the loader is not called again.
+        assert_eq!(
+            c.get_or_load(1, || async { Err::<Option<&str>, ()>(()) })
+                .await,
+            Ok(Some("new"))
+        );
     }
 }

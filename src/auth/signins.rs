@@ -350,22 +350,15 @@ pub async fn check_access(
         return Err(invalid_access());
     };
     let key = sha256_hex(&claims.jti);
-    let info = match app.caches.sign_ins.get(&key) {
-        Some(i) => i,
-        None => {
-            let generation = app.caches.sign_ins.generation();
-            let row = app
-                .store
-                .sign_in_by_access(&key)
-                .await?
-                .ok_or_else(invalid_access)?;
-            let info = Arc::new(SignInInfo::from(&row));
-            app.caches
-                .sign_ins
-                .insert(key, Arc::clone(&info), generation);
-            info
-        }
-    };
+    let info = app
+        .caches
+        .sign_ins
+        .get_or_load(key.clone(), || async {
+            let row = app.store.sign_in_by_access(&key).await?;
+            Ok::<_, sqlx::Error>(row.map(|r| Arc::new(SignInInfo::from(&r))))
+        })
+        .await?
+        .ok_or_else(invalid_access)?;
     if &info.device_id != sid || &info.agent != agt || info.user_id != claims.sub {
         return Err(invalid_access());
     }

@@ -30,19 +30,19 @@ pub fn routes() -> OpenApiRouter<AppState> {
 }
 
 async fn scanner(app: &AppState, terms: &[String]) -> ApiResult<Arc<Scanner>> {
-    let key = terms.join("\u{1}");
-    if let Some(s) = app.caches.scanners.get(&key) {
-        return Ok(s);
-    }
-    let generation = app.caches.scanners.generation();
     let terms = terms.to_vec();
-    let built = tokio::task::spawn_blocking(move || Scanner::new(&terms))
-        .await
-        .map_err(ApiError::internal)?
-        .map_err(ApiError::internal)?;
-    let s = Arc::new(built);
-    app.caches.scanners.insert(key, Arc::clone(&s), generation);
-    Ok(s)
+    let built = app
+        .caches
+        .scanners
+        .get_or_load(terms.join("\u{1}"), || async move {
+            let s = tokio::task::spawn_blocking(move || Scanner::new(&terms))
+                .await
+                .map_err(ApiError::internal)?
+                .map_err(ApiError::internal)?;
+            Ok::<_, ApiError>(Some(Arc::new(s)))
+        })
+        .await?;
+    built.ok_or_else(|| ApiError::internal("scanner cache returned nothing"))
 }
 
 /// Chat through the agent's own model under the agent's tool rules.

@@ -371,35 +371,38 @@ pub async fn manifest_classes(
     agent: &str,
     device: &str,
 ) -> ApiResult<Arc<HashMap<String, ToolClass>>> {
-    let key = format!("{agent}|{device}");
-    if let Some(c) = app.caches.manifests.get(&key) {
-        return Ok(c);
-    }
-    let generation = app.caches.manifests.generation();
-    let body = app.store.latest_manifest(agent, device).await?;
+    let loaded = app
+        .caches
+        .manifests
+        .get_or_load(format!("{agent}|{device}"), || async {
+            let body = app.store.latest_manifest(agent, device).await?;
+            Ok::<_, sqlx::Error>(Some(Arc::new(classes_of(body.as_deref()))))
+        })
+        .await?;
+    Ok(loaded.unwrap_or_default())
+}
+
+/// Tool classes of a stored manifest body (canonical JSON).
+fn classes_of(body: Option<&str>) -> HashMap<String, ToolClass> {
     let mut map = HashMap::new();
-    if let Some(v) = body.and_then(|b| serde_json::from_str::<Value>(&b).ok()) {
+    if let Some(v) = body.and_then(|b| serde_json::from_str::<Value>(b).ok()) {
         for t in v
             .get("tools")
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
         {
-            if let (Some(n), Some(c)) = (
-                t.get("name").and_then(Value::as_str),
-                t.get("class")
-                    .and_then(Value::as_str)
-                    .and_then(ToolClass::parse),
-            ) {
+            let name = t.get("name").and_then(Value::as_str);
+            let class = t
+                .get("class")
+                .and_then(Value::as_str)
+                .and_then(ToolClass::parse);
+            if let (Some(n), Some(c)) = (name, class) {
                 map.insert(n.to_string(), c);
             }
         }
     }
-    let map = Arc::new(map);
-    app.caches
-        .manifests
-        .insert(key, Arc::clone(&map), generation);
-    Ok(map)
+    map
 }
 
 /// Administrator decisions on the agent's tools (cached; evicted on change).
@@ -407,18 +410,17 @@ pub async fn tool_decisions(
     app: &AppState,
     agent: &str,
 ) -> ApiResult<Arc<HashMap<String, ToolStatus>>> {
-    if let Some(d) = app.caches.tools.get(&agent.to_string()) {
-        return Ok(d);
-    }
-    let generation = app.caches.tools.generation();
-    let rows = app.store.list_tools(agent).await?;
-    let map: HashMap<String, ToolStatus> = rows
-        .iter()
-        .filter_map(|r| Some((r.name.clone(), ToolStatus::parse(&r.status)?)))
-        .collect();
-    let map = Arc::new(map);
-    app.caches
+    let loaded = app
+        .caches
         .tools
-        .insert(agent.to_string(), Arc::clone(&map), generation);
-    Ok(map)
+        .get_or_load(agent.to_string(), || async {
+            let rows = app.store.list_tools(agent).await?;
+            let map: HashMap<String, ToolStatus> = rows
+                .iter()
+                .filter_map(|r| Some((r.name.clone(), ToolStatus::parse(&r.status)?)))
+                .collect();
+            Ok::<_, sqlx::Error>(Some(Arc::new(map)))
+        })
+        .await?;
+    Ok(loaded.unwrap_or_default())
 }

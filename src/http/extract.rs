@@ -244,26 +244,18 @@ impl FromRequestParts<AppState> for ApiKeyAuth {
             return Err(invalid_key("The API key is not valid."));
         }
         let hash = crate::auth::sha256_hex(token);
-        let key = match state.caches.api_keys.get(&hash) {
-            Some(k) => k,
-            None => {
-                let generation = state.caches.api_keys.generation();
-                let row = state
-                    .store
-                    .api_key_by_hash(&hash)
-                    .await?
-                    .ok_or_else(|| invalid_key("The API key is not valid."))?;
-                if !crate::auth::ct_eq(&row.key_hash, &hash) {
-                    return Err(invalid_key("The API key is not valid."));
-                }
-                let info = Arc::new(KeyInfo::from_row(&row));
-                state
-                    .caches
-                    .api_keys
-                    .insert(hash, Arc::clone(&info), generation);
-                info
-            }
-        };
+        let key = state
+            .caches
+            .api_keys
+            .get_or_load(hash.clone(), || async {
+                let row = state.store.api_key_by_hash(&hash).await?;
+                Ok::<_, sqlx::Error>(
+                    row.filter(|r| crate::auth::ct_eq(&r.key_hash, &hash))
+                        .map(|r| Arc::new(KeyInfo::from_row(&r))),
+                )
+            })
+            .await?
+            .ok_or_else(|| invalid_key("The API key is not valid."))?;
         let now = crate::store::now_ms();
         if key.expires_at.is_some_and(|e| now >= e) {
             return Err(invalid_key("The API key has expired."));
