@@ -77,7 +77,16 @@ impl Settings {
             database_url: var("GATEHOUSE_DATABASE_URL")
                 .unwrap_or_else(|| "sqlite://gatehouse.db".into()),
             config_file: var("GATEHOUSE_CONFIG").map(PathBuf::from),
-            secret: var("GATEHOUSE_SECRET"),
+            secret: match var("GATEHOUSE_SECRET") {
+                Some(s) if s.chars().count() < crate::secrets::MIN_SECRET_CHARS => {
+                    return Err(ConfigError(format!(
+                        "GATEHOUSE_SECRET must be at least {} characters (it has {}); generate one with: openssl rand -base64 48",
+                        crate::secrets::MIN_SECRET_CHARS,
+                        s.chars().count()
+                    )))
+                }
+                other => other,
+            },
             admin_email: var("GATEHOUSE_ADMIN_EMAIL"),
             admin_password: var("GATEHOUSE_ADMIN_PASSWORD"),
             login_token_ttl: positive(

@@ -200,3 +200,83 @@ async fn the_metrics_token_is_required_when_set() {
         .unwrap()
         .contains("gatehouse_http_requests_total"));
 }
+
+const SECRET: &str = "a-deployment-secret-of-forty-characters!";
+
+#[tokio::test]
+async fn with_gatehouse_secret_the_database_holds_no_provider_key_and_no_signing_secret() {
+    let env = env_with(|s| s.secret = Some(SECRET.into())).await;
+    let key = "sk-live-0123456789abcdef0123456789";
+    let r = env
+        .app
+        .post(
+            "/api/admin/providers",
+            &env.admin,
+            &json!({"name": "hosted", "type": "openai", "base_url": env.stub.openai_base_url(), "api_key": key}),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    env.model("hosted-chat", "chat", "hosted", "up-sealed")
+        .await;
+    let r = env
+        .post(
+            "/v1/chat/completions",
+            &json!({"model": "hosted-chat", "messages": [{"role": "user", "content": "hi"}]}),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    // The upstream still gets the key ...
+    let sent = env.stub.requests_for_model("up-sealed");
+    assert_eq!(
+        sent[0].header("authorization"),
+        Some(format!("Bearer {key}").as_str())
+    );
+    // ... but the database has neither the key, nor a part of it, nor a secret.
+    let pool = &env.app.app().store.pool;
+    let stored: Vec<Option<String>> = sqlx::query_scalar("SELECT api_key FROM providers")
+        .fetch_all(pool)
+        .await
+        .unwrap();
+    for v in stored.iter().flatten() {
+        assert!(!v.contains(&key[8..]), "provider key stored readable: {v}");
+        assert!(v.starts_with("sealed:v1:"), "{v}");
+    }
+    let settings: Vec<String> = sqlx::query_scalar("SELECT value FROM settings")
+        .fetch_all(pool)
+        .await
+        .unwrap();
+    assert!(
+        settings.iter().all(|v| !v.contains(SECRET)),
+        "the secret is in the database"
+    );
+    let generated: Option<String> =
+        sqlx::query_scalar("SELECT value FROM settings WHERE key = 'token_secret'")
+            .fetch_optional(pool)
+            .await
+            .unwrap();
+    assert!(
+        generated.is_none(),
+        "a signing secret was kept in the database"
+    );
+}
+
+#[test]
+fn a_short_gatehouse_secret_stops_the_server_naming_the_variable() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gatehouse"))
+        .arg("serve")
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("GATEHOUSE_LISTEN", "127.0.0.1:0")
+        .env(
+            "GATEHOUSE_DATABASE_URL",
+            format!("sqlite://{}/g.db", dir.path().display()),
+        )
+        .env("GATEHOUSE_SECRET", "x".repeat(31))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("GATEHOUSE_SECRET"), "{stderr}");
+    assert!(!dir.path().join("g.db").exists(), "started before refusing");
+}
