@@ -65,6 +65,7 @@ impl App {
             login_token: settings.login_token_ttl,
             access_token: settings.access_token_ttl,
             refresh_token: settings.refresh_token_ttl,
+            sign_in_max_age: settings.sign_in_max_age,
         };
         App {
             auth: Auth::new(

@@ -116,21 +116,16 @@ async fn bootstrap_admin(settings: &Settings, store: &Store) -> Result<(), Start
     let email = users::Email::parse(email)
         .map_err(|e| StartError::Other(format!("GATEHOUSE_ADMIN_EMAIL: {}", e.message)))?
         .into_string();
-    let existing = store.user_by_email(&email).await?;
+    // Only when no user has this e-mail: an existing account (disabled, or
+    // with a changed password) is left as it is.
+    if store.user_by_email(&email).await?.is_some() {
+        return Ok(());
+    }
     let hash = auth::passwords::hash(password.clone())
         .await
         .map_err(StartError::Other)?;
-    match existing {
-        None => {
-            store.create_user(&email, &hash, true).await?;
-            tracing::info!("created the admin user from GATEHOUSE_ADMIN_EMAIL");
-        }
-        Some(u) => {
-            // Keep the environment authoritative: the admin can always get in.
-            store
-                .update_user(&u.id, Some(true), Some(true), Some(&hash))
-                .await?;
-        }
+    if store.create_user(&email, &hash, true).await?.is_some() {
+        tracing::info!("created the admin user from GATEHOUSE_ADMIN_EMAIL");
     }
     Ok(())
 }
@@ -194,6 +189,7 @@ async fn flush_last_used(app: &App) {
 
 /// Connects, migrates, bootstraps and starts serving on `settings.listen`.
 pub async fn start(settings: Settings) -> Result<Server, StartError> {
+    auth::passwords::set_concurrency(settings.password_hash_concurrency);
     let store = Store::connect(&settings.db_options()).await?;
     store.migrate().await?;
     let keyring = keyring(&settings, &store).await?;
