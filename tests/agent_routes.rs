@@ -1080,6 +1080,80 @@ async fn a_tool_result_for_a_pending_call_is_refused_with_approval_pending() {
 }
 
 #[tokio::test]
+async fn approvals_bind_to_their_conversation() {
+    let env = approvals_env("aprconv", |_| {}).await;
+    let in_c1 = [
+        ("X-Service-Tool-Mode", "ask"),
+        ("X-Service-Conversation-Id", "c1"),
+    ];
+    let in_c2 = [
+        ("X-Service-Tool-Mode", "ask"),
+        ("X-Service-Conversation-Id", "c2"),
+    ];
+    let r = env
+        .chat(
+            &in_c1,
+            &chat_body("do it", &["read_file", "write_file", "run"]),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let v: Value = r.json().await.unwrap();
+    env.stub.unscript(&env.upstream);
+    let w = v["approvals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["tool"] == "write_file")
+        .unwrap()
+        .clone();
+    // Pending in c1: another conversation (or none) with the same call id is not blocked.
+    let r = env
+        .chat(&in_c2, &tool_result_body("call_w", "write_file", "from c2"))
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(tool_message_content(&env.last_sent()), "from c2");
+    let r = env
+        .chat(
+            &[("X-Service-Tool-Mode", "ask")],
+            &tool_result_body("call_w", "write_file", "no conversation"),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    expect_error(
+        env.chat(&in_c1, &tool_result_body("call_w", "write_file", "x"))
+            .await,
+        409,
+        "approval_pending",
+    )
+    .await;
+    // Denied in c1 decides nothing in c2.
+    let r = env
+        .answer(
+            &env.access,
+            w["id"].as_str().unwrap(),
+            &json!({"decision": "deny"}),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let r = env
+        .chat(
+            &in_c1,
+            &tool_result_body("call_w", "write_file", "written anyway"),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(tool_message_content(&env.last_sent()), DENIED_TEXT);
+    let r = env
+        .chat(
+            &in_c2,
+            &tool_result_body("call_w", "write_file", "c2 result"),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(tool_message_content(&env.last_sent()), "c2 result");
+}
+
+#[tokio::test]
 async fn a_denied_calls_result_reaches_the_upstream_as_the_fixed_text() {
     let env = approvals_env("aprdeny", |_| {}).await;
     let approvals = ask(&env).await;

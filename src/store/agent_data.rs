@@ -275,22 +275,27 @@ impl Store {
         })
     }
 
-    /// Approvals of this user on this agent for these tool calls: tool_call_id -> (status, expires_at).
+    /// Approvals of this user on this agent, in this conversation (or both
+    /// without one), for these tool calls: tool_call_id -> (status, expires_at).
     pub async fn approval_states(
         &self,
         agent: &str,
         user_id: &str,
+        conversation_id: Option<&str>,
         call_ids: &[String],
     ) -> Result<HashMap<String, (String, i64)>, sqlx::Error> {
         let mut out = HashMap::new();
         for id in call_ids {
+            // Conversation ids are never empty, so '' stands for "none".
             let row: Option<(String, i64)> = sqlx::query_as(
                 "SELECT status, expires_at FROM approvals WHERE user_id = $1 AND tool_call_id = $2 AND agent = $3
+                   AND COALESCE(conversation_id, '') = $4
                  ORDER BY created_at DESC LIMIT 1",
             )
             .bind(user_id)
             .bind(id)
             .bind(agent)
+            .bind(conversation_id.unwrap_or(""))
             .fetch_optional(&self.pool)
             .await?;
             if let Some(r) = row {
