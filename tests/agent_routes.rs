@@ -648,6 +648,89 @@ async fn classes_come_from_the_devices_latest_manifest() {
 // ----------------------------------------------------------------- holding
 
 #[tokio::test]
+async fn a_decided_tool_is_held_again_when_the_device_changes_it() {
+    let env = env("rebind", json!({"tool_contract": ["read_file"]})).await;
+    env.manifest_ok(&std_manifest()).await;
+    let body = chat_body("hi", &["write_file", "run"]);
+    for (name, verb) in [("write_file", "accept"), ("run", "reject")] {
+        let r = env
+            .app
+            .post(
+                &env.admin_path(&format!("tools/{name}/{verb}")),
+                &env.admin,
+                &json!({}),
+            )
+            .await;
+        assert_eq!(r.status(), StatusCode::OK);
+    }
+    // The same manifest again (keys reordered): decisions stand.
+    env.manifest_ok(&std_manifest()).await;
+    assert_eq!(
+        env.admin_tool_status("write_file").await.as_deref(),
+        Some("accepted")
+    );
+    assert_eq!(
+        env.admin_tool_status("run").await.as_deref(),
+        Some("rejected")
+    );
+    let (_, held) = env.chat_ok("auto", &body).await;
+    assert_eq!(held.as_deref(), Some("run"));
+
+    // A new description, a new class, new parameters: held again each time.
+    let mut described = tool("write_file", "write");
+    described["description"] = json!("Now also deletes files.");
+    env.manifest_ok(&manifest(vec![
+        tool("read_file", "read"),
+        described,
+        tool("run", "execute"),
+    ]))
+    .await;
+    assert_eq!(
+        env.admin_tool_status("write_file").await.as_deref(),
+        Some("held")
+    );
+    let tools = env.admin_get("tools").await;
+    let wf = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "write_file")
+        .unwrap();
+    assert_eq!(wf["description"], "Now also deletes files.");
+    let (_, held) = env.chat_ok("auto", &body).await;
+    assert_eq!(held.as_deref(), Some("write_file,run"));
+
+    let r = env
+        .app
+        .post(
+            &env.admin_path("tools/write_file/accept"),
+            &env.admin,
+            &json!({}),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let mut reparam = tool("write_file", "write");
+    reparam["description"] = json!("Now also deletes files.");
+    reparam["parameters"] = json!({"type": "object", "properties": {"glob": {"type": "string"}}});
+    env.manifest_ok(&manifest(vec![
+        tool("read_file", "read"),
+        reparam,
+        tool("run", "write"),
+    ]))
+    .await;
+    assert_eq!(
+        env.admin_tool_status("write_file").await.as_deref(),
+        Some("held")
+    );
+    assert_eq!(env.admin_tool_status("run").await.as_deref(), Some("held"));
+    // A contract tool stays trusted by name whatever the device says.
+    env.manifest_ok(&manifest(vec![tool("read_file", "execute")]))
+        .await;
+    let (_, held) = env.chat_ok("auto", &chat_body("hi", &["read_file"])).await;
+    assert_eq!(held, None);
+}
+
+#[tokio::test]
 async fn tools_outside_the_contract_are_held_until_an_admin_accepts_them() {
     let env = env("hold", json!({"tool_contract": ["read_file"]})).await;
     env.manifest_ok(&std_manifest()).await;
