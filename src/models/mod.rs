@@ -4,6 +4,7 @@
 
 pub mod adapters;
 pub mod retrieval;
+pub mod routing;
 
 use std::collections::HashMap;
 use std::sync::Arc;
