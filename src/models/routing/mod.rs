@@ -11,11 +11,13 @@
 //! * [`plan`]: which target a request tries next.
 //! * [`outcome`]: which failures are retried and which count against a target.
 //! * [`form`]: the admin API and TOML form of a routed model, and its validation.
+//! * [`stats`]: attempts and failures by provider and cause, for `/metrics`.
 
 pub mod form;
 pub mod health;
 pub mod outcome;
 pub mod plan;
+pub mod stats;
 
 use std::sync::Arc;
 
@@ -29,6 +31,7 @@ pub use health::{
 };
 pub use outcome::{judge, Cause, Failure, Verdict};
 pub use plan::{Attempts, Pick, Stage};
+pub use stats::{ProviderStats, StatsRegistry};
 
 use super::Provider;
 
@@ -69,4 +72,6 @@ pub struct Target {
     /// Shared by every model naming the same provider and upstream model:
     /// they are the same deployment, so they fail together.
     pub health: Arc<TargetHealth>,
+    /// The provider's attempt and failure counters.
+    pub stats: Arc<ProviderStats>,
 }

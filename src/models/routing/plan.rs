@@ -191,6 +191,7 @@ mod tests {
             upstream_model: "m".into(),
             weight,
             health: Arc::new(TargetHealth::new(COOL)),
+            stats: Default::default(),
         }
     }
 
