@@ -8,7 +8,6 @@ pub mod agui;
 pub mod body;
 pub mod chat;
 pub mod sse;
-pub mod upstream;
 
 pub use crate::usage::UsageContext;
 pub use chat::{relay, ChatCall, ChatHooks, ChunkAction, NoHooks};
