@@ -30,6 +30,8 @@ pub struct Settings {
     pub db_acquire_timeout_s: u64,
     pub usage_queue: usize,
     pub pii_vault_ttl_s: i64,
+    /// How long a target rests after 3 failures in a row.
+    pub target_cooldown_s: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -103,6 +105,10 @@ impl Settings {
             db_acquire_timeout_s: parse_var("GATEHOUSE_DB_ACQUIRE_TIMEOUT_S", 2)?,
             usage_queue: parse_var("GATEHOUSE_USAGE_QUEUE", 10_000)?,
             pii_vault_ttl_s: parse_var("GATEHOUSE_PII_VAULT_TTL_S", 86_400)?,
+            target_cooldown_s: parse_var(
+                "GATEHOUSE_TARGET_COOLDOWN_S",
+                crate::models::routing::DEFAULT_COOLDOWN_S,
+            )?,
         })
     }
 
@@ -128,6 +134,7 @@ impl Settings {
             db_acquire_timeout_s: 2,
             usage_queue: 10_000,
             pii_vault_ttl_s: 86_400,
+            target_cooldown_s: crate::models::routing::DEFAULT_COOLDOWN_S,
         }
     }
 }
@@ -140,7 +147,7 @@ pub struct FileConfig {
     #[serde(default)]
     pub providers: Vec<crate::models::NewProvider>,
     #[serde(default)]
-    pub models: Vec<crate::models::NewModel>,
+    pub models: Vec<crate::models::ModelForm>,
     #[serde(default)]
     pub agents: Vec<serde_json::Value>,
 }

@@ -47,7 +47,7 @@ async fn readyz(State(app): State<AppState>) -> impl IntoResponse {
 #[utoipa::path(get, path = "/metrics", tag = "system", responses((status = 200, description = "Prometheus text format")))]
 async fn metrics(State(app): State<AppState>) -> impl IntoResponse {
     let c = &app.usage.counters;
-    let body = app.metrics.render(&[
+    let mut body = app.metrics.render(&[
         (
             "gatehouse_usage_records_written_total",
             "Usage records written.",
@@ -64,6 +64,7 @@ async fn metrics(State(app): State<AppState>) -> impl IntoResponse {
             c.failed.load(Ordering::Relaxed),
         ),
     ]);
+    app.routing.stats.render(&mut body);
     (
         [(
             header::CONTENT_TYPE,

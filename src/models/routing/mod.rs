@@ -20,6 +20,7 @@ pub mod plan;
 pub mod stats;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -74,4 +75,56 @@ pub struct Target {
     pub health: Arc<TargetHealth>,
     /// The provider's attempt and failure counters.
     pub stats: Arc<ProviderStats>,
+}
+
+impl Target {
+    /// Records a failed attempt on this target (metrics and health) and
+    /// returns what it means for the request.
+    pub fn failed(
+        &self,
+        guard: &mut InFlight,
+        failure: Failure,
+        client_got_bytes: bool,
+    ) -> Verdict {
+        let verdict = judge(failure, client_got_bytes);
+        self.stats.failure(failure.cause());
+        if verdict.against_target {
+            guard.failed(mono_ms());
+        } else {
+            guard.ok();
+        }
+        verdict
+    }
+}
+
+/// Which model and provider answered a request, and after how many attempts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Answered {
+    /// The requested model, or the fallback that answered.
+    pub model: String,
+    pub provider: String,
+    pub attempts: u32,
+}
+
+/// The per-process routing state: every target's health and every
+/// provider's counters. Kept across catalog rebuilds.
+#[derive(Debug)]
+pub struct RoutingState {
+    pub health: HealthRegistry,
+    pub stats: StatsRegistry,
+}
+
+impl RoutingState {
+    pub fn new(cooldown: Duration) -> Self {
+        RoutingState {
+            health: HealthRegistry::new(cooldown),
+            stats: StatsRegistry::default(),
+        }
+    }
+}
+
+/// The next attempt now. (A function, so the thread-local random source is
+/// never held across an await.)
+pub fn next_pick<'a>(attempts: &mut Attempts<'a>) -> Option<Pick<'a>> {
+    attempts.next(mono_ms(), &mut rand::thread_rng())
 }
