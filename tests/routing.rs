@@ -3,14 +3,13 @@
 //! API and TOML form, headers, usage records and metrics.
 
 mod common;
-mod model_support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::models::{payloads, poll, sse_events, v1_error};
 use gatehouse_stub_upstream::{Script, Stub, StubOptions, TEI_SCRIPT_KEY};
-use model_support::{payloads, poll, sse_events, v1_error};
 use reqwest::{Response, StatusCode};
 use serde_json::{json, Value};
 
