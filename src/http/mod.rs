@@ -2,6 +2,7 @@
 //! error shapes) and thin handlers that call into the domain modules.
 
 pub mod admin;
+pub mod admin_models;
 pub mod agent_auth;
 pub mod agent_chat;
 pub mod agent_data;
@@ -44,6 +45,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .merge(system::routes())
         .merge(users::routes())
         .merge(admin::routes())
+        .merge(admin_models::routes())
         .merge(usage::routes())
         .merge(v1::routes())
         .merge(agents::routes())
