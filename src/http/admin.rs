@@ -108,15 +108,7 @@ async fn create_provider(
     _admin: AdminUser,
     ApiJson(body): ApiJson<NewProvider>,
 ) -> Result<impl IntoResponse> {
-    let mut row = body.validate()?;
-    if !app.store.put_provider(&row, false).await? {
-        return Err(Error::conflict(
-            "provider_exists",
-            "A provider with this name already exists.",
-        ));
-    }
-    row.created_at = crate::store::now_ms();
-    app.invalidate(Invalidation::Catalog).await;
+    let row = add_provider(&app, &body).await?;
     Ok((StatusCode::CREATED, Json(provider_view(&row))))
 }
 
@@ -155,19 +147,7 @@ async fn delete_provider(
     _admin: AdminUser,
     Path(name): Path<String>,
 ) -> Result<StatusCode> {
-    if app.store.models_of_provider(&name).await? > 0 {
-        return Err(Error::conflict(
-            "provider_in_use",
-            "Models still use this provider; delete them first.",
-        ));
-    }
-    if !app.store.delete_provider(&name).await? {
-        return Err(Error::not_found(
-            "provider_not_found",
-            "There is no provider with this name.",
-        ));
-    }
-    app.invalidate(Invalidation::Catalog).await;
+    remove_provider(&app, &name).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -183,27 +163,7 @@ async fn create_model(
     _admin: AdminUser,
     ApiJson(body): ApiJson<NewModel>,
 ) -> Result<impl IntoResponse> {
-    let mut row = body.validate()?;
-    if !app
-        .store
-        .list_providers()
-        .await?
-        .iter()
-        .any(|p| p.name == row.provider)
-    {
-        return Err(Error::validation(
-            "provider",
-            format!("There is no provider named '{}'.", row.provider),
-        ));
-    }
-    if !app.store.put_model(&row, false).await? {
-        return Err(Error::conflict(
-            "model_exists",
-            "A model with this id already exists.",
-        ));
-    }
-    row.created_at = crate::store::now_ms();
-    app.invalidate(Invalidation::Catalog).await;
+    let row = add_model(&app, &body).await?;
     Ok((StatusCode::CREATED, Json(model_view(&row))))
 }
 
@@ -237,20 +197,7 @@ async fn delete_model(
     _admin: AdminUser,
     Path(id): Path<String>,
 ) -> Result<StatusCode> {
-    let users = app.store.agents_using_model(&id).await?;
-    if users > 0 {
-        return Err(Error::conflict(
-            "model_in_use",
-            format!("{users} agent(s) chat with this model; give them another model first."),
-        ));
-    }
-    if !app.store.delete_model(&id).await? {
-        return Err(Error::not_found(
-            "model_not_found",
-            "There is no model with this id.",
-        ));
-    }
-    app.invalidate(Invalidation::Catalog).await;
+    remove_model(&app, &id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -284,4 +231,84 @@ async fn v1_models(
         })
         .collect();
     Ok(Json(json!({"object": "list", "data": data})))
+}
+
+// The rules of adding and removing providers and models, shared by the admin
+// API and the console.
+
+/// Adds a provider (409 `provider_exists` when the name is taken).
+pub(crate) async fn add_provider(app: &AppState, body: &NewProvider) -> Result<ProviderRow> {
+    let mut row = body.validate()?;
+    if !app.store.put_provider(&row, false).await? {
+        return Err(Error::conflict(
+            "provider_exists",
+            "A provider with this name already exists.",
+        ));
+    }
+    row.created_at = crate::store::now_ms();
+    app.invalidate(Invalidation::Catalog).await;
+    Ok(row)
+}
+
+/// Removes a provider that no model uses.
+pub(crate) async fn remove_provider(app: &AppState, name: &str) -> Result<()> {
+    if app.store.models_of_provider(name).await? > 0 {
+        return Err(Error::conflict(
+            "provider_in_use",
+            "Models still use this provider; delete them first.",
+        ));
+    }
+    if !app.store.delete_provider(name).await? {
+        return Err(Error::not_found(
+            "provider_not_found",
+            "There is no provider with this name.",
+        ));
+    }
+    app.invalidate(Invalidation::Catalog).await;
+    Ok(())
+}
+
+/// Adds a model of an existing provider (409 `model_exists` when the id is taken).
+pub(crate) async fn add_model(app: &AppState, body: &NewModel) -> Result<ModelRow> {
+    let mut row = body.validate()?;
+    if !app
+        .store
+        .list_providers()
+        .await?
+        .iter()
+        .any(|p| p.name == row.provider)
+    {
+        return Err(Error::validation(
+            "provider",
+            format!("There is no provider named '{}'.", row.provider),
+        ));
+    }
+    if !app.store.put_model(&row, false).await? {
+        return Err(Error::conflict(
+            "model_exists",
+            "A model with this id already exists.",
+        ));
+    }
+    row.created_at = crate::store::now_ms();
+    app.invalidate(Invalidation::Catalog).await;
+    Ok(row)
+}
+
+/// Removes a model no agent chats with.
+pub(crate) async fn remove_model(app: &AppState, id: &str) -> Result<()> {
+    let users = app.store.agents_using_model(id).await?;
+    if users > 0 {
+        return Err(Error::conflict(
+            "model_in_use",
+            format!("{users} agent(s) chat with this model; give them another model first."),
+        ));
+    }
+    if !app.store.delete_model(id).await? {
+        return Err(Error::not_found(
+            "model_not_found",
+            "There is no model with this id.",
+        ));
+    }
+    app.invalidate(Invalidation::Catalog).await;
+    Ok(())
 }
