@@ -519,3 +519,78 @@ async fn ending_a_sign_in_in_the_console_refuses_its_token() {
         (StatusCode::UNAUTHORIZED, "sign_in_ended".into())
     );
 }
+
+#[tokio::test]
+async fn overview_and_usage_pages_chart_recorded_requests_and_export_csv() {
+    let stub = gatehouse_stub_upstream::Stub::start().await;
+    let app = spawn_app().await;
+    app.add_model("openai", &stub.openai_base_url(), "chat-1", "chat", "up")
+        .await;
+    let admin = app.admin_token().await;
+    let key = app.api_key(&admin, json!({"name": "k"})).await;
+    for _ in 0..3 {
+        let r = app
+            .post(
+                "/v1/chat/completions",
+                &key,
+                &json!({"model": "chat-1", "messages": [{"role": "user", "content": "hi"}]}),
+            )
+            .await;
+        assert_eq!(r.status(), StatusCode::OK);
+    }
+    // Usage records are written in the background.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let rows: Vec<Value> = app
+            .get("/api/admin/usage", &admin)
+            .await
+            .json()
+            .await
+            .unwrap();
+        if rows.first().is_some_and(|r| r["requests"] == 3) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "usage not recorded: {rows:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let s = console_sign_in(&app, ADMIN_EMAIL, ADMIN_PASSWORD).await;
+    for range in ["", "?range=7d", "?range=30d"] {
+        let (status, page) = get_page(&app, &s.cookie, &format!("/console/{range}")).await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(
+            page.contains("<strong>3</strong> requests"),
+            "{range}: {page}"
+        );
+        assert!(page.contains("<svg"), "charts are inline SVG");
+    }
+    let (status, page) = get_page(&app, &s.cookie, "/console/admin/usage?group_by=model").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains("chat-1"));
+    let (status, page) = get_page(&app, &s.cookie, "/console/admin/usage?from=2026-13-01").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{page}");
+    let r = no_redirects()
+        .get(app.u("/console/admin/usage.csv?group_by=model"))
+        .header("cookie", &s.cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert!(r.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/csv"));
+    assert!(r.headers()["content-disposition"]
+        .to_str()
+        .unwrap()
+        .starts_with("attachment"));
+    let csv = r.text().await.unwrap();
+    let mut lines = csv.lines();
+    assert_eq!(
+        lines.next(),
+        Some("model,requests,prompt_tokens,completion_tokens,errors")
+    );
+    assert!(lines.next().unwrap().starts_with("\"chat-1\",3,"), "{csv}");
+}
