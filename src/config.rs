@@ -30,6 +30,8 @@ pub struct Settings {
     pub db_acquire_timeout_s: u64,
     pub usage_queue: usize,
     pub pii_vault_ttl_s: i64,
+    /// When set, `/metrics` asks for `Authorization: Bearer <token>`.
+    pub metrics_token: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -103,6 +105,7 @@ impl Settings {
             db_acquire_timeout_s: parse_var("GATEHOUSE_DB_ACQUIRE_TIMEOUT_S", 2)?,
             usage_queue: parse_var("GATEHOUSE_USAGE_QUEUE", 10_000)?,
             pii_vault_ttl_s: parse_var("GATEHOUSE_PII_VAULT_TTL_S", 86_400)?,
+            metrics_token: var("GATEHOUSE_METRICS_TOKEN"),
         })
     }
 
@@ -128,6 +131,7 @@ impl Settings {
             db_acquire_timeout_s: 2,
             usage_queue: 10_000,
             pii_vault_ttl_s: 86_400,
+            metrics_token: None,
         }
     }
 }
