@@ -96,8 +96,34 @@ pub async fn home(
         )
         .await?
         .len();
+    // What waits for an administrator: held tools (not in a contract) and open approvals.
+    let mut held = Vec::new();
+    for (agent, tool) in app.store.held_tools(200).await? {
+        if let Some(a) = app.agent(&agent).await? {
+            // An empty contract or local MCP holds nothing.
+            if !a.tool_contract.is_empty() && !a.tool_contract.contains(&tool) && !a.allow_local_mcp
+            {
+                held.push((agent, tool));
+            }
+        }
+    }
+    let open = app.store.open_approvals(now).await?;
     let body = html! {
         h1 { "Overview" }
+        @if !held.is_empty() || !open.is_empty() {
+            section.attention {
+                h2 { "Needs attention" }
+                ul {
+                    @for (agent, tool) in held.iter().take(20) {
+                        li { "Tool " code { (tool) } " of " a href=(format!("/console/admin/agents/{}", enc(agent))) { (agent) } " is held: accept or reject it." }
+                    }
+                    @if held.len() > 20 { li { (held.len() - 20) " more held tools." } }
+                    @for (agent, n) in &open {
+                        li { (n) " open approval(s) for " a href=(format!("/console/admin/agents/{}?approvals=pending", enc(agent))) { (agent) } "." }
+                    }
+                }
+            }
+        }
         p.ranges {
             "Show: "
             a href="/console/?range=24h" { "24 hours" } " · "
@@ -455,9 +481,14 @@ pub async fn agent(
     }
     let now = now_ms();
     let want = q.approvals.as_deref().and_then(ApprovalState::parse);
+    // Expired is computed from pending ones; the newest 100 are shown.
+    let stored = want.map(|w| match w {
+        ApprovalState::Expired => ApprovalState::Pending.as_str(),
+        other => other.as_str(),
+    });
     let approvals: Vec<_> = app
         .store
-        .list_approvals(&address)
+        .recent_approvals(&address, stored, 100)
         .await?
         .into_iter()
         .filter(|a| {
@@ -468,7 +499,6 @@ pub async fn agent(
                     == w
             })
         })
-        .take(100)
         .collect();
     let filter = SignInFilter {
         user_id: None,
@@ -481,34 +511,11 @@ pub async fn agent(
     let body = html! {
         h1 { "Agent " (agent.address.as_str()) }
         (done_note(q.done.as_deref()))
-        p { a href=(format!("{base}/events")) { "Events →" } }
-        h2 { "Settings" }
-        form.stack method="post" action=(base) {
-            (csrf(&user))
-            label { "Name" input name="name" value=(agent.name) required; }
-            label { "Chat model" select name="model" {
-                @for m in models.iter().filter(|m| m.kind == "chat") {
-                    option value=(m.id) selected[m.id == agent.model] { (m.id) }
-                }
-            } }
-            label { "Default tool mode" select name="default_tool_mode" {
-                @for mode in ["off", "read_only", "ask", "auto"] {
-                    option value=(mode) selected[mode == agent.default_tool_mode.as_str()] { (mode) }
-                }
-            } }
-            label { "Tool contract (comma-separated)" input name="tool_contract" value=(agent.tool_contract.join(", ")); }
-            label { "PII mode" select name="pii_mode" {
-                @for mode in ["off", "redact", "tokenize_reversible"] {
-                    option value=(mode) selected[mode == agent.pii.mode.as_str()] { (mode) }
-                }
-            } }
-            label.check { input type="checkbox" name="pii_user_choosable" value="true" checked[agent.pii.user_choosable]; " users may choose the PII mode" }
-            label { "PII terms (comma-separated)" input name="pii_terms" value=(agent.pii.terms.join(", ")); }
-            label.check { input type="checkbox" name="allow_local_mcp" value="true" checked[agent.allow_local_mcp]; " allow local MCP tools (nothing is held)" }
-            label { "Instructions (system message)" textarea name="instructions" rows="3" { (agent.instructions.clone().unwrap_or_default()) } }
-            label { "Allowed users (e-mails, comma-separated; empty: everyone)" input name="allowed_users" value=(agent.allowed_users.clone().unwrap_or_default().join(", ")); }
-            button type="submit" { "Save settings" }
+        p.muted {
+            "Model " code { (agent.model) } " · tool mode " code { (agent.default_tool_mode.as_str()) }
+            " · contract: " (if agent.tool_contract.is_empty() { "none (nothing is held)".to_string() } else { agent.tool_contract.join(", ") })
         }
+        p { a href=(format!("{base}/events")) { "Events →" } " · " a href="#settings" { "Settings ↓" } }
         h2 { "Tools" }
         @if tools.is_empty() { p.empty { "No tools reported yet." } } @else {
             table id="tools" {
@@ -558,6 +565,33 @@ pub async fn agent(
         h2 { "Sign-ins" }
         (sign_ins_table(&user, &sign_ins, false))
         @if let Some(n) = next { p.pager { a href=(format!("{base}?before={}", enc(&n))) { "Older →" } } }
+        h2 id="settings" { "Settings" }
+        form.stack method="post" action=(base) {
+            (csrf(&user))
+            label { "Name" input name="name" value=(agent.name) required; }
+            label { "Chat model" select name="model" {
+                @for m in models.iter().filter(|m| m.kind == "chat") {
+                    option value=(m.id) selected[m.id == agent.model] { (m.id) }
+                }
+            } }
+            label { "Default tool mode" select name="default_tool_mode" {
+                @for mode in ["off", "read_only", "ask", "auto"] {
+                    option value=(mode) selected[mode == agent.default_tool_mode.as_str()] { (mode) }
+                }
+            } }
+            label { "Tool contract (comma-separated)" input name="tool_contract" value=(agent.tool_contract.join(", ")); }
+            label { "PII mode" select name="pii_mode" {
+                @for mode in ["off", "redact", "tokenize_reversible"] {
+                    option value=(mode) selected[mode == agent.pii.mode.as_str()] { (mode) }
+                }
+            } }
+            label.check { input type="checkbox" name="pii_user_choosable" value="true" checked[agent.pii.user_choosable]; " users may choose the PII mode" }
+            label { "PII terms (comma-separated)" input name="pii_terms" value=(agent.pii.terms.join(", ")); }
+            label.check { input type="checkbox" name="allow_local_mcp" value="true" checked[agent.allow_local_mcp]; " allow local MCP tools (nothing is held)" }
+            label { "Instructions (system message)" textarea name="instructions" rows="3" { (agent.instructions.clone().unwrap_or_default()) } }
+            label { "Allowed users (e-mails, comma-separated; empty: everyone)" input name="allowed_users" value=(agent.allowed_users.clone().unwrap_or_default().join(", ")); }
+            button type="submit" { "Save settings" }
+        }
     };
     Ok(page(&user, "Agent", "/console/admin/agents", body))
 }
@@ -616,6 +650,8 @@ pub async fn decide_tool(
 #[derive(Deserialize, Default)]
 pub struct EventsQuery {
     device_id: Option<String>,
+    #[serde(rename = "type")]
+    kind: Option<String>,
     after: Option<String>,
 }
 
@@ -634,20 +670,27 @@ pub async fn events(
         .map(str::trim)
         .filter(|d| !d.is_empty());
     let after = q.after.as_deref().filter(|a| !a.is_empty());
+    let kind = q.kind.as_deref().map(str::trim).filter(|k| !k.is_empty());
     let mut rows = app
         .store
-        .list_events(&address, device, after, EVENTS_PAGE + 1)
+        .find_events(&address, device, kind, after, EVENTS_PAGE + 1)
         .await?;
     let more = rows.len() as i64 > EVENTS_PAGE;
     rows.truncate(EVENTS_PAGE as usize);
     let base = format!("/console/admin/agents/{}/events", enc(&address));
-    let dev_q = device
-        .map(|d| format!("device_id={}&", enc(d)))
-        .unwrap_or_default();
+    let dev_q = format!(
+        "{}{}",
+        device
+            .map(|d| format!("device_id={}&", enc(d)))
+            .unwrap_or_default(),
+        kind.map(|k| format!("type={}&", enc(k)))
+            .unwrap_or_default()
+    );
     let body = html! {
         h1 { "Events of " a href=(format!("/console/admin/agents/{}", enc(&address))) { (address) } }
         form.row method="get" action=(base) {
             label { "Device id" input name="device_id" value=(device.unwrap_or("")); }
+            label { "Type" input name="type" value=(kind.unwrap_or("")); }
             button type="submit" { "Filter" }
         }
         p.muted { "Oldest first, " (EVENTS_PAGE) " a page." }

@@ -68,7 +68,9 @@ pub fn over_time(
                 }
             }
             p.legend {
-                span.key.blue {} (unit) " (total " (total) ")"
+                span.key.blue {} (unit)
+                // A sum of averages means nothing: latency shows its peak.
+                @if unit == "ms" { " (peak " (max) ")" } @else { " (total " (total) ")" }
                 @if let Some((name, o)) = overlay {
                     " " span.key.red {} (name) " (total " (o.iter().sum::<i64>()) ")"
                 }
