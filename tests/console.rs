@@ -594,3 +594,168 @@ async fn overview_and_usage_pages_chart_recorded_requests_and_export_csv() {
     );
     assert!(lines.next().unwrap().starts_with("\"chat-1\",3,"), "{csv}");
 }
+
+#[tokio::test]
+async fn pages_stay_small_and_paged_with_10000_events_and_1000_sign_ins() {
+    let app = spawn_app().await;
+    app.add_model("openai", "http://127.0.0.1:9/v1", "chat-1", "chat", "up")
+        .await;
+    let admin = app.admin_token().await;
+    app.post(
+        "/api/admin/agents",
+        &admin,
+        &json!({"address": "busy", "name": "Busy", "model": "chat-1"}),
+    )
+    .await;
+    let (_, ann) = app.user("ann@example.com").await;
+    let mut access = String::new();
+    for i in 0..1000 {
+        let v: Value = app
+            .post(
+                "/api/agent-tokens",
+                &ann,
+                &json!({"agent": "busy", "device_label": format!("device {i}")}),
+            )
+            .await
+            .json()
+            .await
+            .unwrap();
+        access = v["access_token"].as_str().unwrap().to_string();
+    }
+    for batch in 0..100 {
+        let events: Vec<Value> = (0..100)
+            .map(|i| json!({"type": if i % 2 == 0 { "even" } else { "odd" }, "data": {"n": batch * 100 + i}}))
+            .collect();
+        let r = app
+            .post(
+                "/v1/agents/busy/events",
+                &access,
+                &json!({"events": events}),
+            )
+            .await;
+        assert_eq!(r.status(), StatusCode::ACCEPTED);
+    }
+    let s = console_sign_in(&app, ADMIN_EMAIL, ADMIN_PASSWORD).await;
+    for path in [
+        "/console/",
+        "/console/admin/agents/busy",
+        "/console/admin/agents/busy/events",
+        "/console/admin/sign-ins",
+        "/console/admin/sign-ins?agent=busy&user=ann@example.com",
+    ] {
+        let started = std::time::Instant::now();
+        let (status, page) = get_page(&app, &s.cookie, path).await;
+        assert_eq!(status, StatusCode::OK, "{path}");
+        assert!(page.len() < 100 * 1024, "{path}: {} bytes", page.len());
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(3),
+            "{path} is slow"
+        );
+    }
+    // Sign-ins: 50 a page, newest first; following "Older" reaches the first one.
+    let (_, page) = get_page(&app, &s.cookie, "/console/sign-ins").await;
+    assert!(!page.contains("ann")); // the admin has no sign-ins of their own
+    let mut path = "/console/admin/sign-ins?user=&agent=busy".to_string();
+    let mut pages = 0;
+    loop {
+        let (_, page) = get_page(&app, &s.cookie, &path).await;
+        pages += 1;
+        if pages == 1 {
+            assert!(page.contains(">device 999<"));
+        }
+        match page.find("href=\"/console/admin/sign-ins?user=&amp;agent=busy&amp;before=") {
+            Some(at) => {
+                let href = &page[at + 6..];
+                path = href[..href.find('"').unwrap()].replace("&amp;", "&");
+            }
+            None => {
+                assert!(page.contains(">device 0<"));
+                break;
+            }
+        }
+    }
+    assert_eq!(pages, 20);
+    // Events: oldest first, filtered by type, 50 a page with a next link.
+    let (_, page) = get_page(
+        &app,
+        &s.cookie,
+        "/console/admin/agents/busy/events?type=odd",
+    )
+    .await;
+    assert_eq!(page.matches("<tr>").count(), 51, "50 rows and the head");
+    assert!(page.contains("{&quot;n&quot;:1}"));
+    assert!(!page.contains("{&quot;n&quot;:0}"));
+    assert!(page.contains("Next page"));
+}
+
+#[tokio::test]
+async fn agent_settings_saved_in_the_console_go_through_the_agent_rules() {
+    let app = spawn_app().await;
+    app.add_model("openai", "http://127.0.0.1:9/v1", "chat-1", "chat", "up")
+        .await;
+    app.add_model(
+        "openai",
+        "http://127.0.0.1:9/v1",
+        "emb-1",
+        "embeddings",
+        "up",
+    )
+    .await;
+    let s = console_sign_in(&app, ADMIN_EMAIL, ADMIN_PASSWORD).await;
+    let r = post_form(
+        &app,
+        &s,
+        "/console/admin/agents",
+        None,
+        &[
+            ("csrf", &s.csrf),
+            ("address", "helper"),
+            ("name", "Helper"),
+            ("model", "chat-1"),
+            ("tool_contract", "a, b"),
+        ],
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let form = |model: &'static str| {
+        vec![
+            ("csrf", s.csrf.clone()),
+            ("name", "Helper 2".to_string()),
+            ("model", model.to_string()),
+            ("default_tool_mode", "read_only".to_string()),
+            ("tool_contract", "a".to_string()),
+            ("pii_mode", "redact".to_string()),
+            ("pii_terms", "Acme, Zeta".to_string()),
+            ("instructions", "Be brief.".to_string()),
+            ("allowed_users", "ann@example.com".to_string()),
+        ]
+    };
+    let f = form("emb-1");
+    let pairs: Vec<(&str, &str)> = f.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let r = post_form(&app, &s, "/console/admin/agents/helper", None, &pairs).await;
+    assert_eq!(
+        r.status(),
+        StatusCode::BAD_REQUEST,
+        "an embeddings model is refused"
+    );
+    assert!(r.text().await.unwrap().contains("chat model"));
+    let f = form("chat-1");
+    let pairs: Vec<(&str, &str)> = f.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let r = post_form(&app, &s, "/console/admin/agents/helper", None, &pairs).await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let admin = app.admin_token().await;
+    let agent: Value = app
+        .get("/api/admin/agents/helper", &admin)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(agent["name"], "Helper 2");
+    assert_eq!(agent["default_tool_mode"], "read_only");
+    assert_eq!(agent["tool_contract"], json!(["a"]));
+    assert_eq!(agent["pii"]["mode"], "redact");
+    assert_eq!(agent["pii"]["terms"], json!(["Acme", "Zeta"]));
+    assert_eq!(agent["instructions"], "Be brief.");
+    assert_eq!(agent["allowed_users"], json!(["ann@example.com"]));
+    assert_eq!(agent["allow_local_mcp"], false);
+}
