@@ -759,3 +759,48 @@ async fn agent_settings_saved_in_the_console_go_through_the_agent_rules() {
     assert_eq!(agent["allowed_users"], json!(["ann@example.com"]));
     assert_eq!(agent["allow_local_mcp"], false);
 }
+
+#[tokio::test]
+async fn an_admin_sets_a_password_and_the_users_console_sessions_end() {
+    let app = spawn_app().await;
+    let (ann_id, _) = app.user("ann@example.com").await;
+    let ann = console_sign_in(&app, "ann@example.com", "user-password-1").await;
+    let s = console_sign_in(&app, ADMIN_EMAIL, ADMIN_PASSWORD).await;
+    let r = post_form(
+        &app,
+        &s,
+        "/console/admin/users/password",
+        None,
+        &[
+            ("csrf", &s.csrf),
+            ("user_id", &ann_id),
+            ("password", "a-new-password-2"),
+        ],
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert_eq!(
+        get_page(&app, &ann.cookie, "/console/keys").await.0,
+        StatusCode::SEE_OTHER
+    );
+    assert_eq!(
+        app.login("ann@example.com", "a-new-password-2")
+            .await
+            .status(),
+        StatusCode::OK
+    );
+    // Unknown console pages answer with a page, under the same headers.
+    let r = no_redirects()
+        .get(app.u("/console/no-such-page"))
+        .header("cookie", &s.cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    assert!(r.headers().contains_key(CONTENT_SECURITY_POLICY));
+    assert!(r
+        .text()
+        .await
+        .unwrap()
+        .contains("There is no such console page."));
+}

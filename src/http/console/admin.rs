@@ -191,6 +191,14 @@ pub async fn users(
                 }
             }
         }
+        h2 { "Set a password" }
+        p.muted { "The user's console sessions end at once." }
+        form.row method="post" action="/console/admin/users/password" {
+            (csrf(&user))
+            label { "User" select name="user_id" { @for u in &rows { option value=(u.id) { (u.email) } } } }
+            label { "New password" input type="password" name="password" autocomplete="new-password" required; }
+            button type="submit" { "Set password" }
+        }
         h2 { "New user" }
         form.row method="post" action="/console/admin/users" {
             (csrf(&user))
@@ -224,6 +232,16 @@ pub async fn create_user(State(app): State<AppState>, posted: Posted) -> Out {
     )
     .await?;
     redirect("/console/admin/users?done=created")
+}
+
+pub async fn set_password(State(app): State<AppState>, posted: Posted) -> Out {
+    admin_only(&posted)?;
+    let change = accounts::UserChange {
+        password: Some(posted.get("password").to_string()),
+        ..Default::default()
+    };
+    accounts::update_user(&app.auth, posted.get("user_id"), change).await?;
+    redirect("/console/admin/users?done=updated")
 }
 
 pub async fn change_user(

@@ -40,6 +40,7 @@ pub fn router() -> Router<AppState> {
             "/console/admin/users",
             get(admin::users).post(admin::create_user),
         )
+        .route("/console/admin/users/password", post(admin::set_password))
         .route("/console/admin/users/{id}", post(admin::change_user))
         .route("/console/admin/models", get(admin::models))
         .route("/console/admin/providers", post(admin::create_provider))
@@ -72,7 +73,16 @@ pub fn router() -> Router<AppState> {
         )
         .route("/console/admin/usage", get(admin::usage))
         .route("/console/admin/usage.csv", get(admin::usage_csv))
+        .route("/console/{*rest}", get(not_found))
         .layer(middleware::from_fn(security_headers))
+}
+
+/// Unknown console paths get a page, not the API's JSON.
+async fn not_found() -> guard::ConsoleError {
+    guard::ConsoleError::new(
+        axum::http::StatusCode::NOT_FOUND,
+        "There is no such console page.",
+    )
 }
 
 const CSS: &str = include_str!("static/console.css");
