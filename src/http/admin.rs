@@ -239,6 +239,10 @@ async fn v1_models(
 /// Adds a provider (409 `provider_exists` when the name is taken).
 pub(crate) async fn add_provider(app: &AppState, body: &NewProvider) -> Result<ProviderRow> {
     let mut row = body.validate()?;
+    row.api_key = row
+        .api_key
+        .map(|k| app.keyring.seal(crate::secrets::Use::ProviderKey, &k))
+        .transpose()?;
     if !app.store.put_provider(&row, false).await? {
         return Err(Error::conflict(
             "provider_exists",

@@ -192,7 +192,7 @@ pub async fn users(
             }
         }
         h2 { "Set a password" }
-        p.muted { "The user's console sessions end at once." }
+        p.muted { "Their login tokens, agent sign-ins and console sessions end at once." }
         form.row method="post" action="/console/admin/users/password" {
             (csrf(&user))
             label { "User" select name="user_id" { @for u in &rows { option value=(u.id) { (u.email) } } } }
