@@ -8,6 +8,7 @@ pub mod http;
 pub mod models;
 pub mod pii;
 pub mod proxy;
+pub mod sso;
 pub mod store;
 pub mod time;
 pub mod usage;
