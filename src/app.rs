@@ -44,12 +44,23 @@ pub struct App {
     pub usage: UsageSink,
     pub http: reqwest::Client,
     pub vaults: crate::pii::VaultStore,
+    /// Single sign-on (OpenID Connect providers and flows).
+    pub sso: crate::sso::Sso,
+    /// `GATEHOUSE_PUBLIC_URL`, or `http://` and the bound address.
+    pub public_url: String,
 }
 
 pub type AppState = Arc<App>;
 
 impl App {
-    pub fn new(settings: Settings, store: Store, secret: &[u8], usage: UsageSink) -> App {
+    pub fn new(
+        settings: Settings,
+        store: Store,
+        secret: &[u8],
+        usage: UsageSink,
+        sso: crate::sso::Sso,
+        public_url: String,
+    ) -> App {
         let ttl = Duration::from_secs(settings.cache_ttl_s.max(1));
         let http = reqwest::Client::builder()
             .tcp_nodelay(true)
@@ -85,6 +96,8 @@ impl App {
             usage,
             http,
             vaults: crate::pii::VaultStore::new(secret),
+            sso,
+            public_url,
         }
     }
 

@@ -1,5 +1,5 @@
 //! Settings, read once at start from the environment (and an optional TOML
-//! file for providers, models and agents). Handlers never see a half-valid value.
+//! file for providers, models, agents and SSO providers). Handlers never see a half-valid value.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -30,6 +30,9 @@ pub struct Settings {
     pub db_acquire_timeout_s: u64,
     pub usage_queue: usize,
     pub pii_vault_ttl_s: i64,
+    /// `GATEHOUSE_PUBLIC_URL`: where people and identity providers reach the
+    /// gateway (no trailing slash). None: `http://` and the bound address.
+    pub public_url: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -103,6 +106,9 @@ impl Settings {
             db_acquire_timeout_s: parse_var("GATEHOUSE_DB_ACQUIRE_TIMEOUT_S", 2)?,
             usage_queue: parse_var("GATEHOUSE_USAGE_QUEUE", 10_000)?,
             pii_vault_ttl_s: parse_var("GATEHOUSE_PII_VAULT_TTL_S", 86_400)?,
+            public_url: var("GATEHOUSE_PUBLIC_URL")
+                .map(|v| parse_public_url(&v))
+                .transpose()?,
         })
     }
 
@@ -128,8 +134,30 @@ impl Settings {
             db_acquire_timeout_s: 2,
             usage_queue: 10_000,
             pii_vault_ttl_s: 86_400,
+            public_url: None,
         }
     }
+}
+
+/// `GATEHOUSE_PUBLIC_URL`: an absolute http(s) URL without query or fragment;
+/// a path is kept (a gateway behind a path prefix), the trailing slash is not.
+pub fn parse_public_url(raw: &str) -> Result<String, ConfigError> {
+    let bad = || {
+        ConfigError(format!(
+            "GATEHOUSE_PUBLIC_URL must be an http(s) URL like https://gatehouse.example.com, not {raw:?}"
+        ))
+    };
+    let v = raw.trim();
+    let url = url::Url::parse(v).map_err(|_| bad())?;
+    if !matches!(url.scheme(), "http" | "https")
+        || url.host().is_none()
+        || url.query().is_some()
+        || url.fragment().is_some()
+        || !url.username().is_empty()
+    {
+        return Err(bad());
+    }
+    Ok(v.trim_end_matches('/').to_string())
 }
 
 /// Providers, models and agents as code (`GATEHOUSE_CONFIG`). Applied at start
@@ -143,6 +171,9 @@ pub struct FileConfig {
     pub models: Vec<crate::models::NewModel>,
     #[serde(default)]
     pub agents: Vec<serde_json::Value>,
+    /// `[[sso]]`: single sign-on providers, the fields of `POST /api/admin/sso`.
+    #[serde(default)]
+    pub sso: Vec<crate::sso::NewSsoProvider>,
 }
 
 impl FileConfig {

@@ -110,7 +110,11 @@ async fn bootstrap_admin(settings: &Settings, store: &Store) -> Result<(), Start
     Ok(())
 }
 
-async fn apply_file_config(settings: &Settings, store: &Store) -> Result<(), StartError> {
+async fn apply_file_config(
+    settings: &Settings,
+    store: &Store,
+    sso: &sso::Sso,
+) -> Result<(), StartError> {
     let Some(path) = &settings.config_file else {
         return Ok(());
     };
@@ -129,6 +133,11 @@ async fn apply_file_config(settings: &Settings, store: &Store) -> Result<(), Sta
             StartError::Other(format!("GATEHOUSE_CONFIG model {}: {}", m.id, e.message))
         })?;
         store.put_model(&row, true).await?;
+    }
+    for p in &file.sso {
+        sso.put_config(store, p)
+            .await
+            .map_err(|e| StartError::Other(format!("GATEHOUSE_CONFIG sso {}: {e}", p.name)))?;
     }
     let written = agents::apply_file_agents(store, &file.agents)
         .await
@@ -164,8 +173,18 @@ pub async fn start(settings: Settings) -> Result<Server, StartError> {
     store.migrate().await?;
     let secret = signing_secret(&settings, &store).await?;
     bootstrap_admin(&settings, &store).await?;
-    apply_file_config(&settings, &store).await?;
+    let sso = sso::Sso::new(&secret, Duration::from_secs(10))
+        .map_err(|e| StartError::Other(format!("single sign-on: {e}")))?;
+    apply_file_config(&settings, &store, &sso).await?;
     tokio::task::spawn_blocking(auth::passwords::warm_up);
+
+    // Bound before the app is built: the default public URL names the real port.
+    let listener = tokio::net::TcpListener::bind(settings.listen).await?;
+    let addr = listener.local_addr()?;
+    let public_url = settings
+        .public_url
+        .clone()
+        .unwrap_or_else(|| format!("http://{addr}"));
 
     let (usage_sink, usage_task) = usage::start(store.clone(), settings.usage_queue);
     let app: AppState = Arc::new(App::new(
@@ -173,6 +192,8 @@ pub async fn start(settings: Settings) -> Result<Server, StartError> {
         store.clone(),
         &secret,
         usage_sink,
+        sso,
+        public_url,
     ));
     app.reload_catalog().await?;
 
@@ -187,6 +208,10 @@ pub async fn start(settings: Settings) -> Result<Server, StartError> {
                 // Expired PII vaults: unreadable already, now gone.
                 if let Err(e) = pii::VaultStore::purge_expired(&a.store).await {
                     tracing::warn!(error = %e, "purging expired PII vaults failed");
+                }
+                // Abandoned SSO sign-ins and unused app codes.
+                if let Err(e) = a.store.purge_expired_sso().await {
+                    tracing::warn!(error = %e, "purging expired SSO states failed");
                 }
             }
         }
@@ -206,8 +231,6 @@ pub async fn start(settings: Settings) -> Result<Server, StartError> {
         },
     ));
 
-    let listener = tokio::net::TcpListener::bind(settings.listen).await?;
-    let addr = listener.local_addr()?;
     let router = http::router(Arc::clone(&app));
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let handle = tokio::spawn(async move {

@@ -24,7 +24,7 @@ struct Env {
 
 async fn env() -> Env {
     let (db, dir) = common::fresh_database().await;
-    let store = Store::connect(&Settings::for_database(&db))
+    let store = Store::connect(&Settings::for_database(&db).db_options())
         .await
         .expect("database");
     store.migrate().await.expect("migrations");

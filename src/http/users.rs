@@ -33,6 +33,20 @@ pub struct LoginForm {
     password: Option<String>,
 }
 
+/// The login-token JSON (password login and single sign-on alike).
+pub(crate) fn login_response(app: &AppState, user_id: &str) -> LoginResponse {
+    let ttl = app.settings.login_token_ttl;
+    let (token, _) = app
+        .auth
+        .tokens
+        .issue(tokens::LOGIN, user_id, ttl, None, None);
+    LoginResponse {
+        access_token: token,
+        token_type: "bearer",
+        expires_in: ttl,
+    }
+}
+
 #[derive(Serialize, ToSchema)]
 pub struct LoginResponse {
     access_token: String,
@@ -82,15 +96,7 @@ async fn login(
     match user {
         Some(u) if ok && u.active() => {
             app.auth.throttle.reset(&acct_key);
-            let (token, _) =
-                app.auth
-                    .tokens
-                    .issue(tokens::LOGIN, &u.id, s.login_token_ttl, None, None);
-            Ok(Json(LoginResponse {
-                access_token: token,
-                token_type: "bearer",
-                expires_in: s.login_token_ttl,
-            }))
+            Ok(Json(login_response(&app, &u.id)))
         }
         _ => {
             app.auth.throttle.record_failure(&acct_key);

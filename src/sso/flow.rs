@@ -43,6 +43,8 @@ pub struct SignedIn {
     pub app_redirect: Option<String>,
     /// Whether this sign-in created the user.
     pub created: bool,
+    /// Whether `is_admin` changed (cached views of the user are stale).
+    pub admin_changed: bool,
 }
 
 pub struct Sso {
@@ -298,7 +300,7 @@ impl Sso {
             .and_then(|j| serde_json::from_str(&j).ok())
             .ok_or_else(unknown)?;
         let identity = self.oidc.finish(&p, callback_url, &pending, code).await?;
-        let (user, created) = self.resolve_user(store, &p, &identity).await?;
+        let (user, created, admin_changed) = self.resolve_user(store, &p, &identity).await?;
 
         let app_redirect = match (
             &pending_row.app_redirect_uri,
@@ -329,6 +331,7 @@ impl Sso {
             user,
             app_redirect,
             created,
+            admin_changed,
         })
     }
 
@@ -338,7 +341,7 @@ impl Sso {
         store: &Store,
         p: &SsoProvider,
         identity: &super::Identity,
-    ) -> Result<(UserRow, bool), SsoError> {
+    ) -> Result<(UserRow, bool, bool), SsoError> {
         let email = decision::checked_email(p, identity)?;
         // Twice at most: a first sign-in racing another one for the same e-mail
         // finds the other's user on the second pass.
@@ -353,7 +356,7 @@ impl Sso {
                 Decision::Create { email, is_admin } => {
                     // No password: password login refuses this user until an admin sets one.
                     if let Some(u) = store.create_user(&email, "", is_admin).await? {
-                        return Ok((u, true));
+                        return Ok((u, true, false));
                     }
                 }
                 Decision::SignIn { user_id, set_admin } => {
@@ -361,9 +364,11 @@ impl Sso {
                         Some(admin) => store.update_user(&user_id, None, Some(admin), None).await?,
                         None => existing,
                     };
-                    return user.map(|u| (u, false)).ok_or_else(|| {
-                        SsoError::Denied(format!("The account {email} was just removed."))
-                    });
+                    return user
+                        .map(|u| (u, false, set_admin.is_some()))
+                        .ok_or_else(|| {
+                            SsoError::Denied(format!("The account {email} was just removed."))
+                        });
                 }
             }
         }

@@ -85,3 +85,23 @@ impl SsoError {
         }
     }
 }
+
+impl From<SsoError> for crate::error::Error {
+    fn from(e: SsoError) -> Self {
+        use crate::error::Error;
+        let code = e.code();
+        match e {
+            SsoError::Invalid { param, message } | SsoError::BadRequest { param, message } => {
+                Error::validation(param, message)
+            }
+            SsoError::Discovery(m)
+            | SsoError::InvalidGrant(m)
+            | SsoError::InvalidRedirectUri(m) => Error::bad_request(code, m),
+            SsoError::Denied(m) => Error::forbidden(code, m),
+            e @ SsoError::NotFound(_) => Error::not_found(code, e.to_string()),
+            e @ SsoError::Exists(_) => Error::conflict(code, e.to_string()),
+            SsoError::Database(db) => Error::from(db),
+            SsoError::Internal(m) => Error::internal(m),
+        }
+    }
+}

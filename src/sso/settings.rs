@@ -10,7 +10,7 @@ pub const DEFAULT_GROUPS_CLAIM: &str = "groups";
 const MAX_LIST: usize = 100;
 
 /// `POST /api/admin/sso` and `[[sso]]` in the TOML config.
-#[derive(Clone, Deserialize)]
+#[derive(Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewSsoProvider {
     pub name: String,
@@ -44,7 +44,7 @@ impl std::fmt::Debug for NewSsoProvider {
 }
 
 /// `PATCH /api/admin/sso/{name}`: every field optional; `admin_group: null` clears it.
-#[derive(Clone, Default, Deserialize)]
+#[derive(Clone, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SsoProviderPatch {
     #[serde(default)]
@@ -60,6 +60,7 @@ pub struct SsoProviderPatch {
     #[serde(default)]
     pub allowed_domains: Option<Vec<String>>,
     #[serde(default, deserialize_with = "some_or_null")]
+    #[schema(value_type = Option<String>)]
     pub admin_group: Option<Option<String>>,
     #[serde(default)]
     pub groups_claim: Option<String>,
