@@ -33,6 +33,8 @@ pub struct Settings {
     /// `GATEHOUSE_PUBLIC_URL`: where people and identity providers reach the
     /// gateway (no trailing slash). None: `http://` and the bound address.
     pub public_url: Option<String>,
+    /// When set, `/metrics` asks for `Authorization: Bearer <token>`.
+    pub metrics_token: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -109,6 +111,7 @@ impl Settings {
             public_url: var("GATEHOUSE_PUBLIC_URL")
                 .map(|v| parse_public_url(&v))
                 .transpose()?,
+            metrics_token: var("GATEHOUSE_METRICS_TOKEN"),
         })
     }
 
@@ -135,6 +138,7 @@ impl Settings {
             usage_queue: 10_000,
             pii_vault_ttl_s: 86_400,
             public_url: None,
+            metrics_token: None,
         }
     }
 }

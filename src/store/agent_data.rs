@@ -152,18 +152,25 @@ impl Store {
         agent: &str,
         names: &[String],
     ) -> Result<(), sqlx::Error> {
-        let now = now_ms();
-        for n in names {
-            sqlx::query(
-                "INSERT INTO agent_tools (agent, name, class, description, status, first_seen_at)
-                 VALUES ($1, $2, 'execute', '', 'held', $3) ON CONFLICT (agent, name) DO NOTHING",
-            )
-            .bind(agent)
-            .bind(n)
-            .bind(now)
-            .execute(&self.pool)
-            .await?;
+        if names.is_empty() {
+            return Ok(());
         }
+        // One statement (one commit, one fsync) for the whole list.
+        let mut sql = String::from(
+            "INSERT INTO agent_tools (agent, name, class, description, status, first_seen_at) VALUES ",
+        );
+        for i in 0..names.len() {
+            if i > 0 {
+                sql.push(',');
+            }
+            sql.push_str(&format!("($1, ${}, 'execute', '', 'held', $2)", i + 3));
+        }
+        sql.push_str(" ON CONFLICT (agent, name) DO NOTHING");
+        let mut q = sqlx::query(&sql).bind(agent).bind(now_ms());
+        for n in names {
+            q = q.bind(n);
+        }
+        q.execute(&self.pool).await?;
         Ok(())
     }
 
