@@ -91,7 +91,12 @@ pub struct Pending {
 struct Discovered {
     issuer: String,
     metadata: CoreProviderMetadata,
+    fetched_at: std::time::Instant,
 }
+
+/// Documents are read again after this, so a provider's changed endpoints
+/// reach every server without a restart. (Unknown keys are fetched at once.)
+const DISCOVERY_TTL: Duration = Duration::from_secs(3600);
 
 pub struct Oidc {
     http: reqwest::Client,
@@ -140,6 +145,7 @@ impl Oidc {
         let d = Arc::new(Discovered {
             issuer: issuer.to_string(),
             metadata,
+            fetched_at: std::time::Instant::now(),
         });
         self.by_issuer.insert(issuer.to_string(), Arc::clone(&d));
         Ok(d)
@@ -147,7 +153,9 @@ impl Oidc {
 
     async fn discovered(&self, issuer: &str) -> Result<Arc<Discovered>, SsoError> {
         if let Some(d) = self.by_issuer.get(issuer) {
-            return Ok(Arc::clone(&d));
+            if d.fetched_at.elapsed() < DISCOVERY_TTL {
+                return Ok(Arc::clone(&d));
+            }
         }
         self.fetch(issuer).await.map_err(|e| {
             SsoError::Denied(format!(
@@ -333,6 +341,7 @@ impl Oidc {
         let fresh = Arc::new(Discovered {
             issuer: d.issuer.clone(),
             metadata: d.metadata.clone().set_jwks(keys),
+            fetched_at: d.fetched_at,
         });
         self.by_issuer.insert(d.issuer.clone(), Arc::clone(&fresh));
         Ok(fresh)
