@@ -683,3 +683,42 @@ async fn config_file_providers_and_the_public_url_are_used() {
         .url
         .starts_with(&format!("{public}/api/auth/sso/staff/callback")));
 }
+
+#[tokio::test]
+async fn a_sign_in_started_on_one_server_finishes_on_another() {
+    let e = env(json!({})).await;
+    // A second server on the same database, reached at the same public URL (as behind a
+    // load balancer): pending sign-ins and codes live in the database.
+    let db = e.app.settings.database_url.clone();
+    let public = e.app.url.clone();
+    let other = spawn_app_with(|s| {
+        s.database_url = db;
+        s.public_url = Some(public);
+    })
+    .await;
+    e.idp
+        .next_user("ann@corp.example", "ann@corp.example", true, &[])
+        .await;
+    let (verifier, challenge) = pkce_pair();
+    let url = format!(
+        "{}?redirect_uri={}&state=s1&code_challenge={challenge}&code_challenge_method=S256",
+        e.app.u("/api/auth/sso/corp/authorize"),
+        urlencode(APP_REDIRECT)
+    );
+    let browser = Browser::new();
+    let at_callback = browser.walk(&url, Some(&callback_of(&e.app, "corp"))).await;
+    let replayed = at_callback.url.replacen(&e.app.url, &other.url, 1);
+    let back = browser.walk(&replayed, Some(APP_REDIRECT)).await;
+    let code = query_param(&back.url, "code").unwrap_or_else(|| panic!("{back:?}"));
+    let r = other
+        .client
+        .post(other.u("/api/auth/sso/token"))
+        .json(&json!({"code": code, "code_verifier": verifier, "redirect_uri": APP_REDIRECT}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    // Used up on every server.
+    let (_, c) = api_code(e.exchange(&code, &verifier, APP_REDIRECT).await).await;
+    assert_eq!(c, "invalid_grant");
+}
