@@ -43,7 +43,8 @@ done
 echo "app got: $URL"
 CODE=$(python3 -c 'import sys,urllib.parse as u;print(u.parse_qs(u.urlparse(sys.argv[1]).query)["code"][0])' "$URL")
 GOT_STATE=$(python3 -c 'import sys,urllib.parse as u;print(u.parse_qs(u.urlparse(sys.argv[1]).query)["state"][0])' "$URL")
-[ "$GOT_STATE" = "$STATE" ] && echo "state matches"
+[ "$GOT_STATE" = "$STATE" ] || { echo "the state came back changed"; exit 1; }
+echo "state matches"
 # Step 6 (as documented)
 RESP=$(curl -sS -X POST "$GW/api/auth/sso/token" -H 'Content-Type: application/json' \
   -d "{\"code\":\"$CODE\",\"code_verifier\":\"$VERIFIER\",\"redirect_uri\":\"http://127.0.0.1:53682/callback\"}")

@@ -222,7 +222,7 @@ async fn callback(
         Ok(s) => s,
         Err(e) => {
             if let crate::sso::SsoError::Denied(m) = &e {
-                tracing::info!(provider = %name, reason = %m, "SSO sign-in denied");
+                tracing::info!(provider = %name, reason = %without_emails(m), "SSO sign-in denied");
             }
             return page_or_json(e.into(), html);
         }
@@ -365,6 +365,14 @@ fn html_page(status: StatusCode, title: &str, body: &str) -> Response {
     resp
 }
 
+/// A refusal's reason for the log: e-mail addresses left out (they are personal data).
+fn without_emails(s: &str) -> String {
+    s.split(' ')
+        .map(|w| if w.contains('@') { "<e-mail>" } else { w })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
@@ -383,6 +391,14 @@ fn escape(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn logged_reasons_leave_out_email_addresses() {
+        assert_eq!(
+            without_emails("The account ann@example.com. is disabled."),
+            "The account <e-mail> is disabled."
+        );
+    }
 
     #[test]
     fn html_escape_covers_markup_characters() {
