@@ -15,6 +15,7 @@ use crate::auth::{Auth, Lifetimes};
 use crate::config::Settings;
 use crate::models::CatalogSnapshot;
 use crate::runtime::{Invalidation, Metrics, TtlCache};
+use crate::secrets::{Keyring, Use};
 use crate::store::Store;
 use crate::usage::UsageSink;
 
@@ -44,6 +45,8 @@ pub struct App {
     pub usage: UsageSink,
     pub http: reqwest::Client,
     pub vaults: crate::pii::VaultStore,
+    /// Keys derived from the deployment's secret; seals provider keys.
+    pub keyring: Keyring,
     /// Single sign-on (OpenID Connect providers and flows).
     pub sso: crate::sso::Sso,
     /// `GATEHOUSE_PUBLIC_URL`, or `http://` and the bound address.
@@ -56,7 +59,7 @@ impl App {
     pub fn new(
         settings: Settings,
         store: Store,
-        secret: &[u8],
+        keyring: Keyring,
         usage: UsageSink,
         sso: crate::sso::Sso,
         public_url: String,
@@ -73,11 +76,12 @@ impl App {
             login_token: settings.login_token_ttl,
             access_token: settings.access_token_ttl,
             refresh_token: settings.refresh_token_ttl,
+            sign_in_max_age: settings.sign_in_max_age,
         };
         App {
             auth: Auth::new(
                 store.clone(),
-                secret,
+                &keyring.key(Use::TokenSigning),
                 lifetimes,
                 Duration::from_secs(settings.login_lockout_s.max(1)),
                 ttl,
@@ -95,7 +99,8 @@ impl App {
             metrics: Metrics::default(),
             usage,
             http,
-            vaults: crate::pii::VaultStore::new(secret),
+            vaults: crate::pii::VaultStore::new(&keyring.key(Use::PiiVault)),
+            keyring,
             sso,
             public_url,
         }
@@ -106,7 +111,18 @@ impl App {
     }
 
     pub async fn reload_catalog(&self) -> Result<(), sqlx::Error> {
-        let providers = self.store.list_providers().await?;
+        let mut providers = self.store.list_providers().await?;
+        for p in &mut providers {
+            if let Some(stored) = p.api_key.take() {
+                match self.keyring.open(Use::ProviderKey, &stored) {
+                    Ok(key) => p.api_key = Some(key),
+                    // Sent without a key, the upstream refuses: said once per reload.
+                    Err(e) => {
+                        tracing::error!(provider = %p.name, error = %e.message, "provider api key unreadable")
+                    }
+                }
+            }
+        }
         let models = self.store.list_models().await?;
         *self.catalog.write() = Arc::new(CatalogSnapshot::build(providers, models));
         Ok(())

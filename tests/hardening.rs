@@ -200,3 +200,279 @@ async fn the_metrics_token_is_required_when_set() {
         .unwrap()
         .contains("gatehouse_http_requests_total"));
 }
+
+const SECRET: &str = "a-deployment-secret-of-forty-characters!";
+
+#[tokio::test]
+async fn with_gatehouse_secret_the_database_holds_no_provider_key_and_no_signing_secret() {
+    let env = env_with(|s| s.secret = Some(SECRET.into())).await;
+    let key = "sk-live-0123456789abcdef0123456789";
+    let r = env
+        .app
+        .post(
+            "/api/admin/providers",
+            &env.admin,
+            &json!({"name": "hosted", "type": "openai", "base_url": env.stub.openai_base_url(), "api_key": key}),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    env.model("hosted-chat", "chat", "hosted", "up-sealed")
+        .await;
+    let r = env
+        .post(
+            "/v1/chat/completions",
+            &json!({"model": "hosted-chat", "messages": [{"role": "user", "content": "hi"}]}),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    // The upstream still gets the key ...
+    let sent = env.stub.requests_for_model("up-sealed");
+    assert_eq!(
+        sent[0].header("authorization"),
+        Some(format!("Bearer {key}").as_str())
+    );
+    // ... but the database has neither the key, nor a part of it, nor a secret.
+    let pool = &env.app.app().store.pool;
+    let stored: Vec<Option<String>> = sqlx::query_scalar("SELECT api_key FROM providers")
+        .fetch_all(pool)
+        .await
+        .unwrap();
+    for v in stored.iter().flatten() {
+        assert!(!v.contains(&key[8..]), "provider key stored readable: {v}");
+        assert!(v.starts_with("sealed:v1:"), "{v}");
+    }
+    let settings: Vec<String> = sqlx::query_scalar("SELECT value FROM settings")
+        .fetch_all(pool)
+        .await
+        .unwrap();
+    assert!(
+        settings.iter().all(|v| !v.contains(SECRET)),
+        "the secret is in the database"
+    );
+    let generated: Option<String> =
+        sqlx::query_scalar("SELECT value FROM settings WHERE key = 'token_secret'")
+            .fetch_optional(pool)
+            .await
+            .unwrap();
+    assert!(
+        generated.is_none(),
+        "a signing secret was kept in the database"
+    );
+}
+
+#[test]
+fn a_short_gatehouse_secret_stops_the_server_naming_the_variable() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gatehouse"))
+        .arg("serve")
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("GATEHOUSE_LISTEN", "127.0.0.1:0")
+        .env(
+            "GATEHOUSE_DATABASE_URL",
+            format!("sqlite://{}/g.db", dir.path().display()),
+        )
+        .env("GATEHOUSE_SECRET", "x".repeat(31))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("GATEHOUSE_SECRET"), "{stderr}");
+    assert!(!dir.path().join("g.db").exists(), "started before refusing");
+}
+
+#[tokio::test]
+async fn a_password_change_ends_login_tokens_and_sign_ins_issued_before_it() {
+    let env = env().await;
+    agent(&env, "pw", "up-pw", json!({})).await;
+    let (id, login) = env.app.user("pw@example.com").await;
+    let signed = env.app.sign_in(&login, "pw", "laptop").await;
+    let access = signed["access_token"].as_str().unwrap().to_string();
+    let refresh = signed["refresh_token"].as_str().unwrap().to_string();
+    assert_eq!(
+        env.app.get("/api/users/me", &login).await.status(),
+        StatusCode::OK
+    );
+
+    let r = env
+        .app
+        .patch(
+            &format!("/api/admin/users/{id}"),
+            &env.admin,
+            &json!({"password": "a-new-password-2"}),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+
+    assert_eq!(
+        api_code(env.app.get("/api/users/me", &login).await).await,
+        (StatusCode::UNAUTHORIZED, "invalid_token".to_string())
+    );
+    let (status, err) = v1_error(env.app.profile("pw", &access).await).await;
+    assert_eq!(
+        (status, err["code"].as_str()),
+        (StatusCode::UNAUTHORIZED, Some("sign_in_ended"))
+    );
+    assert_eq!(
+        api_code(env.app.refresh(&refresh).await).await,
+        (StatusCode::UNAUTHORIZED, "sign_in_ended".to_string())
+    );
+    // The new password works at once, and its token is accepted.
+    let fresh = env
+        .app
+        .login_token("pw@example.com", "a-new-password-2")
+        .await;
+    assert_eq!(
+        env.app.get("/api/users/me", &fresh).await.status(),
+        StatusCode::OK
+    );
+    assert_eq!(
+        env.app
+            .login("pw@example.com", "user-password-1")
+            .await
+            .status(),
+        StatusCode::BAD_REQUEST
+    );
+}
+
+#[tokio::test]
+async fn a_sign_in_lives_at_most_its_maximum_age_however_often_renewed() {
+    let env = env_with(|s| s.sign_in_max_age = 8).await;
+    agent(&env, "aged", "up-aged", json!({})).await;
+    let (_, login) = env.app.user("aged@example.com").await;
+    let first = env.app.sign_in(&login, "aged", "phone").await;
+    assert!(first["expires_in"].as_i64().unwrap() <= 8);
+    assert!(first["refresh_expires_in"].as_i64().unwrap() <= 8);
+    let mut refresh = first["refresh_token"].as_str().unwrap().to_string();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let renewed = env.app.refreshed(&refresh).await;
+    // What is left of the eight seconds, rounded up: at most 5.
+    assert!(renewed["expires_in"].as_i64().unwrap() <= 5, "{renewed}");
+    assert!(
+        renewed["refresh_expires_in"].as_i64().unwrap() <= 5,
+        "{renewed}"
+    );
+    refresh = renewed["refresh_token"].as_str().unwrap().to_string();
+    let access = renewed["access_token"].as_str().unwrap().to_string();
+    tokio::time::sleep(Duration::from_millis(5_500)).await;
+    assert_eq!(
+        api_code(env.app.refresh(&refresh).await).await,
+        (
+            StatusCode::UNAUTHORIZED,
+            "refresh_token_expired".to_string()
+        )
+    );
+    let (status, err) = v1_error(env.app.profile("aged", &access).await).await;
+    assert_eq!(
+        (status, err["code"].as_str()),
+        (StatusCode::UNAUTHORIZED, Some("token_expired"))
+    );
+}
+
+#[tokio::test]
+async fn the_bootstrap_admin_is_left_alone_when_it_exists() {
+    let mut env = env().await;
+    let (other_id, _) = env.app.user("second-admin@example.com").await;
+    let r = env
+        .app
+        .patch(
+            &format!("/api/admin/users/{other_id}"),
+            &env.admin,
+            &json!({"is_admin": true}),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let second = env
+        .app
+        .login_token("second-admin@example.com", "user-password-1")
+        .await;
+    let me: Value = env
+        .app
+        .get("/api/users/me", &env.admin)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let admin_id = me["id"].as_str().unwrap().to_string();
+    let r = env
+        .app
+        .patch(
+            &format!("/api/admin/users/{admin_id}"),
+            &second,
+            &json!({"password": "changed-by-the-operator", "is_active": false}),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    env.app.restart().await;
+    // Still disabled, and the environment's password was not put back.
+    assert_eq!(
+        env.app
+            .login(common::ADMIN_EMAIL, common::ADMIN_PASSWORD)
+            .await
+            .status(),
+        StatusCode::BAD_REQUEST
+    );
+    let users: Vec<Value> = env
+        .app
+        .get("/api/admin/users", &second)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let admin = users.iter().find(|u| u["id"] == admin_id.as_str()).unwrap();
+    assert_eq!(admin["is_active"], false);
+}
+
+#[tokio::test]
+async fn an_api_key_whose_model_list_cannot_be_read_allows_no_model() {
+    let env = env().await;
+    env.model("fc-chat", "chat", "openai", "up-fc").await;
+    let key = env
+        .app
+        .api_key(
+            &env.admin,
+            json!({"name": "limited", "models": ["fc-chat"]}),
+        )
+        .await;
+    sqlx::query("UPDATE api_keys SET models = 'not a list' WHERE name = 'limited'")
+        .execute(&env.app.app().store.pool)
+        .await
+        .unwrap();
+    let r = env
+        .post_with(
+            "/v1/chat/completions",
+            &key,
+            &json!({"model": "fc-chat", "messages": [{"role": "user", "content": "hi"}]}),
+        )
+        .await;
+    let (status, err) = v1_error(r).await;
+    assert_eq!(
+        (status, err["code"].as_str()),
+        (StatusCode::FORBIDDEN, Some("model_not_allowed"))
+    );
+    assert!(env.stub.requests_for_model("up-fc").is_empty());
+}
+
+#[tokio::test]
+async fn login_fields_are_bounded_before_any_hashing() {
+    let env = env().await;
+    let name_at = format!("{}@example.com", "a".repeat(320 - 12));
+    assert_eq!(name_at.chars().count(), 320);
+    assert_eq!(
+        api_code(env.app.login(&name_at, "whatever-1").await).await,
+        (StatusCode::BAD_REQUEST, "login_bad_credentials".to_string())
+    );
+    let name_over = format!("a{name_at}");
+    assert_eq!(
+        api_code(env.app.login(&name_over, "whatever-1").await).await,
+        (StatusCode::BAD_REQUEST, "validation_error".to_string())
+    );
+    assert_eq!(
+        api_code(env.app.login("nobody@example.com", &"p".repeat(1024)).await).await,
+        (StatusCode::BAD_REQUEST, "login_bad_credentials".to_string())
+    );
+    assert_eq!(
+        api_code(env.app.login("nobody@example.com", &"p".repeat(1025)).await).await,
+        (StatusCode::BAD_REQUEST, "validation_error".to_string())
+    );
+}

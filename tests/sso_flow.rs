@@ -9,6 +9,7 @@ mod sso_support;
 use std::time::Duration;
 
 use gatehouse::config::Settings;
+use gatehouse::secrets::Keyring;
 use gatehouse::sso::{AppRequest, CallbackParams, NewSsoProvider, SignedIn, Sso, SsoError};
 use gatehouse::store::Store;
 use sso_support::{pkce_pair, query_param, Browser, OidcProvider, CLIENT_ID, CLIENT_SECRET};
@@ -30,7 +31,11 @@ async fn env() -> Env {
     store.migrate().await.expect("migrations");
     let idp = OidcProvider::start();
     idp.register(CLIENT_ID, CLIENT_SECRET, &[CALLBACK]).await;
-    let sso = Sso::new(b"test-gateway-secret", Duration::from_secs(10)).expect("sso");
+    let sso = Sso::new(
+        Keyring::new("test-gateway-secret-of-at-least-32-characters"),
+        Duration::from_secs(10),
+    )
+    .expect("sso");
     Env {
         store,
         sso,
@@ -382,6 +387,10 @@ async fn the_client_secret_is_stored_sealed() {
     assert!(!sealed.contains(CLIENT_SECRET));
     let p = e.sso.get(&e.store, "corp").await.unwrap();
     assert_eq!(p.client_secret, CLIENT_SECRET);
-    let other = Sso::new(b"another-secret", Duration::from_secs(5)).unwrap();
+    let other = Sso::new(
+        Keyring::new("another-gateway-secret-of-32-characters!"),
+        Duration::from_secs(5),
+    )
+    .unwrap();
     assert!(other.get(&e.store, "corp").await.is_err());
 }

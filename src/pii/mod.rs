@@ -8,7 +8,6 @@ use aes_gcm::{Aes256Gcm, Nonce};
 use base64::Engine;
 use gatehouse_pii::{Counts, Mode, Scanner, Vault};
 use serde_json::{Map, Value};
-use sha2::{Digest, Sha256};
 
 use crate::error::Error;
 use crate::store::{now_ms, Store};
@@ -130,13 +129,10 @@ pub struct VaultStore {
 }
 
 impl VaultStore {
-    pub fn new(secret: &[u8]) -> VaultStore {
-        let mut h = Sha256::new();
-        h.update(b"gatehouse-pii-vault-v1");
-        h.update(secret);
-        let key = h.finalize();
+    /// `key`: the vault key derived from the deployment's secret.
+    pub fn new(key: &[u8; 32]) -> VaultStore {
         VaultStore {
-            cipher: Aes256Gcm::new(&key),
+            cipher: Aes256Gcm::new(key.into()),
         }
     }
 
@@ -320,10 +316,10 @@ mod tests {
         let scanner = Scanner::new(&[]).unwrap();
         let mut v = Vault::new();
         v.tokenize(&scanner, "a@b.example.com", &mut Counts::new());
-        let a = VaultStore::new(b"one");
+        let a = VaultStore::new(&[1u8; 32]);
         let sealed = a.seal(&v).unwrap();
         assert!(!sealed.contains("b.example.com"));
         assert_eq!(a.open(&sealed).unwrap().len(), 1);
-        assert!(VaultStore::new(b"two").open(&sealed).is_none());
+        assert!(VaultStore::new(&[2u8; 32]).open(&sealed).is_none());
     }
 }

@@ -8,10 +8,10 @@ use super::codes::{self, IssuedCode};
 use super::decision::{self, KnownUser};
 use super::oidc::{Oidc, Pending};
 use super::redirect;
-use super::secret::SecretBox;
 use super::{
     Decision, NewSsoProvider, SsoError, SsoProvider, SsoProviderPatch, CODE_TTL_MS, STATE_TTL_MS,
 };
+use crate::secrets::{Keyring, Use};
 use crate::store::sso::{flag, json_list, parse_list, SsoCodeRow, SsoProviderRow, SsoStateRow};
 use crate::store::users::UserRow;
 use crate::store::{now_ms, Store};
@@ -49,23 +49,23 @@ pub struct SignedIn {
 
 pub struct Sso {
     oidc: Oidc,
-    secrets: SecretBox,
+    keyring: Keyring,
 }
 
 impl Sso {
-    /// `secret`: the gateway's signing secret (seals client secrets at rest).
-    pub fn new(secret: &[u8], timeout: Duration) -> Result<Sso, SsoError> {
+    /// `keyring`: seals client secrets and pending sign-ins at rest.
+    pub fn new(keyring: Keyring, timeout: Duration) -> Result<Sso, SsoError> {
         Ok(Sso {
             oidc: Oidc::new(timeout)?,
-            secrets: SecretBox::new(secret),
+            keyring,
         })
     }
 
     fn seal_row(&self, p: &SsoProvider, created_at: i64) -> Result<SsoProviderRow, SsoError> {
         let sealed = self
-            .secrets
-            .seal(&p.client_secret)
-            .ok_or_else(|| SsoError::Internal("sealing the client secret failed".into()))?;
+            .keyring
+            .seal(Use::SsoClientSecret, &p.client_secret)
+            .map_err(|e| SsoError::Internal(e.message))?;
         Ok(SsoProviderRow {
             name: p.name.clone(),
             display_name: p.display_name.clone(),
@@ -85,7 +85,10 @@ impl Sso {
     }
 
     fn open_row(&self, r: &SsoProviderRow) -> Result<SsoProvider, SsoError> {
-        let client_secret = self.secrets.open(&r.client_secret_sealed).ok_or_else(|| {
+        let client_secret = self
+            .keyring
+            .open(Use::SsoClientSecret, &r.client_secret_sealed)
+            .map_err(|_| {
             SsoError::Internal(format!(
                 "the client secret of SSO provider '{}' cannot be decrypted (was GATEHOUSE_SECRET changed?); set it again with PATCH /api/admin/sso/{}",
                 r.name, r.name
@@ -225,9 +228,12 @@ impl Sso {
         let state = crate::auth::new_secret("");
         let (url, pending) = self.oidc.authorize_url(&p, callback_url, &state).await?;
         let sealed = serde_json::to_string(&pending)
-            .ok()
-            .and_then(|j| self.secrets.seal(&j))
-            .ok_or_else(|| SsoError::Internal("sealing the pending sign-in failed".into()))?;
+            .map_err(|e| SsoError::Internal(e.to_string()))
+            .and_then(|j| {
+                self.keyring
+                    .seal(Use::SsoPending, &j)
+                    .map_err(|e| SsoError::Internal(e.message))
+            })?;
         let now = now_ms();
         store
             .insert_sso_state(&SsoStateRow {
@@ -295,8 +301,9 @@ impl Sso {
         };
         let p = self.get(store, name).await?;
         let pending: Pending = self
-            .secrets
-            .open(&pending_row.sealed)
+            .keyring
+            .open(Use::SsoPending, &pending_row.sealed)
+            .ok()
             .and_then(|j| serde_json::from_str(&j).ok())
             .ok_or_else(unknown)?;
         let identity = self.oidc.finish(&p, callback_url, &pending, code).await?;

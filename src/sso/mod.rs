@@ -11,7 +11,6 @@ pub mod decision;
 pub mod flow;
 pub mod oidc;
 pub mod redirect;
-pub mod secret;
 pub mod settings;
 
 pub use decision::{decide, Decision, Identity};
