@@ -428,6 +428,7 @@ async fn tampered_id_tokens_are_denied_and_create_nobody() {
         ("wrong_key", "signature"),
         ("hs256", "signature"),
         ("wrong_audience", "another client"),
+        ("wrong_issuer", "another issuer"),
         ("expired", "expired"),
         ("wrong_nonce", "nonce"),
     ] {

@@ -10,7 +10,7 @@
 //   POST /_test/next-user {"sub","email","email_verified","groups"}            who the next login is
 //   POST /_test/deny      {"error","error_description"}                      the next login ends in an error
 //   POST /_test/misbehave {"mode"}  the next ID token from /token is tampered with:
-//        "wrong_key" (signed by another key under the same kid), "wrong_audience",
+//        "wrong_key" (signed by another key under the same kid), "wrong_audience", "wrong_issuer",
 //        "expired", "wrong_nonce", "hs256" (MAC-signed with the client secret)
 //   POST /_test/rotate-keys  a new signing key replaces the old one (new kid), as a provider rotates
 //   POST /_test/id-token-claims {"claims": bool}  true: e-mail and groups in the ID token too
@@ -156,6 +156,9 @@ async function tamper(idToken, mode, clientId) {
     }
     case 'wrong_audience':
       payload.aud = 'some-other-client';
+      break;
+    case 'wrong_issuer':
+      payload.iss = 'https://impostor.example.com';
       break;
     case 'expired':
       payload.iat = now - 7200;

@@ -108,7 +108,7 @@ impl OidcProvider {
     }
 
     /// The next ID token is tampered with: wrong_key, wrong_audience,
-    /// expired, wrong_nonce or hs256.
+    /// wrong_issuer, expired, wrong_nonce or hs256.
     pub async fn misbehave(&self, mode: &str) {
         self.control("misbehave", json!({"mode": mode})).await;
     }
