@@ -103,10 +103,6 @@ pub struct Oidc {
     by_issuer: DashMap<String, Arc<Discovered>>,
 }
 
-fn http_error(e: impl std::fmt::Display) -> String {
-    e.to_string()
-}
-
 impl Oidc {
     pub fn new(timeout: Duration) -> Result<Oidc, SsoError> {
         // No redirects: a provider's endpoints answer directly, and following
@@ -399,7 +395,7 @@ fn explain_claims_error(e: &ClaimsVerificationError) -> String {
 
 /// An error with its causes, for messages that say what went wrong.
 fn describe_chain(e: &dyn std::error::Error) -> String {
-    let mut s = http_error(e);
+    let mut s = e.to_string();
     let mut src = e.source();
     while let Some(inner) = src {
         let t = inner.to_string();
