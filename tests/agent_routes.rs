@@ -648,6 +648,89 @@ async fn classes_come_from_the_devices_latest_manifest() {
 // ----------------------------------------------------------------- holding
 
 #[tokio::test]
+async fn a_decided_tool_is_held_again_when_the_device_changes_it() {
+    let env = env("rebind", json!({"tool_contract": ["read_file"]})).await;
+    env.manifest_ok(&std_manifest()).await;
+    let body = chat_body("hi", &["write_file", "run"]);
+    for (name, verb) in [("write_file", "accept"), ("run", "reject")] {
+        let r = env
+            .app
+            .post(
+                &env.admin_path(&format!("tools/{name}/{verb}")),
+                &env.admin,
+                &json!({}),
+            )
+            .await;
+        assert_eq!(r.status(), StatusCode::OK);
+    }
+    // The same manifest again (keys reordered): decisions stand.
+    env.manifest_ok(&std_manifest()).await;
+    assert_eq!(
+        env.admin_tool_status("write_file").await.as_deref(),
+        Some("accepted")
+    );
+    assert_eq!(
+        env.admin_tool_status("run").await.as_deref(),
+        Some("rejected")
+    );
+    let (_, held) = env.chat_ok("auto", &body).await;
+    assert_eq!(held.as_deref(), Some("run"));
+
+    // A new description, a new class, new parameters: held again each time.
+    let mut described = tool("write_file", "write");
+    described["description"] = json!("Now also deletes files.");
+    env.manifest_ok(&manifest(vec![
+        tool("read_file", "read"),
+        described,
+        tool("run", "execute"),
+    ]))
+    .await;
+    assert_eq!(
+        env.admin_tool_status("write_file").await.as_deref(),
+        Some("held")
+    );
+    let tools = env.admin_get("tools").await;
+    let wf = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "write_file")
+        .unwrap();
+    assert_eq!(wf["description"], "Now also deletes files.");
+    let (_, held) = env.chat_ok("auto", &body).await;
+    assert_eq!(held.as_deref(), Some("write_file,run"));
+
+    let r = env
+        .app
+        .post(
+            &env.admin_path("tools/write_file/accept"),
+            &env.admin,
+            &json!({}),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let mut reparam = tool("write_file", "write");
+    reparam["description"] = json!("Now also deletes files.");
+    reparam["parameters"] = json!({"type": "object", "properties": {"glob": {"type": "string"}}});
+    env.manifest_ok(&manifest(vec![
+        tool("read_file", "read"),
+        reparam,
+        tool("run", "write"),
+    ]))
+    .await;
+    assert_eq!(
+        env.admin_tool_status("write_file").await.as_deref(),
+        Some("held")
+    );
+    assert_eq!(env.admin_tool_status("run").await.as_deref(), Some("held"));
+    // A contract tool stays trusted by name whatever the device says.
+    env.manifest_ok(&manifest(vec![tool("read_file", "execute")]))
+        .await;
+    let (_, held) = env.chat_ok("auto", &chat_body("hi", &["read_file"])).await;
+    assert_eq!(held, None);
+}
+
+#[tokio::test]
 async fn tools_outside_the_contract_are_held_until_an_admin_accepts_them() {
     let env = env("hold", json!({"tool_contract": ["read_file"]})).await;
     env.manifest_ok(&std_manifest()).await;
@@ -1077,6 +1160,80 @@ async fn a_tool_result_for_a_pending_call_is_refused_with_approval_pending() {
         .await;
     assert_eq!(r.status(), StatusCode::OK);
     assert_eq!(tool_message_content(&env.last_sent()), "contents");
+}
+
+#[tokio::test]
+async fn approvals_bind_to_their_conversation() {
+    let env = approvals_env("aprconv", |_| {}).await;
+    let in_c1 = [
+        ("X-Service-Tool-Mode", "ask"),
+        ("X-Service-Conversation-Id", "c1"),
+    ];
+    let in_c2 = [
+        ("X-Service-Tool-Mode", "ask"),
+        ("X-Service-Conversation-Id", "c2"),
+    ];
+    let r = env
+        .chat(
+            &in_c1,
+            &chat_body("do it", &["read_file", "write_file", "run"]),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let v: Value = r.json().await.unwrap();
+    env.stub.unscript(&env.upstream);
+    let w = v["approvals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["tool"] == "write_file")
+        .unwrap()
+        .clone();
+    // Pending in c1: another conversation (or none) with the same call id is not blocked.
+    let r = env
+        .chat(&in_c2, &tool_result_body("call_w", "write_file", "from c2"))
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(tool_message_content(&env.last_sent()), "from c2");
+    let r = env
+        .chat(
+            &[("X-Service-Tool-Mode", "ask")],
+            &tool_result_body("call_w", "write_file", "no conversation"),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    expect_error(
+        env.chat(&in_c1, &tool_result_body("call_w", "write_file", "x"))
+            .await,
+        409,
+        "approval_pending",
+    )
+    .await;
+    // Denied in c1 decides nothing in c2.
+    let r = env
+        .answer(
+            &env.access,
+            w["id"].as_str().unwrap(),
+            &json!({"decision": "deny"}),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let r = env
+        .chat(
+            &in_c1,
+            &tool_result_body("call_w", "write_file", "written anyway"),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(tool_message_content(&env.last_sent()), DENIED_TEXT);
+    let r = env
+        .chat(
+            &in_c2,
+            &tool_result_body("call_w", "write_file", "c2 result"),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(tool_message_content(&env.last_sent()), "c2 result");
 }
 
 #[tokio::test]

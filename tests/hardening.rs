@@ -476,3 +476,37 @@ async fn login_fields_are_bounded_before_any_hashing() {
         (StatusCode::BAD_REQUEST, "validation_error".to_string())
     );
 }
+
+#[tokio::test]
+async fn pii_is_scanned_in_every_text_field_that_goes_upstream() {
+    let env = env().await;
+    agent(
+        &env,
+        "scan",
+        "up-scan",
+        json!({"pii": {"mode": "redact"}, "default_tool_mode": "auto"}),
+    )
+    .await;
+    let token = sign_in(&env, "scan@example.com", "scan").await;
+    let mail = "carol.secret@example.org";
+    let body = json!({
+        "messages": [
+            {"role": "user", "name": mail, "content": "hello"},
+            {"role": "assistant", "refusal": mail, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": format!("{{\"who\":\"{mail}\"}}")}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "ok"}
+        ],
+        "user": mail,
+        "prediction": {"type": "content", "content": mail},
+        "tools": [{"type": "function", "function": {"name": "lookup", "description": format!("Looks up {mail}"), "parameters": {"type": "object", "properties": {"who": {"type": "string", "description": mail}}}}}]
+    });
+    let r = chat(&env, "scan", &token, &body, &[]).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let sent = env.stub.requests_for_model("up-scan");
+    let raw = &sent[0].raw_body;
+    assert!(!raw.contains(mail), "{raw}");
+    let b = &sent[0].body;
+    assert_eq!(b["user"], "[EMAIL]");
+    assert_eq!(b["messages"][0]["name"], "[EMAIL]");
+    assert_eq!(b["tools"][0]["function"]["description"], "Looks up [EMAIL]");
+    assert_eq!(b["tools"][0]["function"]["name"], "lookup");
+}

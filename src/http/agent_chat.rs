@@ -128,7 +128,12 @@ async fn agent_chat(
         let now = crate::store::now_ms();
         let states: HashMap<String, ApprovalState> = app
             .store
-            .approval_states(&address, &access.user.id, &answered)
+            .approval_states(
+                &address,
+                &access.user.id,
+                h.conversation_id.as_deref(),
+                &answered,
+            )
             .await?
             .into_iter()
             .filter_map(|(id, (s, exp))| Some((id, ApprovalState::parse(&s)?.effective(exp, now))))

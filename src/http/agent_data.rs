@@ -56,6 +56,7 @@ async fn put_manifest(
             name: &t.name,
             class: t.class.as_str(),
             description: &t.description,
+            parameters_hash: t.parameters_hash(),
         })
         .collect();
     let agent = access.agent.address.as_str();

@@ -78,6 +78,8 @@ pub struct ManifestTool<'a> {
     pub name: &'a str,
     pub class: &'a str,
     pub description: &'a str,
+    /// Hash of the tool's parameters schema (canonical JSON).
+    pub parameters_hash: String,
 }
 
 impl Store {
@@ -115,17 +117,25 @@ impl Store {
         .execute(&mut *tx)
         .await?;
         for t in tools {
-            // A new tool starts held; an admin's decision is never overwritten.
+            // A new tool starts held. An admin's decision stands while the tool
+            // stays as the admin saw it; a changed class, description or
+            // parameters make it held again.
             sqlx::query(
-                "INSERT INTO agent_tools (agent, name, class, description, status, first_seen_at)
-                 VALUES ($1, $2, $3, $4, 'held', $5)
-                 ON CONFLICT (agent, name) DO UPDATE SET class = $3, description = $4",
+                "INSERT INTO agent_tools (agent, name, class, description, status, first_seen_at, parameters_hash)
+                 VALUES ($1, $2, $3, $4, 'held', $5, $6)
+                 ON CONFLICT (agent, name) DO UPDATE SET class = $3, description = $4, parameters_hash = $6,
+                   status = CASE
+                     WHEN agent_tools.status IN ('accepted', 'rejected')
+                      AND (agent_tools.class <> $3 OR agent_tools.description <> $4
+                           OR (agent_tools.parameters_hash <> '' AND agent_tools.parameters_hash <> $6))
+                     THEN 'held' ELSE agent_tools.status END",
             )
             .bind(agent)
             .bind(t.name)
             .bind(t.class)
             .bind(t.description)
             .bind(now)
+            .bind(&t.parameters_hash)
             .execute(&mut *tx)
             .await?;
         }
@@ -275,22 +285,27 @@ impl Store {
         })
     }
 
-    /// Approvals of this user on this agent for these tool calls: tool_call_id -> (status, expires_at).
+    /// Approvals of this user on this agent, in this conversation (or both
+    /// without one), for these tool calls: tool_call_id -> (status, expires_at).
     pub async fn approval_states(
         &self,
         agent: &str,
         user_id: &str,
+        conversation_id: Option<&str>,
         call_ids: &[String],
     ) -> Result<HashMap<String, (String, i64)>, sqlx::Error> {
         let mut out = HashMap::new();
         for id in call_ids {
+            // Conversation ids are never empty, so '' stands for "none".
             let row: Option<(String, i64)> = sqlx::query_as(
                 "SELECT status, expires_at FROM approvals WHERE user_id = $1 AND tool_call_id = $2 AND agent = $3
+                   AND COALESCE(conversation_id, '') = $4
                  ORDER BY created_at DESC LIMIT 1",
             )
             .bind(user_id)
             .bind(id)
             .bind(agent)
+            .bind(conversation_id.unwrap_or(""))
             .fetch_optional(&self.pool)
             .await?;
             if let Some(r) = row {
