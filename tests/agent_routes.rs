@@ -1515,6 +1515,80 @@ async fn admin_event_listing_pages_with_a_cursor_and_filters_by_device() {
     assert_eq!(ids, ["m-0", "m-1"]);
 }
 
+/// A page of events after `after`: (ids, cursors, next).
+async fn events_page(env: &Env, after: &str) -> (Vec<String>, Vec<i64>, Option<String>) {
+    let v = env
+        .admin_get(&format!("events?limit=7&after={after}"))
+        .await;
+    let page = v["events"].as_array().unwrap();
+    let ids = page
+        .iter()
+        .map(|e| e["id"].as_str().unwrap().to_string())
+        .collect();
+    let cursors = page
+        .iter()
+        .map(|e| e["cursor"].as_str().unwrap().parse::<i64>().unwrap())
+        .collect();
+    (ids, cursors, v["next"].as_str().map(str::to_string))
+}
+
+#[tokio::test]
+async fn paging_returns_every_event_once_in_stored_order_while_others_store() {
+    let env = std::sync::Arc::new(env("evrace", json!({})).await);
+    let mut writers = Vec::new();
+    for w in 0..6 {
+        let env = std::sync::Arc::clone(&env);
+        writers.push(tokio::spawn(async move {
+            let (device, _) = env
+                .app
+                .sign_in_access(&env.login, &env.address, &format!("device {w}"))
+                .await;
+            for b in 0..8 {
+                accepted(
+                    env.post_events_as(&device, &events(5, &format!("w{w}b{b}")))
+                        .await,
+                )
+                .await;
+            }
+        }));
+    }
+    // Page all along, resuming from the last event seen when caught up.
+    let mut seen: Vec<String> = Vec::new();
+    let mut cursors: Vec<i64> = Vec::new();
+    let mut after = String::new();
+    loop {
+        let done = writers.iter().all(|w| w.is_finished());
+        let (ids, cs, next) = events_page(&env, &after).await;
+        seen.extend(ids);
+        if let Some(c) = cs.last() {
+            after = c.to_string();
+        }
+        cursors.extend(cs);
+        if next.is_none() {
+            if done {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    for w in writers {
+        w.await.unwrap();
+    }
+    assert_eq!(seen.len(), 6 * 8 * 5, "every event exactly once");
+    let unique: std::collections::HashSet<&String> = seen.iter().collect();
+    assert_eq!(unique.len(), seen.len(), "no event twice");
+    assert!(cursors.windows(2).all(|w| w[0] < w[1]), "stored order");
+    // Within a batch the order of posting holds.
+    for w in 0..6 {
+        for b in 0..8 {
+            let prefix = format!("w{w}b{b}-");
+            let mine: Vec<&String> = seen.iter().filter(|id| id.starts_with(&prefix)).collect();
+            let expected: Vec<String> = (0..5).map(|i| format!("{prefix}{i}")).collect();
+            assert_eq!(mine, expected.iter().collect::<Vec<_>>());
+        }
+    }
+}
+
 #[tokio::test]
 async fn events_survive_a_restart() {
     let mut env = env("evrestart", json!({})).await;
