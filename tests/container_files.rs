@@ -1,8 +1,9 @@
 //! The container files (`Dockerfile`, `compose.yaml`, `.dockerignore`) as the
 //! contract's "Container" section fixes them. No container engine runs in CI,
-//! so these read the files and check what an engine would do with them; the
-//! image's own start and health-check commands are run against the real
-//! binary in tests/cli.rs.
+//! so these read the files and check what an engine would do with them, and
+//! run the image's own start and health-check commands, with the image's
+//! environment, on the real binary. `scripts/container-test.sh` builds and
+//! runs the image itself where an engine runs.
 
 use std::collections::BTreeMap;
 
@@ -370,4 +371,80 @@ fn compose_database_url_names_the_postgres_service_with_its_own_user_password_an
         "the password is the one postgres was given"
     );
     assert_eq!(parsed.path(), format!("/{pg_db}"), "{url}");
+}
+
+/// The final stage's command, environment and health check, run as the image
+/// would run them: only /data and the port differ (a temporary directory and
+/// a free port stand in for the volume and the published port).
+#[test]
+fn the_images_command_serves_with_the_images_environment_and_its_healthcheck_passes() {
+    let stages = dockerfile_stages(&read("Dockerfile"));
+    let stage = stages.last().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap();
+    let env: BTreeMap<String, String> = env_of(stage)
+        .into_iter()
+        .map(|(k, v)| {
+            let v = v
+                .replace("/data", &data.path().display().to_string())
+                .replace(":8080", &format!(":{port}"));
+            (k, v)
+        })
+        .collect();
+    let bin = env!("CARGO_BIN_EXE_gatehouse");
+    let command = |words: Vec<String>| {
+        assert_eq!(words[0], "gatehouse", "{words:?}");
+        let mut c = std::process::Command::new(bin);
+        c.args(&words[1..]).env_clear().envs(&env);
+        c
+    };
+    let mut words = last(stage, "ENTRYPOINT")
+        .map(|i| exec_form(&i.args))
+        .unwrap_or_default();
+    words.extend(exec_form(&last(stage, "CMD").unwrap().args));
+    let mut server = command(words)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("start the image's command");
+    struct Kill<'a>(&'a mut std::process::Child);
+    impl Drop for Kill<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let server = Kill(&mut server);
+
+    let hc = last(stage, "HEALTHCHECK").unwrap().args.clone();
+    let (_, cmd) = hc.split_once("CMD ").unwrap();
+    let check = || {
+        command(exec_form(cmd))
+            .output()
+            .expect("run the health check")
+    };
+    let started = std::time::Instant::now();
+    loop {
+        let out = check();
+        if out.status.success() {
+            break;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "the health check never passed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    // It listens on every address (0.0.0.0), and the database is in the volume.
+    assert!(data.path().join("gatehouse.db").exists());
+    drop(server);
+    let out = check();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a stopped server fails the check"
+    );
 }

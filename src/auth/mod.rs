@@ -1,6 +1,7 @@
 //! Credentials: passwords, login and access tokens, API keys, agent sign-ins,
 //! and the cache that keeps their checks off the database on the hot path.
 
+pub mod accounts;
 pub mod passwords;
 pub mod signins;
 pub mod throttle;

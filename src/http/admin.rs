@@ -11,16 +11,13 @@ use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::app::AppState;
-use crate::auth::passwords;
-use crate::auth::signins::EndReason;
+use crate::auth::accounts;
 use crate::error::{Error, Result};
 use crate::http::extract::{AdminUser, ApiJson, ApiKeyAuth};
 use crate::models::{NewModel, NewProvider};
 use crate::runtime::Invalidation;
 use crate::store::catalog::{ModelRow, ProviderRow};
-use crate::store::users::UserRow;
 use crate::time::rfc3339;
-use crate::users::Email;
 
 pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -31,10 +28,6 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(create_model, list_models))
         .routes(routes!(get_model, delete_model))
         .routes(routes!(v1_models))
-}
-
-fn user_view(u: &UserRow) -> serde_json::Value {
-    json!({"id": u.id, "email": u.email, "is_admin": u.admin(), "is_active": u.active(), "created_at": rfc3339(u.created_at)})
 }
 
 #[derive(Deserialize, ToSchema)]
@@ -53,29 +46,20 @@ async fn create_user(
     _admin: AdminUser,
     ApiJson(body): ApiJson<NewUser>,
 ) -> Result<impl IntoResponse> {
-    let email = Email::parse(&body.email)?.into_string();
-    passwords::check_password_rules(&body.password)
-        .map_err(|m| Error::validation("password", m))?;
-    let hash = passwords::hash(body.password)
-        .await
-        .map_err(Error::internal)?;
-    match app.store.create_user(&email, &hash, body.is_admin).await? {
-        Some(u) => Ok((
-            StatusCode::CREATED,
-            Json(json!({"id": u.id, "email": u.email, "is_admin": u.admin()})),
-        )),
-        None => Err(Error::conflict(
-            "user_exists",
-            "A user with this e-mail already exists.",
-        )),
-    }
+    let u = accounts::create_user(&app.store, &body.email, body.password, body.is_admin).await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({"id": u.id, "email": u.email, "is_admin": u.admin()})),
+    ))
 }
 
 /// List users.
 #[utoipa::path(get, path = "/api/admin/users", tag = "admin", responses((status = 200, description = "Users")))]
 async fn list_users(State(app): State<AppState>, _admin: AdminUser) -> Result<impl IntoResponse> {
     let users = app.store.list_users().await?;
-    Ok(Json(users.iter().map(user_view).collect::<Vec<_>>()))
+    Ok(Json(
+        users.iter().map(accounts::user_json).collect::<Vec<_>>(),
+    ))
 }
 
 #[derive(Deserialize, ToSchema)]
@@ -97,24 +81,16 @@ async fn update_user(
     Path(id): Path<String>,
     ApiJson(body): ApiJson<UserPatch>,
 ) -> Result<impl IntoResponse> {
-    let hash = match body.password {
-        Some(p) => {
-            passwords::check_password_rules(&p).map_err(|m| Error::validation("password", m))?;
-            Some(passwords::hash(p).await.map_err(Error::internal)?)
-        }
-        None => None,
+    let change = accounts::UserChange {
+        is_active: body.is_active,
+        is_admin: body.is_admin,
+        password: body.password,
     };
-    let user = app
-        .store
-        .update_user(&id, body.is_active, body.is_admin, hash.as_deref())
-        .await?
-        .ok_or_else(|| Error::not_found("user_not_found", "There is no user with this id."))?;
-    if body.is_active == Some(false) {
-        // Ended, not merely refused, so re-enabling the user does not revive them.
-        crate::auth::signins::end_all_of_user(&app.auth, &id, EndReason::UserDisabled).await?;
+    let (user, stale) = accounts::update_user(&app.store, &id, change).await?;
+    for inv in stale {
+        app.invalidate(inv).await;
     }
-    app.invalidate(Invalidation::User(id)).await;
-    Ok(Json(user_view(&user)))
+    Ok(Json(accounts::user_json(&user)))
 }
 
 fn provider_view(p: &ProviderRow) -> serde_json::Value {

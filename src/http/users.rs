@@ -12,11 +12,9 @@ use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::app::AppState;
-use crate::auth::{passwords, tokens};
+use crate::auth::{accounts, passwords, tokens};
 use crate::error::{Error, ErrorKind, Result};
 use crate::http::extract::{ApiForm, ApiJson, LoginUser};
-use crate::store::keys::ApiKeyRow;
-use crate::store::{new_id, now_ms};
 use crate::time::rfc3339;
 
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -121,25 +119,6 @@ pub struct NewKey {
     models: Option<Vec<String>>,
 }
 
-fn key_view(row: &ApiKeyRow, secret: Option<&str>) -> serde_json::Value {
-    let models: Option<Vec<String>> = row
-        .models
-        .as_deref()
-        .and_then(|m| serde_json::from_str(m).ok());
-    let mut v = json!({
-        "id": row.id,
-        "name": row.name,
-        "created_at": rfc3339(row.created_at),
-        "expires_at": row.expires_at.map(rfc3339),
-        "models": models,
-        "last_used_at": row.last_used_at.map(rfc3339),
-    });
-    if let Some(k) = secret {
-        v["key"] = json!(k);
-    }
-    v
-}
-
 /// Create an API key; the key is shown only in this answer.
 #[utoipa::path(post, path = "/api/api-keys", tag = "api-keys", request_body = NewKey,
     responses((status = 201, description = "The key, with its secret")))]
@@ -148,54 +127,16 @@ async fn create_key(
     LoginUser(u): LoginUser,
     ApiJson(body): ApiJson<NewKey>,
 ) -> Result<impl IntoResponse> {
-    let name = body.name.trim();
-    if name.is_empty() || name.chars().count() > 200 {
-        return Err(Error::validation(
-            "name",
-            "'name' must be 1 to 200 characters.",
-        ));
-    }
-    let now = now_ms();
-    let expires_at = match body.expires_at.as_deref() {
-        None => None,
-        Some(s) => {
-            let t = chrono::DateTime::parse_from_rfc3339(s).map_err(|_| {
-                Error::validation("expires_at", "'expires_at' must be an RFC 3339 timestamp.")
-            })?;
-            let ms = t.timestamp_millis();
-            if ms <= now {
-                return Err(Error::validation(
-                    "expires_at",
-                    "'expires_at' must be in the future.",
-                ));
-            }
-            Some(ms)
-        }
+    let new = accounts::NewKey {
+        name: body.name,
+        expires_at: body.expires_at,
+        models: body.models,
     };
-    if let Some(models) = &body.models {
-        if models.is_empty() || models.iter().any(|m| m.trim().is_empty()) {
-            return Err(Error::validation(
-                "models",
-                "'models' must be a non-empty list of model ids, or left out for every model.",
-            ));
-        }
-    }
-    let secret = crate::auth::new_secret("gtk_");
-    let row = ApiKeyRow {
-        id: new_id(),
-        user_id: u.id.clone(),
-        name: name.to_string(),
-        key_hash: crate::auth::sha256_hex(&secret),
-        models: body
-            .models
-            .as_ref()
-            .map(|m| serde_json::to_string(m).unwrap_or_default()),
-        created_at: now,
-        expires_at,
-        last_used_at: None,
-    };
-    app.store.insert_api_key(&row).await?;
-    Ok((StatusCode::CREATED, Json(key_view(&row, Some(&secret)))))
+    let (row, secret) = accounts::create_key(&app.store, &u.id, new).await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(accounts::key_json(&row, Some(&secret))),
+    ))
 }
 
 /// The caller's keys, without secrets.
@@ -206,7 +147,9 @@ async fn list_keys(
 ) -> Result<impl IntoResponse> {
     let rows = app.store.list_api_keys(&u.id).await?;
     Ok(Json(
-        rows.iter().map(|r| key_view(r, None)).collect::<Vec<_>>(),
+        rows.iter()
+            .map(|r| accounts::key_json(r, None))
+            .collect::<Vec<_>>(),
     ))
 }
 
