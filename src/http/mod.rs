@@ -132,7 +132,12 @@ async fn request_id(mut req: Request, next: Next) -> Response {
     let span =
         tracing::info_span!("request", id = ?id, method = %req.method(), path = %req.uri().path());
     // Instrument the future (a guard held across .await would leak the span to other tasks).
-    let mut resp = tracing::Instrument::instrument(next.run(req), span).await;
+    let mut resp = crate::models::upstream::REQUEST_ID
+        .scope(
+            id.clone(),
+            tracing::Instrument::instrument(next.run(req), span),
+        )
+        .await;
     resp.headers_mut().insert("x-request-id", id);
     resp
 }

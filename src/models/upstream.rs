@@ -17,6 +17,13 @@ use tokio::time::Instant;
 use crate::error::{Error, ErrorKind};
 use crate::models::Provider;
 
+tokio::task_local! {
+    /// The `x-request-id` of the request being served. The HTTP layer sets it
+    /// around each request, so every upstream attempt made while serving it
+    /// carries the same id without threading it through every call.
+    pub static REQUEST_ID: header::HeaderValue;
+}
+
 /// The longest upstream error message passed on to the client.
 const MAX_MESSAGE_CHARS: usize = 2000;
 
@@ -77,6 +84,9 @@ pub async fn post(
         .body(body);
     if let Some(key) = &provider.api_key {
         req = req.bearer_auth(key);
+    }
+    if let Ok(id) = REQUEST_ID.try_with(header::HeaderValue::clone) {
+        req = req.header("x-request-id", id);
     }
     let resp = match tokio::time::timeout_at(deadline, req.send()).await {
         Err(_) => return Err(timeout_error(provider)),
