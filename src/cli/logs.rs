@@ -41,7 +41,16 @@ pub fn filter_from_env() -> Result<EnvFilter, String> {
 
 /// Installs the process's log writer.
 pub fn init(format: Format, filter: EnvFilter, to_stderr: bool) {
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    use std::io::IsTerminal as _;
+    // Colours only for a person at a terminal, never into files and pipes.
+    let ansi = if to_stderr {
+        std::io::stderr().is_terminal()
+    } else {
+        std::io::stdout().is_terminal()
+    };
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(ansi);
     match (format, to_stderr) {
         (Format::Text, false) => builder.init(),
         (Format::Text, true) => builder.with_writer(std::io::stderr).init(),

@@ -16,6 +16,7 @@ use crate::agents::chat::parse_headers;
 use crate::agents::tools::{apply, offered_tools, ToolPolicy};
 use crate::app::AppState;
 use crate::error::{Error, ErrorKind, Result};
+use crate::http::access::AccessNote;
 use crate::http::agent_auth::AgentAccess;
 use crate::http::agent_data::{manifest_classes, tool_decisions};
 use crate::http::extract::{parse_json, read_body};
@@ -68,6 +69,8 @@ async fn agent_chat(
         agent.pii.user_choosable,
         h.pii_mode.as_deref(),
     )?;
+    let note = AccessNote::of(req.extensions());
+    note.set(|f| f.model = Some(agent.model.clone()));
     let bytes = read_body(req).await?;
     let mut body: Map<String, Value> = parse_json(&bytes)?;
     check_body(&body)?;
@@ -78,6 +81,7 @@ async fn agent_chat(
             "The agent's model is not configured; ask an administrator.",
         )
     })?;
+    note.set(|f| f.provider = Some(model.provider.name.clone()));
     let address = agent.address.as_str().to_string();
     let device = access.sign_in.device_id.clone();
 

@@ -1,6 +1,7 @@
 //! The HTTP surface: router, middleware (request ids, body limits, metrics,
 //! error shapes) and thin handlers that call into the domain modules.
 
+pub mod access;
 pub mod admin;
 pub mod agent_auth;
 pub mod agent_chat;
@@ -78,6 +79,7 @@ pub fn router(state: AppState) -> Router {
         ))
         .layer(middleware::from_fn(error::render_errors))
         .layer(middleware::from_fn_with_state(state.clone(), body_limits))
+        .layer(middleware::from_fn(access::log))
         .layer(middleware::from_fn(request_id))
         .with_state(state)
 }
