@@ -67,9 +67,15 @@ async fn serve(env: &[(&str, &str)]) -> Serve {
 
 /// Stops the server with SIGTERM and returns (stdout, stderr) whole.
 fn stop(mut s: Serve) -> (String, String) {
-    let _ = Command::new("kill")
+    // SIGTERM as an orchestrator sends it; without a kill(1), SIGKILL (each
+    // log line is written whole as it happens, so none is lost either way).
+    let termed = Command::new("kill")
         .args(["-TERM", &s.child.id().to_string()])
-        .status();
+        .status()
+        .is_ok_and(|st| st.success());
+    if !termed {
+        let _ = s.child.kill();
+    }
     let deadline = Instant::now() + Duration::from_secs(30);
     while s.child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
