@@ -3,13 +3,13 @@
 //! events, the X-Service-* headers, and what reaches the upstream.
 
 mod common;
-mod model_support;
 
 use std::time::Duration;
 
+use common::models::{payloads, poll, sse_events};
+use common::stub::{calling, tool_call as call};
 use common::*;
-use gatehouse_stub_upstream::{Script, ScriptToolCall, Stub};
-use model_support::{payloads, poll, sse_events};
+use gatehouse_stub_upstream::{ScriptToolCall, Stub};
 use reqwest::{Response, StatusCode};
 use serde_json::{json, Value};
 
@@ -53,14 +53,13 @@ async fn env_with(
     .await;
     let admin = app.admin_token().await;
     let address = format!("{tag}@acme");
-    let mut body = json!({"address": address, "name": format!("Agent {tag}"), "model": model_id});
+    let mut fields = json!({"name": format!("Agent {tag}")});
     for (k, v) in agent.as_object().expect("agent fields").iter() {
-        body[k] = v.clone();
+        fields[k] = v.clone();
     }
-    let r = app.post("/api/admin/agents", &admin, &body).await;
-    assert_eq!(r.status(), StatusCode::CREATED, "agent {address}");
+    app.add_agent(&admin, &address, &model_id, fields).await;
     let (_, login) = app.user("alice@example.com").await;
-    let (access, device_id) = sign_in(&app, &login, &address, "laptop").await;
+    let (access, device_id) = app.sign_in_access(&login, &address, "laptop").await;
     Env {
         app,
         stub,
@@ -74,24 +73,25 @@ async fn env_with(
     }
 }
 
-/// (access token, device id) of a new agent sign-in.
-async fn sign_in(app: &TestApp, login: &str, agent: &str, label: &str) -> (String, String) {
-    let r = app
-        .post(
-            "/api/agent-tokens",
-            login,
-            &json!({"agent": agent, "device_label": label}),
-        )
-        .await;
-    assert_eq!(r.status(), StatusCode::CREATED, "sign-in to {agent}");
-    let v: Value = r.json().await.expect("json");
-    (
-        v["access_token"].as_str().expect("access").to_string(),
-        v["device_id"].as_str().expect("device").to_string(),
-    )
-}
-
 impl Env {
+    /// Creates agent other@acme on the same model and signs the user in to
+    /// it on a laptop; returns that access token.
+    async fn other_agent(&self) -> String {
+        self.app
+            .add_agent(
+                &self.admin,
+                "other@acme",
+                &self.model_id,
+                json!({"name": "Other"}),
+            )
+            .await;
+        let (access, _) = self
+            .app
+            .sign_in_access(&self.login, "other@acme", "laptop")
+            .await;
+        access
+    }
+
     fn path(&self, rest: &str) -> String {
         format!("/v1/agents/{}/{rest}", self.address)
     }
@@ -281,22 +281,8 @@ async fn expect_error(r: Response, status: u16, code: &str) -> Value {
     e
 }
 
-fn call(id: &str, name: &str, arguments: &str) -> ScriptToolCall {
-    ScriptToolCall {
-        id: id.into(),
-        name: name.into(),
-        arguments: arguments.into(),
-    }
-}
-
 fn script_calls(env: &Env, calls: Vec<ScriptToolCall>) {
-    env.stub.script(
-        &env.upstream,
-        Script {
-            tool_calls: calls,
-            ..Script::default()
-        },
-    );
+    env.stub.script(&env.upstream, calling(calls));
 }
 
 /// A follow-up body answering `call_id` (a call of `tool`) with `result`.
@@ -361,7 +347,10 @@ async fn manifest_seen_before_ignores_key_order_and_white_space_and_spans_device
     assert_eq!(v, json!({"seen_before": true, "manifest_hash": hash}));
 
     // Another device of the same agent (and user) sends it: seen before.
-    let (access2, _) = sign_in(&env.app, &env.login, &env.address, "phone").await;
+    let (access2, _) = env
+        .app
+        .sign_in_access(&env.login, &env.address, "phone")
+        .await;
     let r = env.put_manifest_as(&access2, &std_manifest()).await;
     let v: Value = r.json().await.unwrap();
     assert_eq!(v, json!({"seen_before": true, "manifest_hash": hash}));
@@ -377,16 +366,7 @@ async fn manifest_seen_before_ignores_key_order_and_white_space_and_spans_device
 #[tokio::test]
 async fn manifest_seen_before_is_per_agent() {
     let env = env("mper", json!({})).await;
-    let r = env
-        .app
-        .post(
-            "/api/admin/agents",
-            &env.admin,
-            &json!({"address": "other@acme", "name": "Other", "model": env.model_id}),
-        )
-        .await;
-    assert_eq!(r.status(), StatusCode::CREATED);
-    let (other_access, _) = sign_in(&env.app, &env.login, "other@acme", "laptop").await;
+    let other_access = env.other_agent().await;
     assert_eq!(env.manifest_ok(&std_manifest()).await["seen_before"], false);
     let r = env
         .app
@@ -630,8 +610,14 @@ async fn classes_come_from_the_devices_latest_manifest() {
     let env = env("modeclass", json!({})).await;
     env.manifest_ok(&std_manifest()).await;
     // A second device declares write_file as read; a third declares nothing.
-    let (phone, _) = sign_in(&env.app, &env.login, &env.address, "phone").await;
-    let (tablet, _) = sign_in(&env.app, &env.login, &env.address, "tablet").await;
+    let (phone, _) = env
+        .app
+        .sign_in_access(&env.login, &env.address, "phone")
+        .await;
+    let (tablet, _) = env
+        .app
+        .sign_in_access(&env.login, &env.address, "tablet")
+        .await;
     let r = env
         .put_manifest_as(
             &phone,
@@ -1031,7 +1017,10 @@ async fn unknown_or_another_users_approval_is_not_found() {
     expect_error(r, 404, "approval_not_found").await;
 
     let (_, bob_login) = env.app.user("bob@example.com").await;
-    let (bob, _) = sign_in(&env.app, &bob_login, &env.address, "bob-laptop").await;
+    let (bob, _) = env
+        .app
+        .sign_in_access(&bob_login, &env.address, "bob-laptop")
+        .await;
     let r = env.answer(&bob, id, &json!({"decision": "approve"})).await;
     expect_error(r, 404, "approval_not_found").await;
     // Still pending for its owner.
@@ -1088,6 +1077,80 @@ async fn a_tool_result_for_a_pending_call_is_refused_with_approval_pending() {
         .await;
     assert_eq!(r.status(), StatusCode::OK);
     assert_eq!(tool_message_content(&env.last_sent()), "contents");
+}
+
+#[tokio::test]
+async fn approvals_bind_to_their_conversation() {
+    let env = approvals_env("aprconv", |_| {}).await;
+    let in_c1 = [
+        ("X-Service-Tool-Mode", "ask"),
+        ("X-Service-Conversation-Id", "c1"),
+    ];
+    let in_c2 = [
+        ("X-Service-Tool-Mode", "ask"),
+        ("X-Service-Conversation-Id", "c2"),
+    ];
+    let r = env
+        .chat(
+            &in_c1,
+            &chat_body("do it", &["read_file", "write_file", "run"]),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let v: Value = r.json().await.unwrap();
+    env.stub.unscript(&env.upstream);
+    let w = v["approvals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["tool"] == "write_file")
+        .unwrap()
+        .clone();
+    // Pending in c1: another conversation (or none) with the same call id is not blocked.
+    let r = env
+        .chat(&in_c2, &tool_result_body("call_w", "write_file", "from c2"))
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(tool_message_content(&env.last_sent()), "from c2");
+    let r = env
+        .chat(
+            &[("X-Service-Tool-Mode", "ask")],
+            &tool_result_body("call_w", "write_file", "no conversation"),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    expect_error(
+        env.chat(&in_c1, &tool_result_body("call_w", "write_file", "x"))
+            .await,
+        409,
+        "approval_pending",
+    )
+    .await;
+    // Denied in c1 decides nothing in c2.
+    let r = env
+        .answer(
+            &env.access,
+            w["id"].as_str().unwrap(),
+            &json!({"decision": "deny"}),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let r = env
+        .chat(
+            &in_c1,
+            &tool_result_body("call_w", "write_file", "written anyway"),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(tool_message_content(&env.last_sent()), DENIED_TEXT);
+    let r = env
+        .chat(
+            &in_c2,
+            &tool_result_body("call_w", "write_file", "c2 result"),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(tool_message_content(&env.last_sent()), "c2 result");
 }
 
 #[tokio::test]
@@ -1249,7 +1312,10 @@ async fn a_retried_batch_is_counted_as_duplicates_and_not_stored_again() {
     assert_eq!(accepted(env.post_events(&anon).await).await["accepted"], 2);
     assert_eq!(env.all_events().await.len(), 17);
     // The same id from another device is that device's own event.
-    let (phone, _) = sign_in(&env.app, &env.login, &env.address, "phone").await;
+    let (phone, _) = env
+        .app
+        .sign_in_access(&env.login, &env.address, "phone")
+        .await;
     assert_eq!(
         accepted(env.post_events_as(&phone, &events(2, "r")).await).await,
         json!({"accepted": 2, "duplicates": 0})
@@ -1307,7 +1373,10 @@ async fn events_body_limit_is_2_mib() {
 #[tokio::test]
 async fn admin_event_listing_pages_with_a_cursor_and_filters_by_device() {
     let env = env("evpage", json!({})).await;
-    let (phone, phone_id) = sign_in(&env.app, &env.login, &env.address, "phone").await;
+    let (phone, phone_id) = env
+        .app
+        .sign_in_access(&env.login, &env.address, "phone")
+        .await;
     accepted(env.post_events(&events(3, "l")).await).await;
     accepted(env.post_events_as(&phone, &events(2, "p")).await).await;
     accepted(env.post_events(&events(2, "m")).await).await;
@@ -1602,16 +1671,7 @@ async fn another_agents_approval_is_not_found() {
     let env = approvals_env("aprother", |_| {}).await;
     let approvals = ask(&env).await;
     let id = approvals[0]["id"].as_str().unwrap();
-    let r = env
-        .app
-        .post(
-            "/api/admin/agents",
-            &env.admin,
-            &json!({"address": "other@acme", "name": "Other", "model": env.model_id}),
-        )
-        .await;
-    assert_eq!(r.status(), StatusCode::CREATED);
-    let (other, _) = sign_in(&env.app, &env.login, "other@acme", "laptop").await;
+    let other = env.other_agent().await;
     let r = env
         .app
         .post(
@@ -1657,16 +1717,7 @@ async fn admin_agent_data_views_need_an_admin_and_an_existing_agent() {
 #[tokio::test]
 async fn agent_routes_refuse_another_agents_token() {
     let env = env("mismatch", json!({})).await;
-    let r = env
-        .app
-        .post(
-            "/api/admin/agents",
-            &env.admin,
-            &json!({"address": "other@acme", "name": "Other", "model": env.model_id}),
-        )
-        .await;
-    assert_eq!(r.status(), StatusCode::CREATED);
-    let (other, _) = sign_in(&env.app, &env.login, "other@acme", "laptop").await;
+    let other = env.other_agent().await;
     let r = env.put_manifest_as(&other, &std_manifest()).await;
     expect_error(r, 403, "agent_mismatch").await;
     let r = env.post_events_as(&other, &events(1, "x")).await;

@@ -9,7 +9,8 @@ mod common;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::procs::{eventually, spawn_server};
+use common::procs::{agent_setup, eventually, get_json, new_sign_in, spawn_server};
+use common::stub::{calling, tool_call};
 use common::*;
 use serde_json::{json, Value};
 
@@ -31,6 +32,7 @@ impl Cluster {
         Cluster { dir }
     }
 
+    /// `scripts/pg.sh cmd` on this cluster.
     fn command(&self, cmd: &str) -> Command {
         let mut c = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/pg.sh"));
         c.arg(cmd).env("GATEHOUSE_PG_DIR", &self.dir);
@@ -70,77 +72,22 @@ async fn nothing_accepted_is_lost_when_the_database_stops_mid_load_and_service_r
     let url = server.url.clone();
     let c = client();
     let stub = gatehouse_stub_upstream::Stub::start().await;
-    stub.script(
-        "fault-up",
-        gatehouse_stub_upstream::Script {
-            tool_calls: vec![gatehouse_stub_upstream::ScriptToolCall {
-                id: "call_x".into(),
-                name: "run".into(),
-                arguments: "{}".into(),
-            }],
-            ..Default::default()
-        },
-    );
+    stub.script("fault-up", calling(vec![tool_call("call_x", "run", "{}")]));
 
     // Setup.
-    let login = |email: &'static str, pw: &'static str| {
-        let c = c.clone();
-        let url = url.clone();
-        async move {
-            let r = c
-                .post(format!("{url}/api/auth/jwt/login"))
-                .form(&[("username", email), ("password", pw)])
-                .send()
-                .await
-                .unwrap();
-            r.json::<Value>().await.unwrap()["access_token"]
-                .as_str()
-                .unwrap()
-                .to_string()
-        }
-    };
-    let admin = login(ADMIN_EMAIL, ADMIN_PASSWORD).await;
-    for (path, body) in [
-        (
-            "/api/admin/providers",
-            json!({"name": "stub", "type": "openai", "base_url": stub.openai_base_url()}),
-        ),
-        (
-            "/api/admin/models",
-            json!({"id": "chat-1", "kind": "chat", "provider": "stub", "upstream_model": "fault-up"}),
-        ),
-        (
-            "/api/admin/agents",
-            json!({"address": "fault", "name": "F", "model": "chat-1", "default_tool_mode": "ask"}),
-        ),
-        (
-            "/api/admin/users",
-            json!({"email": "dev@example.com", "password": "password-123"}),
-        ),
-    ] {
-        assert_eq!(
-            c.post(format!("{url}{path}"))
-                .bearer_auth(&admin)
-                .json(&body)
-                .send()
-                .await
-                .unwrap()
-                .status(),
-            201,
-            "{path}"
-        );
-    }
-    let user = login("dev@example.com", "password-123").await;
-    let r = c
-        .post(format!("{url}/api/agent-tokens"))
-        .bearer_auth(&user)
-        .json(&json!({"agent": "fault", "device_label": "main"}))
-        .send()
-        .await
-        .unwrap();
-    let access = r.json::<Value>().await.unwrap()["access_token"]
+    let setup = agent_setup(
+        &c,
+        &url,
+        &stub.openai_base_url(),
+        "fault-up",
+        "fault",
+        json!({"name": "F", "default_tool_mode": "ask"}),
+    )
+    .await;
+    let (admin, user) = (setup.admin, setup.user);
+    let access = new_sign_in(&c, &url, &user, "fault", "main").await["access_token"]
         .as_str()
-        .unwrap()
+        .expect("access token")
         .to_string();
 
     // Load: event batches, sign-ins and chats (each creating an approval) in a loop;
@@ -281,15 +228,13 @@ async fn nothing_accepted_is_lost_when_the_database_stops_mid_load_and_service_r
             .as_ref()
             .map(|a| format!("&after={a}"))
             .unwrap_or_default();
-        let v: Value = c
-            .get(format!("{url}/api/admin/agents/fault/events?limit=1000{q}"))
-            .bearer_auth(&admin)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let v = get_json(
+            &c,
+            &url,
+            &admin,
+            &format!("/api/admin/agents/fault/events?limit=1000{q}"),
+        )
+        .await;
         for e in v["events"].as_array().unwrap() {
             stored.insert(e["id"].as_str().unwrap_or_default().to_string());
         }
@@ -303,15 +248,7 @@ async fn nothing_accepted_is_lost_when_the_database_stops_mid_load_and_service_r
         .filter(|id| !stored.contains(*id))
         .collect();
     assert!(lost.is_empty(), "accepted events lost: {lost:?}");
-    let v: Value = c
-        .get(format!("{url}/api/agent-tokens/mine"))
-        .bearer_auth(&user)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v = get_json(&c, &url, &user, "/api/agent-tokens/mine").await;
     let live: Vec<&str> = v
         .as_array()
         .unwrap()
@@ -321,15 +258,7 @@ async fn nothing_accepted_is_lost_when_the_database_stops_mid_load_and_service_r
     for d in &signins_ok {
         assert!(live.contains(&d.as_str()), "accepted sign-in {d} lost");
     }
-    let v: Value = c
-        .get(format!("{url}/api/admin/agents/fault/approvals"))
-        .bearer_auth(&admin)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v = get_json(&c, &url, &admin, "/api/admin/agents/fault/approvals").await;
     let have: Vec<&str> = v
         .as_array()
         .unwrap()

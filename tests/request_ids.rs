@@ -3,11 +3,10 @@
 //! the upstream sees that same id. Checked in the stub upstream's recorded
 //! requests, for every kind of upstream call.
 
-mod agent_chat_support;
 mod common;
-mod model_support;
 
-use model_support::*;
+use common::agent_chat as agent_chat_support;
+use common::models::*;
 use reqwest::Response;
 use serde_json::{json, Value};
 

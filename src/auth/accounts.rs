@@ -1,50 +1,48 @@
-//! User accounts and API keys as an administrator changes them: the rules and
-//! flows shared by the admin API and the command line (`gatehouse users ...`,
-//! `gatehouse keys ...`). Callers send the returned invalidations, so servers
-//! holding a changed user, key or sign-in in cache drop it.
+//! Accounts: creating and changing users, and creating API keys. The admin
+//! API, the user's own API and the command line all go through these, so a
+//! rule is written once.
 
+use crate::auth::signins::{self, EndReason};
+use crate::auth::{new_secret, passwords, sha256_hex, Auth};
 use crate::error::{Error, Result};
 use crate::runtime::Invalidation;
 use crate::store::keys::ApiKeyRow;
 use crate::store::users::UserRow;
 use crate::store::{new_id, now_ms, Store};
-use crate::time::rfc3339;
 use crate::users::Email;
 
-use super::passwords;
-use super::signins::EndReason;
-
-/// A user as the admin API and `gatehouse users list` show it: no password data.
-pub fn user_json(u: &UserRow) -> serde_json::Value {
-    serde_json::json!({
-        "id": u.id, "email": u.email, "is_admin": u.admin(), "is_active": u.active(),
-        "created_at": rfc3339(u.created_at),
-    })
-}
-
-/// Checks the password rules, then hashes (Argon2id, off the async threads).
-async fn checked_hash(password: String) -> Result<String> {
+/// Hashes a password that follows the rules (else `validation_error`, param `password`).
+pub async fn hash_new_password(password: String) -> Result<String> {
     passwords::check_password_rules(&password).map_err(|m| Error::validation("password", m))?;
     passwords::hash(password).await.map_err(Error::internal)
 }
 
-/// Creates a user. A malformed e-mail or a password outside the rules is a
-/// validation error; a taken e-mail is 409 `user_exists`.
+/// Sets a user's password by e-mail (the command line's `users set-password`).
+pub async fn set_password(auth: &Auth, email: &str, password: String) -> Result<UserRow> {
+    let user = user_by_email(&auth.store, email).await?;
+    let change = UserChange {
+        password: Some(password),
+        ..UserChange::default()
+    };
+    update_user(auth, &user.id, change).await
+}
+
+/// Creates a user; a taken e-mail is 409 `user_exists`.
 pub async fn create_user(
     store: &Store,
     email: &str,
     password: String,
     is_admin: bool,
 ) -> Result<UserRow> {
-    let email = Email::parse(email)?.into_string();
-    let hash = checked_hash(password).await?;
+    let email = Email::parse(email)?;
+    let hash = hash_new_password(password).await?;
     store
-        .create_user(&email, &hash, is_admin)
+        .create_user(email.as_str(), &hash, is_admin)
         .await?
         .ok_or_else(|| Error::conflict("user_exists", "A user with this e-mail already exists."))
 }
 
-/// What an administrator may change about a user.
+/// What an administrator may change on a user.
 #[derive(Debug, Default)]
 pub struct UserChange {
     pub is_active: Option<bool>,
@@ -52,117 +50,78 @@ pub struct UserChange {
     pub password: Option<String>,
 }
 
-/// Changes a user; an unknown id is 404 `user_not_found`. Disabling ends the
-/// user's sign-ins (ended, not merely refused, so enabling the user again
-/// does not revive them). Returns the user and what to invalidate.
-pub async fn update_user(
-    store: &Store,
-    id: &str,
-    change: UserChange,
-) -> Result<(UserRow, Vec<Invalidation>)> {
+/// Changes a user. Disabling ends the user's sign-ins (ended, not merely
+/// refused, so re-enabling does not revive them); a new password ends them
+/// and every login token issued before it. Every cached credential of the
+/// user is dropped here and on the other servers.
+pub async fn update_user(auth: &Auth, id: &str, change: UserChange) -> Result<UserRow> {
+    let password_changed = change.password.is_some();
     let hash = match change.password {
-        Some(p) => Some(checked_hash(p).await?),
+        Some(p) => Some(hash_new_password(p).await?),
         None => None,
     };
-    let user = store
+    let user = auth
+        .store
         .update_user(id, change.is_active, change.is_admin, hash.as_deref())
         .await?
         .ok_or_else(|| Error::not_found("user_not_found", "There is no user with this id."))?;
-    let mut stale = Vec::new();
     if change.is_active == Some(false) {
-        let devices = store
-            .end_user_sign_ins(id, EndReason::UserDisabled.as_str(), now_ms())
-            .await?;
-        stale.extend(devices.into_iter().map(Invalidation::SignIn));
+        signins::end_all_of_user(auth, id, EndReason::UserDisabled).await?;
+    } else if password_changed {
+        // Login tokens issued before now are refused (`tokens_valid_after`).
+        signins::end_all_of_user(auth, id, EndReason::PasswordChanged).await?;
     }
-    stale.push(Invalidation::User(id.to_string()));
-    Ok((user, stale))
+    auth.invalidate(Invalidation::User(id.to_string())).await;
+    Ok(user)
+}
+
+/// A request for a new API key, as the API and the command line take it.
+#[derive(Clone, Debug, Default)]
+pub struct NewKey {
+    pub name: String,
+    /// RFC 3339.
+    pub expires_at: Option<String>,
+    pub models: Option<Vec<String>>,
+}
+
+/// Checks `new` and creates the key for `user_id`. Returns the stored row and
+/// the secret (`gtk_…`), which is never stored and never shown again.
+pub async fn create_key(store: &Store, user_id: &str, new: NewKey) -> Result<(ApiKeyRow, String)> {
+    let row = new_key_row(user_id, new, now_ms())?;
+    let secret = new_secret("gtk_");
+    let row = ApiKeyRow {
+        key_hash: sha256_hex(&secret),
+        ..row
+    };
+    store.insert_api_key(&row).await?;
+    Ok((row, secret))
+}
+
+/// Checks `new` without creating anything (the command line refuses bad
+/// input before it opens the database).
+pub fn check_new_key(new: &NewKey) -> Result<()> {
+    new_key_row("", new.clone(), now_ms()).map(|_| ())
 }
 
 /// The user with this e-mail; none is 404 `user_not_found`.
 pub async fn user_by_email(store: &Store, email: &str) -> Result<UserRow> {
     let email = Email::parse(email)?;
-    store.user_by_email(email.as_str()).await?.ok_or_else(|| {
-        Error::not_found(
-            "user_not_found",
-            format!("There is no user with the e-mail {email}."),
-        )
+    store
+        .user_by_email(email.as_str())
+        .await?
+        .ok_or_else(|| Error::not_found("user_not_found", "There is no user with this e-mail."))
+}
+
+/// A user as the admin API and `gatehouse users list` show it: no password data.
+pub fn user_json(u: &UserRow) -> serde_json::Value {
+    serde_json::json!({
+        "id": u.id, "email": u.email, "is_admin": u.admin(), "is_active": u.active(),
+        "created_at": crate::time::rfc3339(u.created_at),
     })
 }
 
-/// A new API key as asked for (`POST /api/api-keys`, `gatehouse keys create`).
-#[derive(Debug, Default)]
-pub struct NewKey {
-    pub name: String,
-    /// RFC 3339; must be in the future.
-    pub expires_at: Option<String>,
-    /// Model ids the key may use; `None` means every model.
-    pub models: Option<Vec<String>>,
-}
-
-pub const MAX_KEY_NAME_CHARS: usize = 200;
-
-impl NewKey {
-    /// Checks the request as `POST /api/api-keys` does; returns the row to
-    /// store for `user_id` with this `key_hash`.
-    pub fn validate(&self, user_id: &str, key_hash: String, now: i64) -> Result<ApiKeyRow> {
-        let name = self.name.trim();
-        if name.is_empty() || name.chars().count() > MAX_KEY_NAME_CHARS {
-            return Err(Error::validation(
-                "name",
-                format!("'name' must be 1 to {MAX_KEY_NAME_CHARS} characters."),
-            ));
-        }
-        let expires_at = match self.expires_at.as_deref() {
-            None => None,
-            Some(s) => {
-                let t = chrono::DateTime::parse_from_rfc3339(s.trim()).map_err(|_| {
-                    Error::validation("expires_at", "'expires_at' must be an RFC 3339 timestamp.")
-                })?;
-                let ms = t.timestamp_millis();
-                if ms <= now {
-                    return Err(Error::validation(
-                        "expires_at",
-                        "'expires_at' must be in the future.",
-                    ));
-                }
-                Some(ms)
-            }
-        };
-        let models = match &self.models {
-            None => None,
-            Some(m) if m.is_empty() || m.iter().any(|id| id.trim().is_empty()) => {
-                return Err(Error::validation(
-                    "models",
-                    "'models' must be a non-empty list of model ids, or left out for every model.",
-                ));
-            }
-            Some(m) => Some(serde_json::to_string(m).map_err(Error::internal)?),
-        };
-        Ok(ApiKeyRow {
-            id: new_id(),
-            user_id: user_id.to_string(),
-            name: name.to_string(),
-            key_hash,
-            models,
-            created_at: now,
-            expires_at,
-            last_used_at: None,
-        })
-    }
-}
-
-/// Creates an API key for `user_id`; returns the stored row and the secret
-/// (`gtk_...`), which exists nowhere else: only its hash is stored.
-pub async fn create_key(store: &Store, user_id: &str, new: NewKey) -> Result<(ApiKeyRow, String)> {
-    let secret = super::new_secret("gtk_");
-    let row = new.validate(user_id, super::sha256_hex(&secret), now_ms())?;
-    store.insert_api_key(&row).await?;
-    Ok((row, secret))
-}
-
-/// A key as `GET /api/api-keys` shows it; with `secret` only in the answer
-/// that creates it.
+/// A key as `GET /api/api-keys` and `gatehouse keys list` show it; the
+/// secret only in the answer that creates it.
 pub fn key_json(row: &ApiKeyRow, secret: Option<&str>) -> serde_json::Value {
     let models: Option<Vec<String>> = row
         .models
@@ -171,13 +130,113 @@ pub fn key_json(row: &ApiKeyRow, secret: Option<&str>) -> serde_json::Value {
     let mut v = serde_json::json!({
         "id": row.id,
         "name": row.name,
-        "created_at": rfc3339(row.created_at),
-        "expires_at": row.expires_at.map(rfc3339),
+        "created_at": crate::time::rfc3339(row.created_at),
+        "expires_at": row.expires_at.map(crate::time::rfc3339),
         "models": models,
-        "last_used_at": row.last_used_at.map(rfc3339),
+        "last_used_at": row.last_used_at.map(crate::time::rfc3339),
     });
     if let Some(k) = secret {
         v["key"] = serde_json::json!(k);
     }
     v
+}
+
+/// The rules of a new key (name, expiry in the future, a non-empty model list).
+fn new_key_row(user_id: &str, new: NewKey, now: i64) -> Result<ApiKeyRow> {
+    let name = new.name.trim();
+    if name.is_empty() || name.chars().count() > 200 {
+        return Err(Error::validation(
+            "name",
+            "'name' must be 1 to 200 characters.",
+        ));
+    }
+    let expires_at = match new.expires_at.as_deref() {
+        None => None,
+        Some(s) => {
+            let t = chrono::DateTime::parse_from_rfc3339(s).map_err(|_| {
+                Error::validation("expires_at", "'expires_at' must be an RFC 3339 timestamp.")
+            })?;
+            let ms = t.timestamp_millis();
+            if ms <= now {
+                return Err(Error::validation(
+                    "expires_at",
+                    "'expires_at' must be in the future.",
+                ));
+            }
+            Some(ms)
+        }
+    };
+    let models = match new.models {
+        None => None,
+        Some(models) => {
+            if models.is_empty() || models.iter().any(|m| m.trim().is_empty()) {
+                return Err(Error::validation(
+                    "models",
+                    "'models' must be a non-empty list of model ids, or left out for every model.",
+                ));
+            }
+            Some(serde_json::to_string(&models).map_err(Error::internal)?)
+        }
+    };
+    Ok(ApiKeyRow {
+        id: new_id(),
+        user_id: user_id.to_string(),
+        name: name.to_string(),
+        key_hash: String::new(),
+        models,
+        created_at: now,
+        expires_at,
+        last_used_at: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(name: &str, expires_at: Option<&str>, models: Option<Vec<&str>>) -> NewKey {
+        NewKey {
+            name: name.into(),
+            expires_at: expires_at.map(str::to_string),
+            models: models.map(|m| m.into_iter().map(str::to_string).collect()),
+        }
+    }
+
+    #[test]
+    fn key_rules_name_the_field_at_fault() {
+        let now = chrono::DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z")
+            .unwrap()
+            .timestamp_millis();
+        let param = |k: NewKey| new_key_row("u", k, now).unwrap_err().param;
+        assert_eq!(param(key(" ", None, None)).as_deref(), Some("name"));
+        assert_eq!(
+            param(key(&"n".repeat(201), None, None)).as_deref(),
+            Some("name")
+        );
+        assert_eq!(
+            param(key("k", Some("yesterday"), None)).as_deref(),
+            Some("expires_at")
+        );
+        assert_eq!(
+            param(key("k", Some("2025-12-31T23:59:59Z"), None)).as_deref(),
+            Some("expires_at")
+        );
+        assert_eq!(
+            param(key("k", None, Some(vec![]))).as_deref(),
+            Some("models")
+        );
+        assert_eq!(
+            param(key("k", None, Some(vec![" "]))).as_deref(),
+            Some("models")
+        );
+        let ok = new_key_row(
+            "u",
+            key(" k ", Some("2026-02-01T00:00:00Z"), Some(vec!["m"])),
+            now,
+        )
+        .unwrap();
+        assert_eq!(ok.name, "k");
+        assert_eq!(ok.models.as_deref(), Some(r#"["m"]"#));
+        assert!(ok.expires_at.is_some());
+    }
 }

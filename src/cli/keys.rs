@@ -47,7 +47,7 @@ pub async fn run(cmd: KeysCommand, settings: &Settings) -> CliResult {
             };
             // Bad input is refused before the database is touched.
             crate::users::Email::parse(&user)?;
-            new.validate("", String::new(), crate::store::now_ms())?;
+            accounts::check_new_key(&new)?;
             let store = open_store(settings).await?;
             let owner = accounts::user_by_email(&store, &user).await?;
             let (_, secret) = accounts::create_key(&store, &owner.id, new).await?;

@@ -14,9 +14,9 @@ pub mod users;
 use std::io::BufRead;
 use std::time::Duration;
 
+use crate::auth::{Auth, Lifetimes};
 use crate::config::Settings;
 use crate::error::{Error, ErrorKind};
-use crate::runtime::Invalidation;
 use crate::store::Store;
 
 pub const EXIT_FAILED: i32 = 1;
@@ -162,12 +162,25 @@ pub fn read_password_stdin() -> CliResult<String> {
     Ok(line)
 }
 
-/// Tells the servers on this database what changed (PostgreSQL NOTIFY; on
-/// SQLite a running server notices within `GATEHOUSE_CACHE_TTL_S`).
-pub async fn publish(store: &Store, stale: &[Invalidation]) {
-    for inv in stale {
-        crate::store::notify::publish(store, inv).await;
-    }
+/// The credential state `auth::accounts` changes users through. The command
+/// line issues and checks no tokens, so its signing key is a throwaway; what
+/// it changes reaches running servers through the database and, on
+/// PostgreSQL, NOTIFY (on SQLite a running server notices within
+/// `GATEHOUSE_CACHE_TTL_S`).
+pub fn auth_for(store: &Store, settings: &Settings) -> Auth {
+    let throwaway = crate::auth::new_secret("");
+    Auth::new(
+        store.clone(),
+        throwaway.as_bytes(),
+        Lifetimes {
+            login_token: settings.login_token_ttl,
+            access_token: settings.access_token_ttl,
+            refresh_token: settings.refresh_token_ttl,
+            sign_in_max_age: settings.sign_in_max_age,
+        },
+        Duration::from_secs(settings.login_lockout_s.max(1)),
+        Duration::from_secs(settings.cache_ttl_s.max(1)),
+    )
 }
 
 /// Prints `value` as JSON on standard output.

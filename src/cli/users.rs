@@ -3,7 +3,7 @@
 use clap::Subcommand;
 use serde_json::json;
 
-use super::{open_store, print_json, publish, read_password_stdin, CliError, CliResult};
+use super::{auth_for, open_store, print_json, read_password_stdin, CliError, CliResult};
 use crate::auth::accounts::{self, UserChange};
 use crate::config::Settings;
 
@@ -79,13 +79,9 @@ pub async fn run(cmd: UsersCommand, settings: &Settings) -> CliResult {
             crate::users::Email::parse(&email)?;
             crate::auth::passwords::check_password_rules(&password).map_err(CliError::usage)?;
             let store = open_store(settings).await?;
-            let user = accounts::user_by_email(&store, &email).await?;
-            let change = UserChange {
-                password: Some(password),
-                ..UserChange::default()
-            };
-            let (user, stale) = accounts::update_user(&store, &user.id, change).await?;
-            publish(&store, &stale).await;
+            // Also ends the user's sign-ins and earlier login tokens.
+            let user =
+                accounts::set_password(&auth_for(&store, settings), &email, password).await?;
             print_json(&accounts::user_json(&user))
         }
         UsersCommand::Disable { email } => {
@@ -96,8 +92,7 @@ pub async fn run(cmd: UsersCommand, settings: &Settings) -> CliResult {
                 is_active: Some(false),
                 ..UserChange::default()
             };
-            let (user, stale) = accounts::update_user(&store, &user.id, change).await?;
-            publish(&store, &stale).await;
+            let user = accounts::update_user(&auth_for(&store, settings), &user.id, change).await?;
             print_json(&accounts::user_json(&user))
         }
     }

@@ -86,10 +86,7 @@ async fn update_user(
         is_admin: body.is_admin,
         password: body.password,
     };
-    let (user, stale) = accounts::update_user(&app.store, &id, change).await?;
-    for inv in stale {
-        app.invalidate(inv).await;
-    }
+    let user = accounts::update_user(&app.auth, &id, change).await?;
     Ok(Json(accounts::user_json(&user)))
 }
 
@@ -109,6 +106,10 @@ async fn create_provider(
     ApiJson(body): ApiJson<NewProvider>,
 ) -> Result<impl IntoResponse> {
     let mut row = body.validate()?;
+    row.api_key = row
+        .api_key
+        .map(|k| app.keyring.seal(crate::secrets::Use::ProviderKey, &k))
+        .transpose()?;
     if !app.store.put_provider(&row, false).await? {
         return Err(Error::conflict(
             "provider_exists",

@@ -152,18 +152,25 @@ impl Store {
         agent: &str,
         names: &[String],
     ) -> Result<(), sqlx::Error> {
-        let now = now_ms();
-        for n in names {
-            sqlx::query(
-                "INSERT INTO agent_tools (agent, name, class, description, status, first_seen_at)
-                 VALUES ($1, $2, 'execute', '', 'held', $3) ON CONFLICT (agent, name) DO NOTHING",
-            )
-            .bind(agent)
-            .bind(n)
-            .bind(now)
-            .execute(&self.pool)
-            .await?;
+        if names.is_empty() {
+            return Ok(());
         }
+        // One statement (one commit, one fsync) for the whole list.
+        let mut sql = String::from(
+            "INSERT INTO agent_tools (agent, name, class, description, status, first_seen_at) VALUES ",
+        );
+        for i in 0..names.len() {
+            if i > 0 {
+                sql.push(',');
+            }
+            sql.push_str(&format!("($1, ${}, 'execute', '', 'held', $2)", i + 3));
+        }
+        sql.push_str(" ON CONFLICT (agent, name) DO NOTHING");
+        let mut q = sqlx::query(&sql).bind(agent).bind(now_ms());
+        for n in names {
+            q = q.bind(n);
+        }
+        q.execute(&self.pool).await?;
         Ok(())
     }
 
@@ -268,22 +275,27 @@ impl Store {
         })
     }
 
-    /// Approvals of this user on this agent for these tool calls: tool_call_id -> (status, expires_at).
+    /// Approvals of this user on this agent, in this conversation (or both
+    /// without one), for these tool calls: tool_call_id -> (status, expires_at).
     pub async fn approval_states(
         &self,
         agent: &str,
         user_id: &str,
+        conversation_id: Option<&str>,
         call_ids: &[String],
     ) -> Result<HashMap<String, (String, i64)>, sqlx::Error> {
         let mut out = HashMap::new();
         for id in call_ids {
+            // Conversation ids are never empty, so '' stands for "none".
             let row: Option<(String, i64)> = sqlx::query_as(
                 "SELECT status, expires_at FROM approvals WHERE user_id = $1 AND tool_call_id = $2 AND agent = $3
+                   AND COALESCE(conversation_id, '') = $4
                  ORDER BY created_at DESC LIMIT 1",
             )
             .bind(user_id)
             .bind(id)
             .bind(agent)
+            .bind(conversation_id.unwrap_or(""))
             .fetch_optional(&self.pool)
             .await?;
             if let Some(r) = row {
