@@ -15,6 +15,7 @@ use crate::auth::{Auth, Lifetimes};
 use crate::config::Settings;
 use crate::models::{CatalogSnapshot, RoutingState};
 use crate::runtime::{Invalidation, Metrics, TtlCache};
+use crate::secrets::{Keyring, Use};
 use crate::store::Store;
 use crate::usage::UsageSink;
 
@@ -46,12 +47,14 @@ pub struct App {
     pub usage: UsageSink,
     pub http: reqwest::Client,
     pub vaults: crate::pii::VaultStore,
+    /// Keys derived from the deployment's secret; seals provider keys.
+    pub keyring: Keyring,
 }
 
 pub type AppState = Arc<App>;
 
 impl App {
-    pub fn new(settings: Settings, store: Store, secret: &[u8], usage: UsageSink) -> App {
+    pub fn new(settings: Settings, store: Store, keyring: Keyring, usage: UsageSink) -> App {
         let ttl = Duration::from_secs(settings.cache_ttl_s.max(1));
         let cooldown = Duration::from_secs(settings.target_cooldown_s);
         let http = reqwest::Client::builder()
@@ -65,11 +68,12 @@ impl App {
             login_token: settings.login_token_ttl,
             access_token: settings.access_token_ttl,
             refresh_token: settings.refresh_token_ttl,
+            sign_in_max_age: settings.sign_in_max_age,
         };
         App {
             auth: Auth::new(
                 store.clone(),
-                secret,
+                &keyring.key(Use::TokenSigning),
                 lifetimes,
                 Duration::from_secs(settings.login_lockout_s.max(1)),
                 ttl,
@@ -88,7 +92,8 @@ impl App {
             metrics: Metrics::default(),
             usage,
             http,
-            vaults: crate::pii::VaultStore::new(secret),
+            vaults: crate::pii::VaultStore::new(&keyring.key(Use::PiiVault)),
+            keyring,
         }
     }
 
@@ -97,7 +102,18 @@ impl App {
     }
 
     pub async fn reload_catalog(&self) -> Result<(), sqlx::Error> {
-        let providers = self.store.list_providers().await?;
+        let mut providers = self.store.list_providers().await?;
+        for p in &mut providers {
+            if let Some(stored) = p.api_key.take() {
+                match self.keyring.open(Use::ProviderKey, &stored) {
+                    Ok(key) => p.api_key = Some(key),
+                    // Sent without a key, the upstream refuses: said once per reload.
+                    Err(e) => {
+                        tracing::error!(provider = %p.name, error = %e.message, "provider api key unreadable")
+                    }
+                }
+            }
+        }
         let models = self.store.list_models().await?;
         let targets = self.store.list_model_targets().await?;
         let snapshot = CatalogSnapshot::build(providers, models, targets, &self.routing);

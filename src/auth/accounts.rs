@@ -17,6 +17,21 @@ pub async fn hash_new_password(password: String) -> Result<String> {
     passwords::hash(password).await.map_err(Error::internal)
 }
 
+/// Sets a user's password by e-mail (the command line's `users set-password`).
+pub async fn set_password(auth: &Auth, email: &str, password: String) -> Result<UserRow> {
+    let email = Email::parse(email)?;
+    let user = auth
+        .store
+        .user_by_email(email.as_str())
+        .await?
+        .ok_or_else(|| Error::not_found("user_not_found", "There is no user with this e-mail."))?;
+    let change = UserChange {
+        password: Some(password),
+        ..UserChange::default()
+    };
+    update_user(auth, &user.id, change).await
+}
+
 /// Creates a user; a taken e-mail is 409 `user_exists`.
 pub async fn create_user(
     store: &Store,
@@ -41,9 +56,11 @@ pub struct UserChange {
 }
 
 /// Changes a user. Disabling ends the user's sign-ins (ended, not merely
-/// refused, so re-enabling does not revive them); every cached credential of
-/// the user is dropped here and on the other servers.
+/// refused, so re-enabling does not revive them); a new password ends them
+/// and every login token issued before it. Every cached credential of the
+/// user is dropped here and on the other servers.
 pub async fn update_user(auth: &Auth, id: &str, change: UserChange) -> Result<UserRow> {
+    let password_changed = change.password.is_some();
     let hash = match change.password {
         Some(p) => Some(hash_new_password(p).await?),
         None => None,
@@ -55,6 +72,9 @@ pub async fn update_user(auth: &Auth, id: &str, change: UserChange) -> Result<Us
         .ok_or_else(|| Error::not_found("user_not_found", "There is no user with this id."))?;
     if change.is_active == Some(false) {
         signins::end_all_of_user(auth, id, EndReason::UserDisabled).await?;
+    } else if password_changed {
+        // Login tokens issued before now are refused (`tokens_valid_after`).
+        signins::end_all_of_user(auth, id, EndReason::PasswordChanged).await?;
     }
     auth.invalidate(Invalidation::User(id.to_string())).await;
     Ok(user)

@@ -107,6 +107,10 @@ async fn create_provider(
     ApiJson(body): ApiJson<NewProvider>,
 ) -> Result<impl IntoResponse> {
     let mut row = body.validate()?;
+    row.api_key = row
+        .api_key
+        .map(|k| app.keyring.seal(crate::secrets::Use::ProviderKey, &k))
+        .transpose()?;
     if !app.store.put_provider(&row, false).await? {
         return Err(Error::conflict(
             "provider_exists",

@@ -59,6 +59,19 @@ async fn login(
         .ok_or_else(|| Error::validation("username", "'username' (your e-mail) is required."))?;
     let password =
         password.ok_or_else(|| Error::validation("password", "'password' is required."))?;
+    // Bounded before anything else: the name keys the throttle, the password is hashed.
+    if email.chars().count() > 320 {
+        return Err(Error::validation(
+            "username",
+            "'username' may have at most 320 characters.",
+        ));
+    }
+    if password.chars().count() > 1024 {
+        return Err(Error::validation(
+            "password",
+            "'password' may have at most 1,024 characters.",
+        ));
+    }
     let acct_key = format!("acct:{email}");
     let addr_key = format!("addr:{}", peer.ip());
     let s = &app.settings;

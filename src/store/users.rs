@@ -10,6 +10,8 @@ pub struct UserRow {
     pub is_admin: i64,
     pub is_active: i64,
     pub created_at: i64,
+    /// Login tokens issued before this (Unix ms) are refused.
+    pub tokens_valid_after: i64,
 }
 
 impl UserRow {
@@ -21,7 +23,7 @@ impl UserRow {
     }
 }
 
-const COLS: &str = "id, email, password_hash, is_admin, is_active, created_at";
+const COLS: &str = "id, email, password_hash, is_admin, is_active, created_at, tokens_valid_after";
 
 pub fn is_unique_violation(e: &sqlx::Error) -> bool {
     match e {
@@ -50,6 +52,7 @@ impl Store {
             is_admin: b(is_admin),
             is_active: 1,
             created_at: now,
+            tokens_valid_after: 0,
         };
         let res = sqlx::query(
             "INSERT INTO users (id, email, password_hash, is_admin, is_active, created_at, updated_at)
@@ -101,6 +104,7 @@ impl Store {
                 is_active = COALESCE($2, is_active),
                 is_admin = COALESCE($3, is_admin),
                 password_hash = COALESCE($4, password_hash),
+                tokens_valid_after = CASE WHEN $4 IS NULL THEN tokens_valid_after ELSE $5 END,
                 updated_at = $5
              WHERE id = $1",
         )

@@ -12,6 +12,8 @@ pub struct UserInfo {
     pub is_admin: bool,
     pub is_active: bool,
     pub created_at: i64,
+    /// Login tokens issued before this (Unix ms) are refused.
+    pub tokens_valid_after: i64,
 }
 
 impl From<&crate::store::users::UserRow> for UserInfo {
@@ -22,6 +24,7 @@ impl From<&crate::store::users::UserRow> for UserInfo {
             is_admin: u.admin(),
             is_active: u.active(),
             created_at: u.created_at,
+            tokens_valid_after: u.tokens_valid_after,
         }
     }
 }
