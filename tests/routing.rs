@@ -920,7 +920,7 @@ async fn models_from_before_targets_keep_working_after_the_migration() {
     for e in std::fs::read_dir(&all).expect("migrations") {
         let e = e.expect("entry");
         let name = e.file_name().to_string_lossy().into_owned();
-        if name.as_str() < "20261124001300" {
+        if name.as_str() < "20261124000100" {
             std::fs::copy(e.path(), old.path().join(&name)).expect("copy");
         }
     }
