@@ -32,12 +32,12 @@ pub struct Settings {
     pub db_acquire_timeout_s: u64,
     pub usage_queue: usize,
     pub pii_vault_ttl_s: i64,
-    /// How long a target rests after 3 failures in a row.
-    pub target_cooldown_s: u64,
     /// How many password hashes may run at once.
     pub password_hash_concurrency: usize,
     /// When set, `/metrics` asks for `Authorization: Bearer <token>`.
     pub metrics_token: Option<String>,
+    /// How long a target rests after 3 failures in a row.
+    pub target_cooldown_s: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -124,10 +124,6 @@ impl Settings {
             db_acquire_timeout_s: parse_var("GATEHOUSE_DB_ACQUIRE_TIMEOUT_S", 2)?,
             usage_queue: parse_var("GATEHOUSE_USAGE_QUEUE", 10_000)?,
             pii_vault_ttl_s: parse_var("GATEHOUSE_PII_VAULT_TTL_S", 86_400)?,
-            target_cooldown_s: parse_var(
-                "GATEHOUSE_TARGET_COOLDOWN_S",
-                crate::models::routing::DEFAULT_COOLDOWN_S,
-            )?,
             metrics_token: var("GATEHOUSE_METRICS_TOKEN"),
             password_hash_concurrency: {
                 let n: usize = parse_var(
@@ -141,6 +137,10 @@ impl Settings {
                 }
                 n
             },
+            target_cooldown_s: parse_var(
+                "GATEHOUSE_TARGET_COOLDOWN_S",
+                crate::models::routing::DEFAULT_COOLDOWN_S,
+            )?,
         })
     }
 
@@ -167,9 +167,9 @@ impl Settings {
             db_acquire_timeout_s: 2,
             usage_queue: 10_000,
             pii_vault_ttl_s: 86_400,
-            target_cooldown_s: crate::models::routing::DEFAULT_COOLDOWN_S,
             metrics_token: None,
             password_hash_concurrency: 2,
+            target_cooldown_s: crate::models::routing::DEFAULT_COOLDOWN_S,
         }
     }
 }
