@@ -106,19 +106,7 @@ async fn create_provider(
     _admin: AdminUser,
     ApiJson(body): ApiJson<NewProvider>,
 ) -> Result<impl IntoResponse> {
-    let mut row = body.validate()?;
-    row.api_key = row
-        .api_key
-        .map(|k| app.keyring.seal(crate::secrets::Use::ProviderKey, &k))
-        .transpose()?;
-    if !app.store.put_provider(&row, false).await? {
-        return Err(Error::conflict(
-            "provider_exists",
-            "A provider with this name already exists.",
-        ));
-    }
-    row.created_at = crate::store::now_ms();
-    app.invalidate(Invalidation::Catalog).await;
+    let row = add_provider(&app, &body).await?;
     Ok((StatusCode::CREATED, Json(provider_view(&row))))
 }
 
@@ -157,19 +145,7 @@ async fn delete_provider(
     _admin: AdminUser,
     Path(name): Path<String>,
 ) -> Result<StatusCode> {
-    if app.store.models_of_provider(&name).await? > 0 {
-        return Err(Error::conflict(
-            "provider_in_use",
-            "Models still use this provider; delete them first.",
-        ));
-    }
-    if !app.store.delete_provider(&name).await? {
-        return Err(Error::not_found(
-            "provider_not_found",
-            "There is no provider with this name.",
-        ));
-    }
-    app.invalidate(Invalidation::Catalog).await;
+    remove_provider(&app, &name).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -204,3 +180,43 @@ async fn v1_models(
         .collect();
     Ok(Json(json!({"object": "list", "data": data})))
 }
+
+// The rules of adding and removing providers and models, shared by the admin
+// API and the console.
+
+/// Adds a provider (409 `provider_exists` when the name is taken).
+pub(crate) async fn add_provider(app: &AppState, body: &NewProvider) -> Result<ProviderRow> {
+    let mut row = body.validate()?;
+    row.api_key = row
+        .api_key
+        .map(|k| app.keyring.seal(crate::secrets::Use::ProviderKey, &k))
+        .transpose()?;
+    if !app.store.put_provider(&row, false).await? {
+        return Err(Error::conflict(
+            "provider_exists",
+            "A provider with this name already exists.",
+        ));
+    }
+    row.created_at = crate::store::now_ms();
+    app.invalidate(Invalidation::Catalog).await;
+    Ok(row)
+}
+
+/// Removes a provider that no model uses.
+pub(crate) async fn remove_provider(app: &AppState, name: &str) -> Result<()> {
+    if app.store.models_of_provider(name).await? > 0 {
+        return Err(Error::conflict(
+            "provider_in_use",
+            "Models still use this provider; delete them first.",
+        ));
+    }
+    if !app.store.delete_provider(name).await? {
+        return Err(Error::not_found(
+            "provider_not_found",
+            "There is no provider with this name.",
+        ));
+    }
+    app.invalidate(Invalidation::Catalog).await;
+    Ok(())
+}
+

@@ -106,7 +106,17 @@ async fn create_model(
     _admin: AdminUser,
     ApiJson(body): ApiJson<ModelForm>,
 ) -> Result<impl IntoResponse> {
-    let spec = validate(&app, &body).await?;
+    let spec = add_model(&app, &body).await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(model_view(&app, &spec, crate::store::now_ms())),
+    ))
+}
+
+/// Adds a model (409 `model_exists` when the id is taken); the admin API and
+/// the console share it.
+pub(crate) async fn add_model(app: &App, body: &ModelForm) -> Result<ModelSpec> {
+    let spec = validate(app, body).await?;
     let (row, targets) = rows_of(&spec);
     if !app.store.put_model(&row, &targets, false).await? {
         return Err(Error::conflict(
@@ -115,10 +125,7 @@ async fn create_model(
         ));
     }
     app.invalidate(Invalidation::Catalog).await;
-    Ok((
-        StatusCode::CREATED,
-        Json(model_view(&app, &spec, crate::store::now_ms())),
-    ))
+    Ok(spec)
 }
 
 /// List models.
@@ -183,14 +190,20 @@ async fn delete_model(
     _admin: AdminUser,
     Path(id): Path<String>,
 ) -> Result<StatusCode> {
-    let users = app.store.agents_using_model(&id).await?;
+    remove_model(&app, &id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Removes a model no agent chats with and no model falls back on.
+pub(crate) async fn remove_model(app: &App, id: &str) -> Result<()> {
+    let users = app.store.agents_using_model(id).await?;
     if users > 0 {
         return Err(Error::conflict(
             "model_in_use",
             format!("{users} agent(s) chat with this model; give them another model first."),
         ));
     }
-    let falling_back = app.store.models_falling_back_on(&id).await?;
+    let falling_back = app.store.models_falling_back_on(id).await?;
     if !falling_back.is_empty() {
         return Err(Error::conflict(
             "model_in_use",
@@ -200,9 +213,9 @@ async fn delete_model(
             ),
         ));
     }
-    if !app.store.delete_model(&id).await? {
+    if !app.store.delete_model(id).await? {
         return Err(not_found());
     }
     app.invalidate(Invalidation::Catalog).await;
-    Ok(StatusCode::NO_CONTENT)
+    Ok(())
 }

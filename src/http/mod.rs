@@ -7,6 +7,7 @@ pub mod agent_auth;
 pub mod agent_chat;
 pub mod agent_data;
 pub mod agents;
+pub mod console;
 pub mod error;
 pub mod extract;
 pub mod metrics;
@@ -66,6 +67,7 @@ pub fn router(state: AppState) -> Router {
                 async move { axum::Json(api.as_ref().clone()) }
             }),
         )
+        .merge(console::router())
         .fallback(|| async { Error::not_found("not_found", "There is no such route.") })
         .method_not_allowed_fallback(|| async {
             Error::new(
