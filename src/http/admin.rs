@@ -216,4 +216,3 @@ pub(crate) async fn remove_provider(app: &AppState, name: &str) -> Result<()> {
     app.invalidate(Invalidation::Catalog).await;
     Ok(())
 }
-
