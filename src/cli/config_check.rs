@@ -90,19 +90,28 @@ pub fn check_text(text: &str) -> Result<Counts, Vec<String>> {
     let mut forms = Vec::new();
     for (i, entry) in model_tables.into_iter().enumerate() {
         let who = format!("model {}", label(entry, "id", i));
-        match entry.clone().try_into::<ModelForm>() {
-            Err(e) => problems.push(format!("{who}: {}", e.message())),
-            Ok(m) => forms.push((who, m)),
-        }
+        let parsed = entry
+            .clone()
+            .try_into::<ModelForm>()
+            .map_err(|e| e.message().to_string());
+        forms.push((who, parsed));
     }
     let kinds: HashMap<String, ModelKind> = forms
         .iter()
-        .filter_map(|(_, m)| Some((m.id.clone(), ModelKind::parse(&m.kind)?)))
+        .filter_map(|(_, m)| m.as_ref().ok())
+        .filter_map(|m| Some((m.id.clone(), ModelKind::parse(&m.kind)?)))
         .collect();
     let mut models = Vec::new();
     let mut targets = Vec::new();
     let mut model_ids = HashSet::new();
     for (who, m) in forms {
+        let m = match m {
+            Ok(m) => m,
+            Err(e) => {
+                problems.push(format!("{who}: {e}"));
+                continue;
+            }
+        };
         let known = |p: &str| provider_names.contains(p) || declared_providers.contains(p);
         match m.validate(known, |id| kinds.get(id).copied()) {
             Err(e) => problems.push(format!("{who}: {e}")),

@@ -112,21 +112,21 @@ impl Store {
         .await
     }
 
-    /// A page of an agent's events after the cursor, oldest first, by device and type.
+    /// A page of an agent's events after the cursor (a `commit_seq`), in stored order, by device and type.
     pub async fn find_events(
         &self,
         agent: &str,
         device_id: Option<&str>,
         kind: Option<&str>,
-        after: Option<&str>,
+        after: i64,
         limit: i64,
     ) -> Result<Vec<EventRow>, sqlx::Error> {
         sqlx::query_as::<_, EventRow>(
             "SELECT seq_id, agent, device_id, user_id, event_id, type, time, conversation_id,
-                    turn_id, data, received_at
+                    turn_id, data, received_at, commit_seq
              FROM events WHERE agent = $1 AND ($2 IS NULL OR device_id = $2)
-             AND ($3 IS NULL OR type = $3) AND ($4 IS NULL OR seq_id > $4)
-             ORDER BY seq_id LIMIT $5",
+             AND ($3 IS NULL OR type = $3) AND commit_seq > $4
+             ORDER BY commit_seq LIMIT $5",
         )
         .bind(agent)
         .bind(device_id)

@@ -687,7 +687,8 @@ pub async fn events(
         .as_deref()
         .map(str::trim)
         .filter(|d| !d.is_empty());
-    let after = q.after.as_deref().filter(|a| !a.is_empty());
+    // A cursor that is not a number starts from the beginning.
+    let after: i64 = q.after.as_deref().and_then(|a| a.parse().ok()).unwrap_or(0);
     let kind = q.kind.as_deref().map(str::trim).filter(|k| !k.is_empty());
     let mut rows = app
         .store
@@ -730,8 +731,8 @@ pub async fn events(
             }
         }
         p.pager {
-            @if after.is_some() { a href=(format!("{base}?{dev_q}")) { "← First page" } " " }
-            @if more { @if let Some(last) = rows.last() { a href=(format!("{base}?{dev_q}after={}", enc(&last.seq_id))) { "Next page →" } } }
+            @if after > 0 { a href=(format!("{base}?{dev_q}")) { "← First page" } " " }
+            @if more { @if let Some(last) = rows.last() { a href=(format!("{base}?{dev_q}after={}", last.commit_seq.unwrap_or(0))) { "Next page →" } } }
         }
     };
     Ok(page(&user, "Events", "/console/admin/agents", body))
