@@ -5,6 +5,7 @@ pub mod app;
 pub mod auth;
 pub mod config;
 pub mod http;
+pub mod limits;
 pub mod models;
 pub mod pii;
 pub mod proxy;

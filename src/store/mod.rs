@@ -6,6 +6,7 @@ pub mod agent_data;
 pub mod agents;
 pub mod catalog;
 pub mod keys;
+pub mod limits;
 pub mod listener;
 pub mod notify;
 pub mod signins;

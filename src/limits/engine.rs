@@ -1,0 +1,872 @@
+//! The limiter: counts per caller in memory, admits or refuses on the hot
+//! path, and settles with the database in the background so that several
+//! servers share one count (docs/limits.md).
+//!
+//! - Alone (one live server, or SQLite), a server's own count is the whole
+//!   truth: it admits from memory and writes counts in the background only
+//!   so they survive a restart.
+//! - With `n` live servers, each may admit at most `q = floor(10% × limit / n)`
+//!   requests of a caller between two syncs with the database, so the
+//!   requests no server has seen yet stay within 10 % of the limit. Where
+//!   `q` would be 0 (a limit below 10 × n per minute), each request instead
+//!   reserves its place in the database first: exact, one round trip, and
+//!   only for callers that may make few requests anyway.
+//! - When the database does not answer, a server keeps enforcing what it
+//!   knows, and writes its counts once the database is back.
+
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use dashmap::DashMap;
+use parking_lot::Mutex;
+use serde::Serialize;
+
+use crate::store::limits::CounterRow;
+use crate::store::Store;
+
+use super::rules::{
+    self, day_of, minute_start, second_of, Buckets, Denial, RateHeaders, Refusal, Usage,
+};
+use super::Limits;
+
+/// How often counts are settled with the database.
+const SYNC_MS: u64 = 200;
+/// How often a server says it is alive; one silent for 3 beats is gone.
+const HEARTBEAT_MS: i64 = 2000;
+const ALIVE_MS: i64 = 3 * HEARTBEAT_MS;
+/// After a failed database call, the hot path stops waiting on the
+/// database for this long (the background sync keeps trying).
+const DEGRADED_MS: i64 = 2000;
+/// The longest a request waits on the database for its count.
+const HOT_PATH_DB: Duration = Duration::from_millis(300);
+/// Share of a limit that servers may admit between syncs, in percent.
+const SLACK_PERCENT: u64 = 10;
+/// Idle callers are forgotten after this (their counts are in the database).
+const IDLE_MS: i64 = 120_000;
+
+/// One caller whose limits apply to a request.
+#[derive(Clone, Debug)]
+pub struct Subject {
+    /// `k:<key id>`, `u:<user id>`, `a:<agent>` or `s:<device id>`.
+    pub key: String,
+    /// The caller in words, for messages: "API key", "user", "agent".
+    pub whose: &'static str,
+    pub limits: Limits,
+}
+
+impl Subject {
+    pub fn api_key(id: &str, limits: Limits) -> Subject {
+        Subject {
+            key: format!("k:{id}"),
+            whose: "API key",
+            limits,
+        }
+    }
+    pub fn user(id: &str, limits: Limits) -> Subject {
+        Subject {
+            key: format!("u:{id}"),
+            whose: "user",
+            limits,
+        }
+    }
+    pub fn agent(address: &str, limits: Limits) -> Subject {
+        Subject {
+            key: format!("a:{address}"),
+            whose: "agent",
+            limits,
+        }
+    }
+    pub fn sign_in(device_id: &str, limits: Limits) -> Subject {
+        Subject {
+            key: format!("s:{device_id}"),
+            whose: "sign-in",
+            limits,
+        }
+    }
+}
+
+/// What a caller uses now (the `…/limits` views).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Used {
+    pub requests_this_minute: i64,
+    pub tokens_this_minute: i64,
+    pub tokens_today: i64,
+    pub in_flight: i64,
+}
+
+#[derive(Default)]
+struct State {
+    requests: Buckets,
+    tokens: Buckets,
+    days: Buckets,
+    /// Requests running on this server.
+    in_flight: i64,
+    /// Requests running on the other servers, as of the last sync.
+    in_flight_elsewhere: i64,
+    /// What the database says runs here (written when it differs).
+    in_flight_written: i64,
+    /// Requests admitted since the last sync (the share rule).
+    unsynced: i64,
+    /// Counts were read from the database at least once.
+    loaded: bool,
+    /// Bumped whenever counts are written, so an older read does not
+    /// overwrite a newer write.
+    writes: u64,
+    last_used_ms: i64,
+}
+
+impl State {
+    fn usage(&self) -> Usage<'_> {
+        Usage {
+            requests: &self.requests,
+            tokens: &self.tokens,
+            days: &self.days,
+            in_flight: self.in_flight + self.in_flight_elsewhere,
+        }
+    }
+
+    fn prune(&mut self, now_ms: i64) {
+        let start = minute_start(now_ms);
+        self.requests.prune_before(start);
+        self.tokens.prune_before(start);
+        self.days.prune_before(day_of(now_ms));
+    }
+
+    fn idle(&self) -> bool {
+        self.in_flight == 0
+            && self.requests.is_idle()
+            && self.tokens.is_idle()
+            && self.days.is_idle()
+    }
+
+    /// Replaces the database's view with rows just read (all of this
+    /// subject's rows in the windows), unless a write happened meanwhile.
+    fn apply_read(&mut self, rows: &[&CounterRow], writes_before: u64, now_ms: i64) {
+        self.loaded = true;
+        if self.writes != writes_before {
+            return;
+        }
+        let (sec_from, day_from) = (minute_start(now_ms), day_of(now_ms));
+        self.requests.clear_db_from(sec_from);
+        self.tokens.clear_db_from(sec_from);
+        self.days.clear_db_from(day_from);
+        for r in rows {
+            match r.metric.as_str() {
+                "r" if r.win >= sec_from => self.requests.set_db(r.win, r.n),
+                "t" if r.win >= sec_from => self.tokens.set_db(r.win, r.n),
+                "d" if r.win >= day_from => self.days.set_db(r.win, r.n),
+                _ => {}
+            }
+        }
+    }
+}
+
+type Slot = Arc<Mutex<State>>;
+
+struct Shared {
+    store: Option<Store>,
+    server_id: String,
+    states: DashMap<String, Slot>,
+    /// Live servers sharing the database (at least 1: this one).
+    servers: AtomicI64,
+    degraded_until: AtomicI64,
+    outage_logged: AtomicBool,
+    syncs: AtomicU64,
+}
+
+/// Cheap to clone; every clone is the same limiter.
+#[derive(Clone)]
+pub struct Limiter(Arc<Shared>);
+
+/// An admitted request: keeps its place in `max_parallel` until dropped;
+/// [`Admission::finish`] counts its tokens.
+pub struct Admission {
+    limiter: Option<Limiter>,
+    held: Vec<Slot>,
+    /// `x-ratelimit-*` values, empty when no limit applies.
+    pub headers: RateHeaders,
+}
+
+impl Admission {
+    /// Counts the request's tokens (prompt plus completion) now that it ended.
+    pub fn finish(&mut self, tokens: u64) {
+        self.finish_at(tokens, crate::store::now_ms());
+    }
+
+    pub fn finish_at(&mut self, tokens: u64, now_ms: i64) {
+        let n = i64::try_from(tokens).unwrap_or(i64::MAX);
+        if n == 0 {
+            return;
+        }
+        for slot in &self.held {
+            let mut s = slot.lock();
+            s.tokens.add_pending(second_of(now_ms), n);
+            s.days.add_pending(day_of(now_ms), n);
+            s.last_used_ms = now_ms;
+        }
+    }
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        if self.limiter.is_some() {
+            for slot in &self.held {
+                slot.lock().in_flight -= 1;
+            }
+        }
+    }
+}
+
+/// `q`: requests of a caller one server may admit between syncs.
+pub fn share(limit: u64, servers: i64) -> i64 {
+    let n = u64::try_from(servers.max(1)).unwrap_or(1);
+    i64::try_from(limit.saturating_mul(SLACK_PERCENT) / 100 / n).unwrap_or(i64::MAX)
+}
+
+fn db_op<T>(r: Result<Result<T, sqlx::Error>, tokio::time::error::Elapsed>) -> Result<T, String> {
+    match r {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("the database did not answer in time".into()),
+    }
+}
+
+impl Limiter {
+    /// A limiter that settles with `store` (None: memory only, for tests).
+    pub fn new(store: Option<Store>) -> Limiter {
+        Limiter(Arc::new(Shared {
+            store,
+            server_id: crate::store::new_id(),
+            states: DashMap::new(),
+            servers: AtomicI64::new(1),
+            degraded_until: AtomicI64::new(0),
+            outage_logged: AtomicBool::new(false),
+            syncs: AtomicU64::new(0),
+        }))
+    }
+
+    pub fn servers(&self) -> i64 {
+        self.0.servers.load(Ordering::Relaxed).max(1)
+    }
+
+    fn degraded(&self, now_ms: i64) -> bool {
+        now_ms < self.0.degraded_until.load(Ordering::Relaxed)
+    }
+
+    fn database_failed(&self, what: &str, e: &str) {
+        let now = crate::store::now_ms();
+        self.0
+            .degraded_until
+            .store(now + DEGRADED_MS, Ordering::Relaxed);
+        if !self.0.outage_logged.swap(true, Ordering::Relaxed) {
+            tracing::warn!(error = %e, what, "limits: the database is unavailable; enforcing with what this server knows");
+        }
+    }
+
+    fn database_ok(&self) {
+        if self.0.outage_logged.swap(false, Ordering::Relaxed) {
+            tracing::info!("limits: the database is back; counts are written again");
+        }
+    }
+
+    fn slot(&self, key: &str) -> Slot {
+        if let Some(s) = self.0.states.get(key) {
+            return Arc::clone(&s);
+        }
+        Arc::clone(&self.0.states.entry(key.to_string()).or_default())
+    }
+
+    /// Admits a request that must fit every subject's limits, or refuses it.
+    pub async fn admit(&self, subjects: &[Subject]) -> Result<Admission, Refusal> {
+        let mut list: Vec<(&Subject, Slot)> =
+            subjects.iter().map(|s| (s, self.slot(&s.key))).collect();
+        if list.is_empty() {
+            return Ok(Admission {
+                limiter: None,
+                held: Vec::new(),
+                headers: RateHeaders::default(),
+            });
+        }
+        // One lock order for every request: no two requests wait on each other.
+        list.sort_by(|a, b| a.0.key.cmp(&b.0.key));
+        list.dedup_by(|a, b| a.0.key == b.0.key);
+
+        if self.0.store.is_some() && !self.degraded(crate::store::now_ms()) {
+            let cold: Vec<String> = list
+                .iter()
+                .filter(|(_, s)| !s.lock().loaded)
+                .map(|(s, _)| s.key.clone())
+                .collect();
+            if !cold.is_empty() {
+                // Once per caller and server: a restart must not forget the day.
+                if let Err(e) = self.sync_keys(&cold).await {
+                    self.database_failed("reading counts", &e);
+                }
+            }
+        }
+
+        let mut reserved = vec![false; list.len()];
+        // Subjects whose reservation found the minute full: refused even if
+        // a stale local view would let the request through.
+        let mut full = vec![false; list.len()];
+        for round in 0..4 {
+            let now = crate::store::now_ms();
+            let servers = self.servers();
+            // The last round decides on what is known, whatever happens.
+            let cluster = round < 3 && servers > 1 && self.0.store.is_some() && !self.degraded(now);
+            let mut need_sync: Vec<String> = Vec::new();
+            let mut need_reserve: Vec<usize> = Vec::new();
+            {
+                let mut guards: Vec<_> = list.iter().map(|(_, s)| s.lock()).collect();
+                let mut worst: Option<(Denial, &Subject)> = None;
+                for (i, ((subject, _), g)) in list.iter().zip(guards.iter_mut()).enumerate() {
+                    g.prune(now);
+                    let denial = rules::check(&subject.limits, &g.usage(), now, reserved[i])
+                        .or_else(|| {
+                            let l = subject.limits.requests_per_minute.filter(|_| full[i])?;
+                            let wait_ms = g
+                                .requests
+                                .minute_wait_ms(i64::try_from(l).unwrap_or(i64::MAX), now)
+                                .unwrap_or(rules::BUCKET_MS);
+                            Some(Denial {
+                                code: rules::RATE_LIMITED,
+                                field: "requests_per_minute",
+                                limit: l,
+                                wait_ms,
+                            })
+                        });
+                    if let Some(d) = denial {
+                        let longer = worst.as_ref().is_none_or(|(w, _)| {
+                            d.wait_ms > w.wait_ms
+                                || (d.wait_ms == w.wait_ms && d.code == rules::BUDGET_EXHAUSTED)
+                        });
+                        if longer {
+                            worst = Some((d, subject));
+                        }
+                        continue;
+                    }
+                    if let (true, false, Some(l)) =
+                        (cluster, reserved[i], subject.limits.requests_per_minute)
+                    {
+                        let q = share(l, servers);
+                        if q == 0 {
+                            need_reserve.push(i);
+                        } else if g.unsynced >= q {
+                            need_sync.push(subject.key.clone());
+                        }
+                    }
+                }
+                if let Some((d, subject)) = worst {
+                    let mut headers = RateHeaders::default();
+                    for ((s, _), g) in list.iter().zip(guards.iter()) {
+                        headers.add(&s.limits, &g.usage(), now);
+                    }
+                    drop(guards);
+                    self.give_back(&list, &reserved, now);
+                    return Err(Refusal::new(&d, subject.whose, headers));
+                }
+                if need_sync.is_empty() && need_reserve.is_empty() {
+                    let mut headers = RateHeaders::default();
+                    for (i, ((s, _), g)) in list.iter().zip(guards.iter_mut()).enumerate() {
+                        if !reserved[i] {
+                            g.requests.add_pending(second_of(now), 1);
+                            g.unsynced += 1;
+                        }
+                        g.in_flight += 1;
+                        g.last_used_ms = now;
+                        headers.add(&s.limits, &g.usage(), now);
+                    }
+                    drop(guards);
+                    return Ok(Admission {
+                        limiter: Some(self.clone()),
+                        held: list.into_iter().map(|(_, s)| s).collect(),
+                        headers,
+                    });
+                }
+            }
+            if !need_sync.is_empty() {
+                if let Err(e) = self.sync_keys(&need_sync).await {
+                    self.database_failed("settling counts", &e);
+                }
+            }
+            for i in need_reserve {
+                let (subject, slot) = &list[i];
+                let limit = subject.limits.requests_per_minute.unwrap_or(0);
+                match self.reserve_one(&subject.key, slot, limit).await {
+                    Ok(ok) => {
+                        reserved[i] = ok;
+                        full[i] = !ok;
+                    }
+                    Err(e) => self.database_failed("reserving a request", &e),
+                }
+            }
+        }
+        unreachable!("the last round always decides")
+    }
+
+    /// Undoes the database reservations of a request refused after all: a
+    /// pending -1, written with the next sync (until then the others see one
+    /// request too many, which can only refuse, never admit, too much).
+    fn give_back(&self, list: &[(&Subject, Slot)], reserved: &[bool], now_ms: i64) {
+        for ((_, slot), _) in list.iter().zip(reserved).filter(|(_, r)| **r) {
+            slot.lock().requests.add_pending(second_of(now_ms), -1);
+        }
+    }
+
+    /// Reserves one request in the database (limits too small to share):
+    /// true when it fits, false (and given back) when the minute is full.
+    async fn reserve_one(&self, key: &str, slot: &Slot, limit: u64) -> Result<bool, String> {
+        let Some(store) = &self.0.store else {
+            return Ok(true);
+        };
+        let now = crate::store::now_ms();
+        let sec = second_of(now);
+        db_op(tokio::time::timeout(HOT_PATH_DB, store.limit_add(key, "r", sec, 1)).await)?;
+        slot.lock().writes += 1;
+        let writes = slot.lock().writes;
+        let keys = [key.to_string()];
+        let rows = db_op(
+            tokio::time::timeout(
+                HOT_PATH_DB,
+                store.limit_counters_of(&keys, minute_start(now), day_of(now)),
+            )
+            .await,
+        )?;
+        let in_window: i64 = rows
+            .iter()
+            .filter(|r| r.metric == "r" && r.win >= minute_start(now))
+            .map(|r| r.n)
+            .sum();
+        let fits = in_window <= i64::try_from(limit).unwrap_or(i64::MAX);
+        let mut s = slot.lock();
+        let refs: Vec<&CounterRow> = rows.iter().collect();
+        s.apply_read(&refs, writes, now);
+        if !fits {
+            // Given back with the next sync (see `give_back`).
+            s.requests.add_pending(sec, -1);
+        }
+        Ok(fits)
+    }
+
+    /// Writes the pending counts of `keys` and reads back every server's.
+    async fn sync_keys(&self, keys: &[String]) -> Result<(), String> {
+        let Some(store) = &self.0.store else {
+            return Ok(());
+        };
+        let slots: Vec<(String, Slot)> = keys.iter().map(|k| (k.clone(), self.slot(k))).collect();
+        let now = crate::store::now_ms();
+        let mut unsynced = Vec::with_capacity(slots.len());
+        for (key, slot) in &slots {
+            let n = slot.lock().unsynced;
+            unsynced.push(n);
+            self.write_pending(store, key, slot).await?;
+        }
+        let writes: Vec<u64> = slots.iter().map(|(_, s)| s.lock().writes).collect();
+        let rows = db_op(
+            tokio::time::timeout(
+                HOT_PATH_DB,
+                store.limit_counters_of(keys, minute_start(now), day_of(now)),
+            )
+            .await,
+        )?;
+        for (((key, slot), w), n) in slots.iter().zip(writes).zip(unsynced) {
+            let mine: Vec<&CounterRow> = rows.iter().filter(|r| &r.subject == key).collect();
+            let mut s = slot.lock();
+            s.apply_read(&mine, w, now);
+            s.unsynced -= n;
+        }
+        Ok(())
+    }
+
+    async fn write_pending(&self, store: &Store, key: &str, slot: &Slot) -> Result<(), String> {
+        let batches = {
+            let mut s = slot.lock();
+            [
+                ("r", s.requests.take_pending()),
+                ("t", s.tokens.take_pending()),
+                ("d", s.days.take_pending()),
+            ]
+        };
+        let mut failed: Option<String> = None;
+        for (metric, items) in batches {
+            for (win, n) in items {
+                let r = if failed.is_some() {
+                    Err("skipped".to_string())
+                } else {
+                    db_op(
+                        tokio::time::timeout(HOT_PATH_DB, store.limit_add(key, metric, win, n))
+                            .await,
+                    )
+                };
+                let mut s = slot.lock();
+                let series = match metric {
+                    "r" => &mut s.requests,
+                    "t" => &mut s.tokens,
+                    _ => &mut s.days,
+                };
+                match r {
+                    Ok(total) => {
+                        series.pushed(win, n, total);
+                        s.writes += 1;
+                    }
+                    Err(e) => {
+                        series.push_failed(win, n);
+                        failed.get_or_insert(e);
+                    }
+                }
+            }
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// One background round: heartbeat, write counts, read the others'.
+    pub async fn sync_once(&self) -> Result<(), String> {
+        let Some(store) = self.0.store.clone() else {
+            return Ok(());
+        };
+        let now = crate::store::now_ms();
+        let round = self.0.syncs.fetch_add(1, Ordering::Relaxed);
+        if round % (HEARTBEAT_MS as u64 / SYNC_MS) == 0 {
+            let n = db_op(
+                tokio::time::timeout(
+                    Duration::from_secs(2),
+                    store.limit_heartbeat(&self.0.server_id, now, now - ALIVE_MS),
+                )
+                .await,
+            )?;
+            self.0.servers.store(n.max(1), Ordering::Relaxed);
+        }
+        let cluster = self.servers() > 1;
+        let mut dirty = Vec::new();
+        let mut active = Vec::new();
+        let mut in_flight_rows = Vec::new();
+        let refresh_in_flight = round % (HEARTBEAT_MS as u64 / SYNC_MS) == 0;
+        let mut idle = Vec::new();
+        for e in self.0.states.iter() {
+            let mut s = e.value().lock();
+            s.prune(now);
+            if !s.idle() {
+                dirty.push(e.key().clone());
+            }
+            if now - s.last_used_ms < 65_000 || s.in_flight > 0 {
+                active.push(e.key().clone());
+            } else if s.idle() && now - s.last_used_ms > IDLE_MS {
+                idle.push(e.key().clone());
+            }
+            if s.in_flight != s.in_flight_written || (s.in_flight > 0 && refresh_in_flight) {
+                in_flight_rows.push((e.key().clone(), s.in_flight));
+            }
+        }
+        for key in idle {
+            // Forgotten callers are read again on their next request.
+            self.0
+                .states
+                .remove_if(&key, |_, s| s.lock().idle() && Arc::strong_count(s) == 1);
+        }
+        for key in &dirty {
+            let slot = self.slot(key);
+            self.write_pending(&store, key, &slot).await?;
+        }
+        if cluster && !active.is_empty() {
+            let writes: Vec<(String, Slot, u64, i64)> = active
+                .iter()
+                .map(|k| {
+                    let slot = self.slot(k);
+                    let (w, u) = {
+                        let s = slot.lock();
+                        (s.writes, s.unsynced)
+                    };
+                    (k.clone(), slot, w, u)
+                })
+                .collect();
+            let rows = store
+                .limit_counters_of(&active, minute_start(now), day_of(now))
+                .await
+                .map_err(|e| e.to_string())?;
+            for (key, slot, w, u) in &writes {
+                let mine: Vec<&CounterRow> = rows.iter().filter(|r| &r.subject == key).collect();
+                let mut s = slot.lock();
+                s.apply_read(&mine, *w, now);
+                s.unsynced -= u;
+            }
+        } else {
+            // Alone: nothing to learn from the database; the share rule is moot.
+            for key in &active {
+                self.slot(key).lock().unsynced = 0;
+            }
+        }
+        if cluster || !in_flight_rows.is_empty() {
+            if !in_flight_rows.is_empty() {
+                store
+                    .limit_put_in_flight(&self.0.server_id, &in_flight_rows, now)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                for (key, n) in &in_flight_rows {
+                    self.slot(key).lock().in_flight_written = *n;
+                }
+            }
+            if cluster && !active.is_empty() {
+                let elsewhere = store
+                    .limit_in_flight_elsewhere(&self.0.server_id, &active, now - ALIVE_MS)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                for key in &active {
+                    let n = elsewhere
+                        .iter()
+                        .find(|(k, _)| k == key)
+                        .map_or(0, |(_, n)| *n);
+                    self.slot(key).lock().in_flight_elsewhere = n;
+                }
+            }
+        }
+        if round % 300 == 0 {
+            let sec = second_of(now);
+            store
+                .limit_cleanup(
+                    sec - 2 * rules::MINUTE_BUCKETS,
+                    day_of(now) - 2,
+                    now - 60_000,
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Says this server is alive before it serves, so the others share at once.
+    pub async fn announce(&self) -> Result<(), sqlx::Error> {
+        if let Some(store) = &self.0.store {
+            let now = crate::store::now_ms();
+            let n = store
+                .limit_heartbeat(&self.0.server_id, now, now - ALIVE_MS)
+                .await?;
+            self.0.servers.store(n.max(1), Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// The background task: settles counts every 200 ms until aborted.
+    pub fn spawn(&self) -> tokio::task::JoinHandle<()> {
+        let this = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(SYNC_MS));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                match this.sync_once().await {
+                    Ok(()) => this.database_ok(),
+                    Err(e) => this.database_failed("settling counts", &e),
+                }
+            }
+        })
+    }
+
+    /// At a clean stop: writes what is pending and leaves the cluster.
+    pub async fn flush(&self) {
+        let Some(store) = self.0.store.clone() else {
+            return;
+        };
+        let keys: Vec<String> = self.0.states.iter().map(|e| e.key().clone()).collect();
+        for key in keys {
+            let slot = self.slot(&key);
+            if let Err(e) = self.write_pending(&store, &key, &slot).await {
+                tracing::warn!(error = %e, "limits: counts not written at stop");
+                break;
+            }
+        }
+        if let Err(e) = store.limit_server_gone(&self.0.server_id).await {
+            tracing::warn!(error = %e, "limits: could not leave the cluster cleanly");
+        }
+    }
+
+    /// What `key`'s caller uses now, as fresh as the database allows.
+    pub async fn used(&self, key: &str) -> Used {
+        let now = crate::store::now_ms();
+        if self.0.store.is_some() && !self.degraded(now) {
+            if let Err(e) = self.sync_keys(&[key.to_string()]).await {
+                self.database_failed("reading counts", &e);
+            }
+        }
+        let slot = self.slot(key);
+        let mut s = slot.lock();
+        s.prune(now);
+        Used {
+            requests_this_minute: s.requests.minute_count(now),
+            tokens_this_minute: s.tokens.minute_count(now),
+            tokens_today: s.days.total_from(day_of(now)),
+            in_flight: s.in_flight + s.in_flight_elsewhere,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(l: Limits) -> Subject {
+        Subject::api_key("k1", l)
+    }
+
+    #[test]
+    fn the_share_is_a_tenth_of_the_limit_split_between_servers() {
+        assert_eq!(share(100, 1), 10);
+        assert_eq!(share(100, 3), 3);
+        assert_eq!(share(29, 3), 0);
+        assert_eq!(share(30, 3), 1);
+        assert_eq!(share(u64::MAX, 1), i64::MAX.min((u64::MAX / 100) as i64));
+    }
+
+    #[tokio::test]
+    async fn requests_per_minute_admits_up_to_the_limit_and_refuses_the_next() {
+        let l = Limiter::new(None);
+        let s = [key(Limits {
+            requests_per_minute: Some(3),
+            ..Limits::default()
+        })];
+        for i in 0..3 {
+            let a = l.admit(&s).await.expect("under the limit");
+            let q = a.headers.requests.expect("requests headers");
+            assert_eq!((q.limit, q.remaining), (3, 2 - i));
+        }
+        let r = l.admit(&s).await.err().expect("over the limit");
+        assert_eq!(r.code, "rate_limited");
+        assert!((60..=61).contains(&r.retry_after), "{}", r.retry_after);
+        assert_eq!(r.headers.requests.expect("headers").remaining, 0);
+    }
+
+    #[tokio::test]
+    async fn refused_requests_are_not_counted() {
+        let l = Limiter::new(None);
+        let s = [key(Limits {
+            requests_per_minute: Some(1),
+            ..Limits::default()
+        })];
+        drop(l.admit(&s).await.expect("first"));
+        for _ in 0..5 {
+            assert!(l.admit(&s).await.is_err());
+        }
+        assert_eq!(l.used("k:k1").await.requests_this_minute, 1);
+    }
+
+    #[tokio::test]
+    async fn tokens_are_counted_when_a_request_ends_and_refuse_the_next_at_the_limit() {
+        let l = Limiter::new(None);
+        let s = [key(Limits {
+            tokens_per_minute: Some(100),
+            ..Limits::default()
+        })];
+        let mut a = l.admit(&s).await.expect("nothing used");
+        // Running requests are admitted: tokens count when they end.
+        let mut b = l.admit(&s).await.expect("still nothing counted");
+        a.finish(60);
+        b.finish(39);
+        drop((a, b));
+        let mut c = l.admit(&s).await.expect("99 of 100: below the limit");
+        assert_eq!(c.headers.tokens.expect("token headers").remaining, 1);
+        c.finish(1);
+        drop(c);
+        let r = l.admit(&s).await.err().expect("at the limit");
+        assert_eq!((r.code, r.field), ("rate_limited", "tokens_per_minute"));
+        let used = l.used("k:k1").await;
+        assert_eq!((used.tokens_this_minute, used.tokens_today), (100, 100));
+    }
+
+    #[tokio::test]
+    async fn the_day_budget_refuses_with_budget_exhausted() {
+        let l = Limiter::new(None);
+        let s = [key(Limits {
+            tokens_per_day: Some(50),
+            ..Limits::default()
+        })];
+        let mut a = l.admit(&s).await.expect("fresh");
+        a.finish(49);
+        drop(a);
+        let mut a = l.admit(&s).await.expect("49 of 50");
+        a.finish(1);
+        drop(a);
+        let r = l.admit(&s).await.err().expect("budget used up");
+        assert_eq!(r.code, "budget_exhausted");
+        assert!(r.retry_after >= 1 && r.retry_after <= 86_400);
+        assert_eq!(r.headers.tokens.expect("day quota").remaining, 0);
+    }
+
+    #[tokio::test]
+    async fn max_parallel_holds_a_place_until_the_admission_is_dropped() {
+        let l = Limiter::new(None);
+        let s = [key(Limits {
+            max_parallel: Some(2),
+            ..Limits::default()
+        })];
+        let a = l.admit(&s).await.expect("one running");
+        let b = l.admit(&s).await.expect("two running");
+        let r = l.admit(&s).await.err().expect("a third is refused");
+        assert_eq!(
+            (r.code, r.field, r.retry_after),
+            ("rate_limited", "max_parallel", 1)
+        );
+        assert_eq!(l.used("k:k1").await.in_flight, 2);
+        drop(a);
+        let c = l.admit(&s).await.expect("a place was freed");
+        drop((b, c));
+        assert_eq!(l.used("k:k1").await.in_flight, 0);
+    }
+
+    #[tokio::test]
+    async fn every_subject_must_fit_and_a_refusal_counts_against_none() {
+        let l = Limiter::new(None);
+        let k = Subject::api_key(
+            "k",
+            Limits {
+                requests_per_minute: Some(10),
+                ..Limits::default()
+            },
+        );
+        let u = Subject::user(
+            "u",
+            Limits {
+                requests_per_minute: Some(2),
+                ..Limits::default()
+            },
+        );
+        let a = Subject::agent(
+            "bot",
+            Limits {
+                max_parallel: Some(5),
+                ..Limits::default()
+            },
+        );
+        let subjects = [k.clone(), u.clone(), a.clone()];
+        for _ in 0..2 {
+            let adm = l.admit(&subjects).await.expect("fits all");
+            assert_eq!(adm.headers.requests.expect("headers").limit, 2);
+        }
+        let r = l.admit(&subjects).await.err().expect("the user is full");
+        assert!(r.message.contains("user"), "{}", r.message);
+        // The key's own count did not move for the refused request.
+        assert_eq!(l.used("k:k").await.requests_this_minute, 2);
+        // Another user on the same key still gets in.
+        let other = Subject::user("u2", Limits::default());
+        assert!(l.admit(&[k, other, a]).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn callers_without_limits_are_counted_but_never_refused() {
+        let l = Limiter::new(None);
+        let s = [key(Limits::default())];
+        for _ in 0..100 {
+            let a = l.admit(&s).await.expect("no limit");
+            assert!(a.headers.is_empty());
+        }
+        assert_eq!(l.used("k:k1").await.requests_this_minute, 100);
+    }
+
+    #[tokio::test]
+    async fn a_closed_caller_is_refused() {
+        let l = Limiter::new(None);
+        assert!(l.admit(&[key(Limits::closed())]).await.is_err());
+    }
+}
