@@ -39,7 +39,7 @@ const ALIVE_MS: i64 = 3 * HEARTBEAT_MS;
 /// database for this long (the background sync keeps trying).
 const DEGRADED_MS: i64 = 2000;
 /// The longest a request waits on the database for its count.
-const HOT_PATH_DB: Duration = Duration::from_millis(300);
+const HOT_PATH_DB: Duration = Duration::from_millis(1000);
 /// Share of a limit that servers may admit between syncs, in percent.
 const SLACK_PERCENT: u64 = 10;
 /// Idle callers are forgotten after this (their counts are in the database).
@@ -106,8 +106,11 @@ struct State {
     in_flight_elsewhere: i64,
     /// What the database says runs here (written when it differs).
     in_flight_written: i64,
-    /// Requests admitted since the last sync (the share rule).
-    unsynced: i64,
+    /// Requests admitted here (not reserved) since the start, and how many
+    /// of them the last completed sync wrote: the difference is what the
+    /// other servers cannot know yet (the share rule).
+    admitted: i64,
+    synced_mark: i64,
     /// Counts were read from the database at least once.
     loaded: bool,
     /// Bumped whenever counts are written, so an older read does not
@@ -117,6 +120,14 @@ struct State {
 }
 
 impl State {
+    fn unsynced(&self) -> i64 {
+        self.admitted - self.synced_mark
+    }
+
+    fn synced_up_to(&mut self, mark: i64) {
+        self.synced_mark = self.synced_mark.max(mark);
+    }
+
     fn usage(&self) -> Usage<'_> {
         Usage {
             requests: &self.requests,
@@ -162,7 +173,22 @@ impl State {
     }
 }
 
-type Slot = Arc<Mutex<State>>;
+/// A caller's counts, and its turn at the database: one reservation or
+/// sync per caller and server at a time, so a burst does not queue a
+/// transaction per request behind the caller's lock row.
+#[derive(Default)]
+struct SlotInner {
+    state: Mutex<State>,
+    db_turn: tokio::sync::Mutex<()>,
+}
+
+impl SlotInner {
+    fn lock(&self) -> parking_lot::MutexGuard<'_, State> {
+        self.state.lock()
+    }
+}
+
+type Slot = Arc<SlotInner>;
 
 struct Shared {
     store: Option<Store>,
@@ -346,14 +372,32 @@ impl Limiter {
                         }
                         continue;
                     }
-                    if let (true, false, Some(l)) =
-                        (cluster, reserved[i], subject.limits.requests_per_minute)
-                    {
+                    let Some(l) = subject.limits.requests_per_minute.filter(|_| !reserved[i])
+                    else {
+                        continue;
+                    };
+                    if cluster {
                         let q = share(l, servers);
                         if q == 0 {
                             need_reserve.push(i);
-                        } else if g.unsynced >= q {
+                        } else if g.unsynced() >= q {
                             need_sync.push(subject.key.clone());
+                        }
+                    } else if servers > 1 && self.0.store.is_some() {
+                        // Cut off from the others: take only this server's
+                        // part of what was left, as each of them does.
+                        let l = i64::try_from(l).unwrap_or(i64::MAX);
+                        let base = g.requests.minute_count(now) - g.unsynced();
+                        if g.unsynced() >= (l - base).max(0) / servers {
+                            let d = Denial {
+                                code: rules::RATE_LIMITED,
+                                field: "requests_per_minute",
+                                limit: l.unsigned_abs(),
+                                wait_ms: rules::BUCKET_MS,
+                            };
+                            if worst.as_ref().is_none_or(|(w, _)| d.wait_ms > w.wait_ms) {
+                                worst = Some((d, subject));
+                            }
                         }
                     }
                 }
@@ -371,7 +415,7 @@ impl Limiter {
                     for (i, ((s, _), g)) in list.iter().zip(guards.iter_mut()).enumerate() {
                         if !reserved[i] {
                             g.requests.add_pending(second_of(now), 1);
-                            g.unsynced += 1;
+                            g.admitted += 1;
                         }
                         g.in_flight += 1;
                         g.last_used_ms = now;
@@ -385,8 +429,17 @@ impl Limiter {
                     });
                 }
             }
-            if !need_sync.is_empty() {
-                if let Err(e) = self.sync_keys(&need_sync).await {
+            for key in need_sync {
+                let Some((subject, slot)) = list.iter().find(|(s, _)| s.key == key) else {
+                    continue;
+                };
+                let _turn = slot.db_turn.lock().await;
+                let q = share(subject.limits.requests_per_minute.unwrap_or(0), servers);
+                // Another request may have synced while this one waited.
+                if slot.lock().unsynced() < q {
+                    continue;
+                }
+                if let Err(e) = self.sync_keys(std::slice::from_ref(&key)).await {
                     self.database_failed("settling counts", &e);
                 }
             }
@@ -415,36 +468,38 @@ impl Limiter {
     }
 
     /// Reserves one request in the database (limits too small to share):
-    /// true when it fits, false (and given back) when the minute is full.
+    /// true when it fits, false when the minute is full.
     async fn reserve_one(&self, key: &str, slot: &Slot, limit: u64) -> Result<bool, String> {
         let Some(store) = &self.0.store else {
             return Ok(true);
         };
+        let _turn = slot.db_turn.lock().await;
         let now = crate::store::now_ms();
         let sec = second_of(now);
-        db_op(tokio::time::timeout(HOT_PATH_DB, store.limit_add(key, "r", sec, 1)).await)?;
-        slot.lock().writes += 1;
+        // The reservation before ours may have found the minute full.
+        if slot.lock().requests.minute_count(now) >= i64::try_from(limit).unwrap_or(i64::MAX) {
+            return Ok(false);
+        }
         let writes = slot.lock().writes;
-        let keys = [key.to_string()];
-        let rows = db_op(
+        let (fits, rows) = db_op(
             tokio::time::timeout(
                 HOT_PATH_DB,
-                store.limit_counters_of(&keys, minute_start(now), day_of(now)),
+                store.limit_reserve(
+                    key,
+                    sec,
+                    minute_start(now),
+                    day_of(now),
+                    i64::try_from(limit).unwrap_or(i64::MAX),
+                ),
             )
             .await,
         )?;
-        let in_window: i64 = rows
-            .iter()
-            .filter(|r| r.metric == "r" && r.win >= minute_start(now))
-            .map(|r| r.n)
-            .sum();
-        let fits = in_window <= i64::try_from(limit).unwrap_or(i64::MAX);
         let mut s = slot.lock();
         let refs: Vec<&CounterRow> = rows.iter().collect();
         s.apply_read(&refs, writes, now);
-        if !fits {
-            // Given back with the next sync (see `give_back`).
-            s.requests.add_pending(sec, -1);
+        s.writes += 1;
+        if fits {
+            s.requests.add_db(sec, 1);
         }
         Ok(fits)
     }
@@ -456,10 +511,10 @@ impl Limiter {
         };
         let slots: Vec<(String, Slot)> = keys.iter().map(|k| (k.clone(), self.slot(k))).collect();
         let now = crate::store::now_ms();
-        let mut unsynced = Vec::with_capacity(slots.len());
+        let mut marks = Vec::with_capacity(slots.len());
         for (key, slot) in &slots {
-            let n = slot.lock().unsynced;
-            unsynced.push(n);
+            let n = slot.lock().admitted;
+            marks.push(n);
             self.write_pending(store, key, slot).await?;
         }
         let writes: Vec<u64> = slots.iter().map(|(_, s)| s.lock().writes).collect();
@@ -470,11 +525,11 @@ impl Limiter {
             )
             .await,
         )?;
-        for (((key, slot), w), n) in slots.iter().zip(writes).zip(unsynced) {
+        for (((key, slot), w), mark) in slots.iter().zip(writes).zip(marks) {
             let mine: Vec<&CounterRow> = rows.iter().filter(|r| &r.subject == key).collect();
             let mut s = slot.lock();
             s.apply_read(&mine, w, now);
-            s.unsynced -= n;
+            s.synced_up_to(mark);
         }
         Ok(())
     }
@@ -530,7 +585,7 @@ impl Limiter {
         };
         let now = crate::store::now_ms();
         let round = self.0.syncs.fetch_add(1, Ordering::Relaxed);
-        if round % (HEARTBEAT_MS as u64 / SYNC_MS) == 0 {
+        if round.is_multiple_of(HEARTBEAT_MS as u64 / SYNC_MS) {
             let n = db_op(
                 tokio::time::timeout(
                     Duration::from_secs(2),
@@ -542,9 +597,11 @@ impl Limiter {
         }
         let cluster = self.servers() > 1;
         let mut dirty = Vec::new();
-        let mut active = Vec::new();
+        // (key, slot, writes, admitted) taken before anything is written, so
+        // a sync never claims admissions it did not write.
+        let mut active: Vec<(String, Slot, u64, i64)> = Vec::new();
         let mut in_flight_rows = Vec::new();
-        let refresh_in_flight = round % (HEARTBEAT_MS as u64 / SYNC_MS) == 0;
+        let refresh_in_flight = round.is_multiple_of(HEARTBEAT_MS as u64 / SYNC_MS);
         let mut idle = Vec::new();
         for e in self.0.states.iter() {
             let mut s = e.value().lock();
@@ -553,7 +610,7 @@ impl Limiter {
                 dirty.push(e.key().clone());
             }
             if now - s.last_used_ms < 65_000 || s.in_flight > 0 {
-                active.push(e.key().clone());
+                active.push((e.key().clone(), Arc::clone(e.value()), s.writes, s.admitted));
             } else if s.idle() && now - s.last_used_ms > IDLE_MS {
                 idle.push(e.key().clone());
             }
@@ -571,32 +628,22 @@ impl Limiter {
             let slot = self.slot(key);
             self.write_pending(&store, key, &slot).await?;
         }
+        let active_keys: Vec<String> = active.iter().map(|a| a.0.clone()).collect();
         if cluster && !active.is_empty() {
-            let writes: Vec<(String, Slot, u64, i64)> = active
-                .iter()
-                .map(|k| {
-                    let slot = self.slot(k);
-                    let (w, u) = {
-                        let s = slot.lock();
-                        (s.writes, s.unsynced)
-                    };
-                    (k.clone(), slot, w, u)
-                })
-                .collect();
             let rows = store
-                .limit_counters_of(&active, minute_start(now), day_of(now))
+                .limit_counters_of(&active_keys, minute_start(now), day_of(now))
                 .await
                 .map_err(|e| e.to_string())?;
-            for (key, slot, w, u) in &writes {
+            for (key, slot, w, mark) in &active {
                 let mine: Vec<&CounterRow> = rows.iter().filter(|r| &r.subject == key).collect();
                 let mut s = slot.lock();
                 s.apply_read(&mine, *w, now);
-                s.unsynced -= u;
+                s.synced_up_to(*mark);
             }
         } else {
             // Alone: nothing to learn from the database; the share rule is moot.
-            for key in &active {
-                self.slot(key).lock().unsynced = 0;
+            for (_, slot, _, mark) in &active {
+                slot.lock().synced_up_to(*mark);
             }
         }
         if cluster || !in_flight_rows.is_empty() {
@@ -611,19 +658,19 @@ impl Limiter {
             }
             if cluster && !active.is_empty() {
                 let elsewhere = store
-                    .limit_in_flight_elsewhere(&self.0.server_id, &active, now - ALIVE_MS)
+                    .limit_in_flight_elsewhere(&self.0.server_id, &active_keys, now - ALIVE_MS)
                     .await
                     .map_err(|e| e.to_string())?;
-                for key in &active {
+                for (key, slot, _, _) in &active {
                     let n = elsewhere
                         .iter()
                         .find(|(k, _)| k == key)
                         .map_or(0, |(_, n)| *n);
-                    self.slot(key).lock().in_flight_elsewhere = n;
+                    slot.lock().in_flight_elsewhere = n;
                 }
             }
         }
-        if round % 300 == 0 {
+        if round.is_multiple_of(300) {
             let sec = second_of(now);
             store
                 .limit_cleanup(
@@ -717,7 +764,7 @@ mod tests {
         assert_eq!(share(100, 3), 3);
         assert_eq!(share(29, 3), 0);
         assert_eq!(share(30, 3), 1);
-        assert_eq!(share(u64::MAX, 1), i64::MAX.min((u64::MAX / 100) as i64));
+        assert!(share(u64::MAX, 1) > 0);
     }
 
     #[tokio::test]

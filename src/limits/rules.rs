@@ -119,6 +119,12 @@ impl Buckets {
         b.pending += n;
     }
 
+    /// `n` more were written by this server for `at` (a reservation).
+    pub fn add_db(&mut self, at: i64, n: i64) {
+        let b = self.slot(at);
+        b.db = b.db.saturating_add(n);
+    }
+
     pub fn set_db(&mut self, at: i64, db_total: i64) {
         self.slot(at).db = db_total;
     }

@@ -98,6 +98,53 @@ impl Store {
         .await
     }
 
+    /// Reserves one request of `subject` in second `sec` if the requests
+    /// counted from second `sec_from` on are below `limit`, one caller at a
+    /// time across servers (the subject's lock row, win -1, is locked first).
+    /// Returns whether it fitted and the subject's counters as they were
+    /// before (per-second ones from `sec_from`, daily ones from `day_from`).
+    pub async fn limit_reserve(
+        &self,
+        subject: &str,
+        sec: i64,
+        sec_from: i64,
+        day_from: i64,
+        limit: i64,
+    ) -> Result<(bool, Vec<CounterRow>), sqlx::Error> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "INSERT INTO limit_counters (subject, metric, win, n) VALUES ($1, 'r', -1, 0)
+             ON CONFLICT (subject, metric, win) DO UPDATE SET n = 0",
+        )
+        .bind(subject)
+        .execute(&mut *tx)
+        .await?;
+        let rows = sqlx::query_as::<_, CounterRow>(
+            "SELECT subject, metric, win, n FROM limit_counters
+             WHERE subject = $1
+               AND ((metric IN ('r', 't') AND win >= $2) OR (metric = 'd' AND win >= $3))",
+        )
+        .bind(subject)
+        .bind(sec_from)
+        .bind(day_from)
+        .fetch_all(&mut *tx)
+        .await?;
+        let used: i64 = rows.iter().filter(|r| r.metric == "r").map(|r| r.n).sum();
+        let fits = used < limit;
+        if fits {
+            sqlx::query(
+                "INSERT INTO limit_counters (subject, metric, win, n) VALUES ($1, 'r', $2, 1)
+                 ON CONFLICT (subject, metric, win) DO UPDATE SET n = limit_counters.n + 1",
+            )
+            .bind(subject)
+            .bind(sec)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok((fits, rows))
+    }
+
     /// The counters of `subjects`: per-second ones ('r', 't') from second
     /// `sec_from` on and daily ones ('d') from day `day_from` on.
     pub async fn limit_counters_of(
