@@ -1,56 +1,34 @@
-//! Shared state of one server process.
+//! The composition root's state: one `App` per server process, holding the
+//! settings (read once), the store, each domain's state and the caches the
+//! HTTP layer reads. Only `http/` and `lib.rs` refer to it; domain modules get
+//! the parts they need as arguments.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::RwLock;
 
-use crate::auth::cache::TtlCache;
-use crate::auth::throttle::Throttle;
-use crate::auth::tokens::TokenKeys;
+use crate::agents::tools::{ToolClass, ToolStatus};
+use crate::agents::Agent;
+use crate::auth::{Auth, Lifetimes};
 use crate::config::Settings;
-use crate::http::metrics::Metrics;
 use crate::models::CatalogSnapshot;
-use crate::store::keys::ApiKeyRow;
+use crate::runtime::{Invalidation, Metrics, TtlCache};
 use crate::store::Store;
 use crate::usage::UsageSink;
 
-/// What the hot path needs to know about a user.
-#[derive(Clone, Debug)]
-pub struct UserInfo {
-    pub id: String,
-    pub email: String,
-    pub is_admin: bool,
-    pub is_active: bool,
-    pub created_at: i64,
-}
+pub use crate::auth::KeyInfo;
+pub use crate::users::UserInfo;
 
-impl From<&crate::store::users::UserRow> for UserInfo {
-    fn from(u: &crate::store::users::UserRow) -> Self {
-        UserInfo {
-            id: u.id.clone(),
-            email: u.email.clone(),
-            is_admin: u.admin(),
-            is_active: u.active(),
-            created_at: u.created_at,
-        }
-    }
-}
-
+/// Caches of agent data read on every agent request.
 pub struct Caches {
-    pub users: TtlCache<String, Arc<UserInfo>>,
-    /// key hash -> key; a miss is not cached, so a new key works at once.
-    pub api_keys: TtlCache<String, Arc<KeyInfo>>,
-    /// access-token id hash -> its sign-in; ended ones too (ending is final).
-    pub sign_ins: TtlCache<String, Arc<crate::auth::signins::SignInInfo>>,
-    /// address -> agent, read on every agent request; a miss is not cached.
-    pub agents: TtlCache<String, Arc<crate::agents::Agent>>,
+    /// address -> agent; a miss is not cached.
+    pub agents: TtlCache<String, Arc<Agent>>,
     /// agent|device -> tool classes of the device's latest manifest.
-    pub manifests:
-        TtlCache<String, Arc<std::collections::HashMap<String, crate::agents::tools::ToolClass>>>,
+    pub manifests: TtlCache<String, Arc<HashMap<String, ToolClass>>>,
     /// address -> administrator decisions on the agent's tools.
-    pub tools:
-        TtlCache<String, Arc<std::collections::HashMap<String, crate::agents::tools::ToolStatus>>>,
+    pub tools: TtlCache<String, Arc<HashMap<String, ToolStatus>>>,
     /// PII terms (joined) -> compiled scanner.
     pub scanners: TtlCache<String, Arc<gatehouse_pii::Scanner>>,
 }
@@ -58,34 +36,17 @@ pub struct Caches {
 pub struct App {
     pub settings: Settings,
     pub store: Store,
-    pub tokens: TokenKeys,
+    /// Credentials: token keys, throttle, and their caches.
+    pub auth: Auth,
     pub caches: Caches,
-    pub throttle: Throttle,
     pub catalog: RwLock<Arc<CatalogSnapshot>>,
     pub metrics: Metrics,
     pub usage: UsageSink,
     pub http: reqwest::Client,
-    pub last_used: crate::usage::LastUsed,
     pub vaults: crate::pii::VaultStore,
 }
 
 pub type AppState = Arc<App>;
-
-/// What a write changed, so every cache that may hold it drops it.
-#[derive(Clone, Debug)]
-pub enum Invalidation {
-    User(String),
-    ApiKey(String),
-    /// A sign-in (by device id) ended.
-    SignIn(String),
-    /// An agent (by address) changed.
-    Agent(String),
-    /// A device's latest manifest changed (key: agent|device id).
-    Manifest(String),
-    /// An agent's tool decisions changed (by address).
-    Tools(String),
-    Catalog,
-}
 
 impl App {
     pub fn new(settings: Settings, store: Store, secret: &[u8], usage: UsageSink) -> App {
@@ -97,15 +58,22 @@ impl App {
             .connect_timeout(Duration::from_secs(10))
             .build()
             .unwrap_or_default();
+        let lifetimes = Lifetimes {
+            login_token: settings.login_token_ttl,
+            access_token: settings.access_token_ttl,
+            refresh_token: settings.refresh_token_ttl,
+        };
         App {
-            throttle: Throttle::new(Duration::from_secs(settings.login_lockout_s.max(1))),
+            auth: Auth::new(
+                store.clone(),
+                secret,
+                lifetimes,
+                Duration::from_secs(settings.login_lockout_s.max(1)),
+                ttl,
+            ),
             settings,
             store,
-            tokens: TokenKeys::new(secret),
             caches: Caches {
-                users: TtlCache::new(ttl, 100_000),
-                api_keys: TtlCache::new(ttl, 100_000),
-                sign_ins: TtlCache::new(ttl, 100_000),
                 agents: TtlCache::new(ttl, 10_000),
                 manifests: TtlCache::new(ttl, 100_000),
                 tools: TtlCache::new(ttl, 10_000),
@@ -116,7 +84,6 @@ impl App {
             metrics: Metrics::default(),
             usage,
             http,
-            last_used: crate::usage::LastUsed::default(),
             vaults: crate::pii::VaultStore::new(secret),
         }
     }
@@ -134,18 +101,8 @@ impl App {
 
     /// Applies an invalidation in this process.
     pub async fn invalidate_local(&self, inv: &Invalidation) {
+        self.auth.forget(inv);
         match inv {
-            Invalidation::User(id) => {
-                self.caches.users.remove(id);
-                // A user's keys and sign-ins hold a copy of the user's state.
-                self.caches.api_keys.remove_where(|_, k| &k.user_id == id);
-                self.caches.sign_ins.remove_where(|_, s| &s.user_id == id);
-            }
-            Invalidation::ApiKey(hash) => self.caches.api_keys.remove(hash),
-            Invalidation::SignIn(device) => self
-                .caches
-                .sign_ins
-                .remove_where(|_, s| &s.device_id == device),
             Invalidation::Agent(address) => self.caches.agents.remove(address),
             Invalidation::Manifest(key) => self.caches.manifests.remove(key),
             Invalidation::Tools(address) => self.caches.tools.remove(address),
@@ -154,7 +111,17 @@ impl App {
                     tracing::warn!(error = %e, "catalog reload failed");
                 }
             }
+            Invalidation::User(_) | Invalidation::ApiKey(_) | Invalidation::SignIn(_) => {}
         }
+    }
+
+    /// Drops every cache (notifications from other servers may have been lost).
+    pub async fn invalidate_everything(&self) {
+        self.auth.forget_all();
+        self.caches.agents.clear();
+        self.caches.manifests.clear();
+        self.caches.tools.clear();
+        self.invalidate_local(&Invalidation::Catalog).await;
     }
 
     /// Applies an invalidation here and tells the other servers.
@@ -164,62 +131,21 @@ impl App {
     }
 
     pub async fn user(&self, id: &str) -> Result<Option<Arc<UserInfo>>, sqlx::Error> {
-        self.caches
-            .users
-            .get_or_load(id.to_string(), || async {
-                Ok(self
-                    .store
-                    .user_by_id(id)
-                    .await?
-                    .map(|row| Arc::new(UserInfo::from(&row))))
-            })
-            .await
+        self.auth.user(id).await
     }
 
     /// An agent by address, from the cache or the database (then cached).
-    pub async fn agent(
-        &self,
-        address: &str,
-    ) -> Result<Option<Arc<crate::agents::Agent>>, sqlx::Error> {
+    pub async fn agent(&self, address: &str) -> Result<Option<Arc<Agent>>, sqlx::Error> {
         self.caches
             .agents
             .get_or_load(address.to_string(), || async {
                 let Some(row) = self.store.agent(address).await? else {
                     return Ok(None);
                 };
-                crate::agents::Agent::from_row(row)
+                Agent::from_row(row)
                     .map(|a| Some(Arc::new(a)))
                     .map_err(|e| sqlx::Error::Decode(e.into()))
             })
             .await
-    }
-}
-
-/// A validated API key as the hot path needs it.
-#[derive(Clone, Debug)]
-pub struct KeyInfo {
-    pub id: String,
-    pub user_id: String,
-    pub models: Option<Vec<String>>,
-    pub expires_at: Option<i64>,
-}
-
-impl KeyInfo {
-    pub fn from_row(row: &ApiKeyRow) -> KeyInfo {
-        KeyInfo {
-            id: row.id.clone(),
-            user_id: row.user_id.clone(),
-            models: row
-                .models
-                .as_deref()
-                .and_then(|m| serde_json::from_str(m).ok()),
-            expires_at: row.expires_at,
-        }
-    }
-
-    pub fn allows(&self, model: &str) -> bool {
-        self.models
-            .as_ref()
-            .is_none_or(|m| m.iter().any(|x| x == model))
     }
 }

@@ -60,6 +60,15 @@ fn positive(name: &str, v: i64) -> Result<i64, ConfigError> {
 }
 
 impl Settings {
+    /// How the store reaches the database.
+    pub fn db_options(&self) -> crate::store::DbOptions {
+        crate::store::DbOptions {
+            url: self.database_url.clone(),
+            max_connections: self.db_max_connections,
+            acquire_timeout_s: self.db_acquire_timeout_s,
+        }
+    }
+
     pub fn from_env() -> Result<Settings, ConfigError> {
         Ok(Settings {
             listen: parse_var("GATEHOUSE_LISTEN", SocketAddr::from(([127, 0, 0, 1], 8080)))?,

@@ -4,14 +4,18 @@ pub mod agents;
 pub mod app;
 pub mod auth;
 pub mod config;
+pub mod error;
 pub mod http;
+pub mod json;
 pub mod limits;
 pub mod models;
 pub mod pii;
 pub mod proxy;
+pub mod runtime;
 pub mod store;
 pub mod time;
 pub mod usage;
+pub mod users;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -84,8 +88,9 @@ async fn bootstrap_admin(settings: &Settings, store: &Store) -> Result<(), Start
     let (Some(email), Some(password)) = (&settings.admin_email, &settings.admin_password) else {
         return Ok(());
     };
-    let email = http::admin::normalize_email(email)
-        .map_err(|e| StartError::Other(format!("GATEHOUSE_ADMIN_EMAIL: {}", e.message)))?;
+    let email = users::Email::parse(email)
+        .map_err(|e| StartError::Other(format!("GATEHOUSE_ADMIN_EMAIL: {}", e.message)))?
+        .into_string();
     let existing = store.user_by_email(&email).await?;
     let hash = auth::passwords::hash(password.clone())
         .await
@@ -125,20 +130,27 @@ async fn apply_file_config(settings: &Settings, store: &Store) -> Result<(), Sta
         })?;
         store.put_model(&row, true).await?;
     }
-    agents::apply_file_agents(store, &file.agents)
+    let written = agents::apply_file_agents(store, &file.agents)
         .await
         .map_err(StartError::Other)?;
+    for agent in &written {
+        // A narrowed allowed_users list also applies to who is signed in now.
+        let ended = auth::signins::end_unallowed(store, agent).await?;
+        for device in ended {
+            store::notify::publish(store, &runtime::Invalidation::SignIn(device)).await;
+        }
+    }
     Ok(())
 }
 
 async fn flush_last_used(app: &App) {
-    let keys = usage::LastUsed::drain(&app.last_used.api_keys);
+    let keys = usage::LastUsed::drain(&app.auth.last_used.api_keys);
     if !keys.is_empty() {
         if let Err(e) = app.store.touch_api_keys(&keys).await {
             tracing::warn!(error = %e, "could not write api key last_used_at");
         }
     }
-    let signins = usage::LastUsed::drain(&app.last_used.sign_ins);
+    let signins = usage::LastUsed::drain(&app.auth.last_used.sign_ins);
     if !signins.is_empty() {
         if let Err(e) = app.store.touch_sign_ins(&signins).await {
             tracing::warn!(error = %e, "could not write sign-in last_used_at");
@@ -148,7 +160,7 @@ async fn flush_last_used(app: &App) {
 
 /// Connects, migrates, bootstraps and starts serving on `settings.listen`.
 pub async fn start(settings: Settings) -> Result<Server, StartError> {
-    let store = Store::connect(&settings).await?;
+    let store = Store::connect(&settings.db_options()).await?;
     store.migrate().await?;
     let secret = signing_secret(&settings, &store).await?;
     bootstrap_admin(&settings, &store).await?;
@@ -179,7 +191,20 @@ pub async fn start(settings: Settings) -> Result<Server, StartError> {
             }
         }
     }));
-    background.extend(store::listener::spawn(Arc::clone(&app)));
+    let heard_by = Arc::clone(&app);
+    background.extend(store::listener::spawn(
+        &store,
+        settings.database_url.clone(),
+        move |heard| {
+            let app = Arc::clone(&heard_by);
+            async move {
+                match heard {
+                    store::listener::Heard::One(inv) => app.invalidate_local(&inv).await,
+                    store::listener::Heard::Everything => app.invalidate_everything().await,
+                }
+            }
+        },
+    ));
 
     let listener = tokio::net::TcpListener::bind(settings.listen).await?;
     let addr = listener.local_addr()?;

@@ -191,16 +191,7 @@ pub fn start(store: Store, capacity: usize) -> (UsageSink, tokio::task::JoinHand
     (UsageSink { tx, counters }, handle)
 }
 
-/// Errors that mean "the database is not there" rather than "this write is wrong".
-pub fn is_unavailable(e: &sqlx::Error) -> bool {
-    matches!(
-        e,
-        sqlx::Error::PoolTimedOut
-            | sqlx::Error::Io(_)
-            | sqlx::Error::PoolClosed
-            | sqlx::Error::Tls(_)
-    ) || matches!(e, sqlx::Error::Database(d) if d.code().is_some_and(|c| c.starts_with("57P") || c.starts_with("08")))
-}
+pub use crate::store::is_unavailable;
 
 async fn write_batch(store: &Store, batch: &[UsageRecord]) -> Result<(), sqlx::Error> {
     let mut tx = store.pool.begin().await?;

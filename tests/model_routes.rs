@@ -604,7 +604,7 @@ async fn openapi_lists_the_model_routes_and_usage() {
 /// plain answer.
 mod hooks {
     use super::*;
-    use gatehouse::http::error::ApiError;
+    use gatehouse::error::Error;
     use gatehouse::proxy::{relay, ChatCall, ChatHooks, ChunkAction, SseFrame, UsageContext};
 
     #[derive(Default)]
@@ -613,7 +613,7 @@ mod hooks {
     }
 
     impl ChatHooks for Recording {
-        async fn on_response(&mut self, response: &mut Value) -> Result<(), ApiError> {
+        async fn on_response(&mut self, response: &mut Value) -> Result<(), Error> {
             tokio::task::yield_now().await;
             response["approvals"] = json!([]);
             Ok(())
@@ -645,7 +645,7 @@ mod hooks {
             ]
         }
 
-        fn on_stream_error(&mut self, error: &ApiError) -> Vec<SseFrame> {
+        fn on_stream_error(&mut self, error: &Error) -> Vec<SseFrame> {
             vec![SseFrame::Event {
                 event: "ag-ui".into(),
                 data: json!({"type": "RUN_ERROR", "message": error.message}).to_string(),
@@ -660,8 +660,10 @@ mod hooks {
         let Value::Object(body) = body else {
             unreachable!()
         };
-        relay(
-            env.app.app(),
+        let app = env.app.app();
+        let relayed = relay(
+            &app.http,
+            &app.usage,
             ChatCall {
                 model,
                 body,
@@ -673,7 +675,8 @@ mod hooks {
             Recording::default(),
         )
         .await
-        .unwrap()
+        .unwrap();
+        gatehouse::http::v1::relayed_response(relayed)
     }
 
     async fn events(resp: axum::response::Response) -> Vec<gatehouse::proxy::sse::SseEvent> {

@@ -8,7 +8,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::json;
 use utoipa::ToSchema;
 
-use crate::http::error::ApiError;
+use crate::error::Error;
 use crate::models::{CatalogSnapshot, ModelKind};
 use crate::store::agents::AgentRow;
 use crate::time::rfc3339;
@@ -38,9 +38,9 @@ impl AgentAddress {
     }
 
     /// Parses a request field; the error names the field.
-    pub fn parse_field(field: &str, s: &str) -> Result<AgentAddress, ApiError> {
+    pub fn parse_field(field: &str, s: &str) -> Result<AgentAddress, Error> {
         Self::parse(s).ok_or_else(|| {
-            ApiError::validation(
+            Error::validation(
                 field,
                 format!(
                     "'{field}' must be 1 to {MAX_ADDRESS_LEN} characters of lower-case letters, digits and . _ - @"
@@ -298,11 +298,11 @@ pub struct AgentPatch {
     pub allowed_users: Patch<Vec<String>>,
 }
 
-fn parse_name(raw: &str) -> Result<String, ApiError> {
+fn parse_name(raw: &str) -> Result<String, Error> {
     let name = raw.trim();
     let n = name.chars().count();
     if n == 0 || n > MAX_NAME_LEN || name.chars().any(char::is_control) {
-        return Err(ApiError::validation(
+        return Err(Error::validation(
             "name",
             format!("'name' must be 1 to {MAX_NAME_LEN} characters, without control characters."),
         ));
@@ -311,15 +311,15 @@ fn parse_name(raw: &str) -> Result<String, ApiError> {
 }
 
 /// The agent's model must be a chat model of the catalog.
-pub fn check_model(catalog: &CatalogSnapshot, id: &str) -> Result<String, ApiError> {
+pub fn check_model(catalog: &CatalogSnapshot, id: &str) -> Result<String, Error> {
     let model = catalog.model(id).ok_or_else(|| {
-        ApiError::validation(
+        Error::validation(
             "model",
             format!("There is no model '{id}'; GET /api/admin/models lists them."),
         )
     })?;
     if model.kind != ModelKind::Chat {
-        return Err(ApiError::bad_request(
+        return Err(Error::bad_request(
             "model_kind_mismatch",
             format!(
                 "The model '{id}' {}; an agent needs a chat model.",
@@ -331,9 +331,9 @@ pub fn check_model(catalog: &CatalogSnapshot, id: &str) -> Result<String, ApiErr
     Ok(model.id.clone())
 }
 
-fn parse_tool_mode(raw: &str) -> Result<ToolMode, ApiError> {
+fn parse_tool_mode(raw: &str) -> Result<ToolMode, Error> {
     ToolMode::parse(raw).ok_or_else(|| {
-        ApiError::validation(
+        Error::validation(
             "default_tool_mode",
             "'default_tool_mode' must be one of off, read_only, ask, auto.",
         )
@@ -341,9 +341,9 @@ fn parse_tool_mode(raw: &str) -> Result<ToolMode, ApiError> {
 }
 
 /// Tool names, duplicates dropped (first one kept).
-fn parse_contract(raw: &[String]) -> Result<Vec<String>, ApiError> {
+fn parse_contract(raw: &[String]) -> Result<Vec<String>, Error> {
     if raw.len() > MAX_CONTRACT_TOOLS {
-        return Err(ApiError::validation(
+        return Err(Error::validation(
             "tool_contract",
             format!("'tool_contract' may list at most {MAX_CONTRACT_TOOLS} tools."),
         ));
@@ -351,7 +351,7 @@ fn parse_contract(raw: &[String]) -> Result<Vec<String>, ApiError> {
     let mut out: Vec<String> = Vec::with_capacity(raw.len());
     for (i, t) in raw.iter().enumerate() {
         let name = ToolName::parse(t).ok_or_else(|| {
-            ApiError::validation(
+            Error::validation(
                 "tool_contract",
                 format!("'tool_contract' entry {i} must be 1 to {MAX_TOOL_NAME_LEN} characters of A-Z a-z 0-9 _ -."),
             )
@@ -364,11 +364,11 @@ fn parse_contract(raw: &[String]) -> Result<Vec<String>, ApiError> {
 }
 
 /// Applies `input` over `base` and checks the terms compile into a scanner.
-fn parse_pii(base: &PiiSettings, input: &PiiInput) -> Result<PiiSettings, ApiError> {
+fn parse_pii(base: &PiiSettings, input: &PiiInput) -> Result<PiiSettings, Error> {
     let mode = match input.mode.as_deref() {
         None => base.mode,
         Some(m) => m.parse::<PiiMode>().map_err(|_| {
-            ApiError::validation(
+            Error::validation(
                 "pii.mode",
                 "'pii.mode' must be one of off, redact, tokenize_reversible.",
             )
@@ -384,7 +384,7 @@ fn parse_pii(base: &PiiSettings, input: &PiiInput) -> Result<PiiSettings, ApiErr
     };
     // The scanner's own limits decide what a usable term list is.
     Scanner::new(&terms)
-        .map_err(|e| ApiError::validation("pii.terms", format!("'pii.terms': {e}.")))?;
+        .map_err(|e| Error::validation("pii.terms", format!("'pii.terms': {e}.")))?;
     Ok(PiiSettings {
         mode,
         user_choosable: input.user_choosable.unwrap_or(base.user_choosable),
@@ -392,9 +392,9 @@ fn parse_pii(base: &PiiSettings, input: &PiiInput) -> Result<PiiSettings, ApiErr
     })
 }
 
-fn parse_instructions(raw: &str) -> Result<String, ApiError> {
+fn parse_instructions(raw: &str) -> Result<String, Error> {
     if raw.chars().count() > MAX_INSTRUCTIONS_CHARS {
-        return Err(ApiError::validation(
+        return Err(Error::validation(
             "instructions",
             format!("'instructions' may have at most {MAX_INSTRUCTIONS_CHARS} characters."),
         ));
@@ -403,21 +403,23 @@ fn parse_instructions(raw: &str) -> Result<String, ApiError> {
 }
 
 /// E-mails, lower-cased, duplicates dropped.
-fn parse_allowed_users(raw: &[String]) -> Result<Vec<String>, ApiError> {
+fn parse_allowed_users(raw: &[String]) -> Result<Vec<String>, Error> {
     if raw.len() > MAX_ALLOWED_USERS {
-        return Err(ApiError::validation(
+        return Err(Error::validation(
             "allowed_users",
             format!("'allowed_users' may list at most {MAX_ALLOWED_USERS} e-mails."),
         ));
     }
     let mut out: Vec<String> = Vec::with_capacity(raw.len());
     for (i, e) in raw.iter().enumerate() {
-        let email = crate::http::admin::normalize_email(e).map_err(|_| {
-            ApiError::validation(
-                "allowed_users",
-                format!("'allowed_users' entry {i} is not an e-mail address."),
-            )
-        })?;
+        let email = crate::users::Email::parse(e)
+            .map(crate::users::Email::into_string)
+            .map_err(|_| {
+                Error::validation(
+                    "allowed_users",
+                    format!("'allowed_users' entry {i} is not an e-mail address."),
+                )
+            })?;
         if !out.contains(&email) {
             out.push(email);
         }
@@ -425,12 +427,12 @@ fn parse_allowed_users(raw: &[String]) -> Result<Vec<String>, ApiError> {
     Ok(out)
 }
 
-fn null_refused(field: &str) -> ApiError {
-    ApiError::validation(field, format!("'{field}' cannot be null."))
+fn null_refused(field: &str) -> Error {
+    Error::validation(field, format!("'{field}' cannot be null."))
 }
 
 impl NewAgent {
-    pub fn validate(&self, catalog: &CatalogSnapshot, now: i64) -> Result<Agent, ApiError> {
+    pub fn validate(&self, catalog: &CatalogSnapshot, now: i64) -> Result<Agent, Error> {
         Ok(Agent {
             address: AgentAddress::parse_field("address", &self.address)?,
             name: parse_name(&self.name)?,
@@ -468,7 +470,7 @@ impl AgentPatch {
         agent: &Agent,
         catalog: &CatalogSnapshot,
         now: i64,
-    ) -> Result<Agent, ApiError> {
+    ) -> Result<Agent, Error> {
         let mut a = agent.clone();
         match &self.name {
             Patch::Absent => {}

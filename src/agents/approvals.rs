@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
-use crate::http::error::ApiError;
+use crate::error::Error;
 
 pub const DENIED_TEXT: &str = "The user denied this tool call.";
 
@@ -110,7 +110,7 @@ pub fn answered_calls(body: &Map<String, Value>) -> Vec<String> {
 pub fn enforce(
     body: &mut Map<String, Value>,
     states: &HashMap<String, ApprovalState>,
-) -> Result<(), ApiError> {
+) -> Result<(), Error> {
     let Some(Value::Array(messages)) = body.get_mut("messages") else {
         return Ok(());
     };
@@ -123,7 +123,7 @@ pub fn enforce(
         };
         match states.get(id) {
             Some(ApprovalState::Pending) => {
-                return Err(ApiError::conflict(
+                return Err(Error::conflict(
                     "approval_pending",
                     format!("The tool call '{id}' is waiting for the user's approval; answer it at POST /v1/agents/{{agent}}/approvals/{{id}} first."),
                 ))

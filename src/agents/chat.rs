@@ -1,10 +1,9 @@
-//! The request headers of agent chat, parsed once.
-
-use axum::http::HeaderMap;
+//! The request headers of agent chat, parsed once. The caller hands over a
+//! lookup by header name (case-insensitive), so these rules need no HTTP types.
 
 use crate::agents::ids::is_conversation_id;
 use crate::agents::tools::ToolMode;
-use crate::http::error::ApiError;
+use crate::error::Error;
 
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct ChatHeaders {
@@ -15,21 +14,24 @@ pub struct ChatHeaders {
     pub ag_ui: bool,
 }
 
-fn bad(header: &str, what: &str) -> ApiError {
-    ApiError::bad_request("invalid_header", format!("{header} {what}")).with_param(header)
+fn bad(header: &str, what: &str) -> Error {
+    Error::bad_request("invalid_header", format!("{header} {what}")).with_param(header)
 }
 
-fn text<'a>(h: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, ApiError> {
-    match h.get(name) {
+fn text<'a>(h: &impl Fn(&str) -> Option<&'a [u8]>, name: &str) -> Result<Option<&'a str>, Error> {
+    match h(name) {
         None => Ok(None),
-        Some(v) => v
-            .to_str()
-            .map(Some)
-            .map_err(|_| bad(name, "must be plain ASCII text.")),
+        // Visible ASCII and tabs only, as HTTP header text.
+        Some(v) if v.iter().all(|b| *b == b'\t' || (0x20..0x7f).contains(b)) => {
+            Ok(std::str::from_utf8(v).ok())
+        }
+        Some(_) => Err(bad(name, "must be plain ASCII text.")),
     }
 }
 
-pub fn parse_headers(h: &HeaderMap) -> Result<ChatHeaders, ApiError> {
+/// Reads the `X-Service-*` headers through `h`, a lookup by name.
+pub fn parse_headers<'a>(h: impl Fn(&str) -> Option<&'a [u8]>) -> Result<ChatHeaders, Error> {
+    let h = &h;
     let mut out = ChatHeaders::default();
     if let Some(v) = text(h, "X-Service-Tool-Mode")? {
         out.tool_mode = Some(ToolMode::parse(v).ok_or_else(|| {
@@ -66,20 +68,18 @@ pub fn parse_headers(h: &HeaderMap) -> Result<ChatHeaders, ApiError> {
 mod tests {
     use super::*;
 
-    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        for (k, v) in pairs {
-            h.insert(
-                axum::http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
-                v.parse().unwrap(),
-            );
+    fn headers<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<&'a [u8]> {
+        move |name: &str| {
+            pairs
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.as_bytes())
         }
-        h
     }
 
     #[test]
     fn every_header_is_read() {
-        let h = parse_headers(&headers(&[
+        let h = parse_headers(headers(&[
             ("x-service-tool-mode", "read_only"),
             ("x-service-conversation-id", "c-1"),
             ("x-service-turn-id", "t:2"),
@@ -101,10 +101,10 @@ mod tests {
             ("x-service-turn-id", &"x".repeat(129)),
             ("x-service-events", "all"),
         ] {
-            let e = parse_headers(&headers(&[(k, v)])).unwrap_err();
+            let e = parse_headers(headers(&[(k, v)])).unwrap_err();
             assert_eq!(e.code, "invalid_header");
             assert!(e.message.to_lowercase().contains(k), "{}", e.message);
         }
-        assert!(parse_headers(&headers(&[("x-service-turn-id", &"x".repeat(128))])).is_ok());
+        assert!(parse_headers(headers(&[("x-service-turn-id", &"x".repeat(128))])).is_ok());
     }
 }

@@ -3,28 +3,19 @@
 use serde_json::Value;
 
 use crate::agents::ids::is_conversation_id;
-use crate::http::error::ApiError;
+use crate::error::Error;
 
 pub const MAX_EVENTS: usize = 100;
 pub const MAX_TYPE_CHARS: usize = 64;
 pub const MAX_DATA_BYTES: usize = 16 * 1024;
 
-#[derive(Clone, Debug, PartialEq)]
-pub struct NewEvent {
-    pub id: Option<String>,
-    pub kind: String,
-    pub time: Option<String>,
-    pub conversation_id: Option<String>,
-    pub turn_id: Option<String>,
-    /// Compact JSON of the `data` object.
-    pub data: Option<String>,
-}
+pub use crate::store::agent_data::NewEvent;
 
-fn opt_id(e: &Value, i: usize, field: &str) -> Result<Option<String>, ApiError> {
+fn opt_id(e: &Value, i: usize, field: &str) -> Result<Option<String>, Error> {
     match e.get(field) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) if is_conversation_id(s) => Ok(Some(s.clone())),
-        Some(_) => Err(ApiError::validation(
+        Some(_) => Err(Error::validation(
             format!("events[{i}].{field}"),
             format!("Event {i}: '{field}' must be 1 to 128 of letters, digits and . _ : -"),
         )),
@@ -32,22 +23,22 @@ fn opt_id(e: &Value, i: usize, field: &str) -> Result<Option<String>, ApiError> 
 }
 
 /// Parses the body of `POST /v1/agents/{agent}/events`.
-pub fn parse_batch(bytes: &[u8]) -> Result<Vec<NewEvent>, ApiError> {
-    let body: Value = crate::http::extract::parse_json(bytes)?;
+pub fn parse_batch(bytes: &[u8]) -> Result<Vec<NewEvent>, Error> {
+    let body: Value = crate::json::parse_json(bytes)?;
     let events = body
         .get("events")
         .and_then(Value::as_array)
         .ok_or_else(|| {
-            ApiError::validation(
+            Error::validation(
                 "events",
                 "The body must be {\"events\": [...]} with 1 to 100 events.",
             )
         })?;
     if events.is_empty() {
-        return Err(ApiError::validation("events", "Send at least one event."));
+        return Err(Error::validation("events", "Send at least one event."));
     }
     if events.len() > MAX_EVENTS {
-        return Err(ApiError::bad_request(
+        return Err(Error::bad_request(
             "too_many_events",
             format!(
                 "At most {MAX_EVENTS} events per call; this call has {}. Split it.",
@@ -61,12 +52,12 @@ pub fn parse_batch(bytes: &[u8]) -> Result<Vec<NewEvent>, ApiError> {
         .enumerate()
         .map(|(i, e)| {
             if !e.is_object() {
-                return Err(ApiError::validation(format!("events[{i}]"), format!("Event {i} must be an object.")));
+                return Err(Error::validation(format!("events[{i}]"), format!("Event {i} must be an object.")));
             }
             let kind = match e.get("type") {
                 Some(Value::String(t)) if !t.is_empty() && t.chars().count() <= MAX_TYPE_CHARS => t.clone(),
                 _ => {
-                    return Err(ApiError::validation(
+                    return Err(Error::validation(
                         format!("events[{i}].type"),
                         format!("Event {i}: 'type' must be a string of 1 to {MAX_TYPE_CHARS} characters."),
                     ))
@@ -76,7 +67,7 @@ pub fn parse_batch(bytes: &[u8]) -> Result<Vec<NewEvent>, ApiError> {
                 None | Some(Value::Null) => None,
                 Some(Value::String(t)) if crate::time::parse_rfc3339(t).is_some() => Some(t.clone()),
                 Some(_) => {
-                    return Err(ApiError::validation(
+                    return Err(Error::validation(
                         format!("events[{i}].time"),
                         format!("Event {i}: 'time' must be an RFC 3339 timestamp."),
                     ))
@@ -87,7 +78,7 @@ pub fn parse_batch(bytes: &[u8]) -> Result<Vec<NewEvent>, ApiError> {
                 Some(d @ Value::Object(_)) => {
                     let s = d.to_string();
                     if s.len() > MAX_DATA_BYTES {
-                        return Err(ApiError::validation(
+                        return Err(Error::validation(
                             format!("events[{i}].data"),
                             format!("Event {i}: 'data' takes {} bytes of compact JSON; at most {MAX_DATA_BYTES} are allowed.", s.len()),
                         ));
@@ -95,7 +86,7 @@ pub fn parse_batch(bytes: &[u8]) -> Result<Vec<NewEvent>, ApiError> {
                     Some(s)
                 }
                 Some(_) => {
-                    return Err(ApiError::validation(
+                    return Err(Error::validation(
                         format!("events[{i}].data"),
                         format!("Event {i}: 'data' must be a JSON object."),
                     ))

@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 
 use crate::agents::ids::is_tool_name;
 use crate::agents::tools::ToolClass;
-use crate::http::error::ApiError;
+use crate::error::Error;
 
 pub const MAX_MANIFEST_BYTES: usize = 512 * 1024;
 pub const MAX_TOOLS: usize = 200;
@@ -49,11 +49,11 @@ pub struct Manifest {
     pub context: Vec<(String, Value)>,
 }
 
-fn invalid(msg: impl Into<String>) -> ApiError {
-    ApiError::bad_request("manifest_invalid", msg)
+fn invalid(msg: impl Into<String>) -> Error {
+    Error::bad_request("manifest_invalid", msg)
 }
 
-fn text(v: &Value, field: &str, max: usize) -> Result<String, ApiError> {
+fn text(v: &Value, field: &str, max: usize) -> Result<String, Error> {
     match v.as_str() {
         Some(s) if !s.trim().is_empty() && s.chars().count() <= max => Ok(s.to_string()),
         Some(_) => {
@@ -64,7 +64,7 @@ fn text(v: &Value, field: &str, max: usize) -> Result<String, ApiError> {
 }
 
 /// Checks that `v` is a JSON Schema object with well-typed core keywords.
-fn check_schema(tool: &str, v: &Value) -> Result<(), ApiError> {
+fn check_schema(tool: &str, v: &Value) -> Result<(), Error> {
     let Some(obj) = v.as_object() else {
         return Err(invalid(format!(
             "Tool '{tool}': 'parameters' must be a JSON Schema object."
@@ -94,7 +94,7 @@ fn check_schema(tool: &str, v: &Value) -> Result<(), ApiError> {
 }
 
 /// Parses and validates a manifest body. Errors use the contract's codes.
-pub fn parse(bytes: &[u8]) -> Result<Manifest, ApiError> {
+pub fn parse(bytes: &[u8]) -> Result<Manifest, Error> {
     let raw: RawManifest = serde_json::from_slice(bytes).map_err(|e| {
         invalid(format!(
             "The manifest is not valid: {e}. It needs app_name, app_version, sdk and tools."
@@ -105,7 +105,7 @@ pub fn parse(bytes: &[u8]) -> Result<Manifest, ApiError> {
         .as_array()
         .ok_or_else(|| invalid("'tools' must be an array.").with_param("tools"))?;
     if tools.len() > MAX_TOOLS {
-        return Err(ApiError::bad_request(
+        return Err(Error::bad_request(
             "too_many_tools",
             format!(
                 "A manifest may list at most {MAX_TOOLS} tools; this one lists {}.",
@@ -124,7 +124,7 @@ pub fn parse(bytes: &[u8]) -> Result<Manifest, ApiError> {
         }
     };
     if context.len() > MAX_CONTEXT {
-        return Err(ApiError::bad_request(
+        return Err(Error::bad_request(
             "too_many_context_entries",
             format!(
                 "A manifest may carry at most {MAX_CONTEXT} context entries; this one has {}.",

@@ -10,8 +10,8 @@ pub mod tools;
 
 pub use agent::{Agent, AgentAddress, AgentPatch, NewAgent, PiiSettings, ToolMode, ToolName};
 
-use crate::app::Invalidation;
 use crate::models::CatalogSnapshot;
+use crate::runtime::Invalidation;
 use crate::store::Store;
 
 /// The fields of an `[[agents]]` table (those of `POST /api/admin/agents`).
@@ -30,9 +30,14 @@ const FIELDS: [&str; 9] = [
 /// Applies the `[[agents]]` tables of GATEHOUSE_CONFIG as upserts: the file is
 /// the source of truth for the agents it names (fields it leaves out take
 /// their defaults). Runs at start, after the file's providers and models.
-pub async fn apply_file_agents(store: &Store, agents: &[serde_json::Value]) -> Result<(), String> {
+/// Returns the agents written, so the caller can end sign-ins they no longer allow.
+pub async fn apply_file_agents(
+    store: &Store,
+    agents: &[serde_json::Value],
+) -> Result<Vec<Agent>, String> {
+    let mut written = Vec::with_capacity(agents.len());
     if agents.is_empty() {
-        return Ok(());
+        return Ok(written);
     }
     let catalog = CatalogSnapshot::build(
         store.list_providers().await.map_err(|e| e.to_string())?,
@@ -58,14 +63,8 @@ pub async fn apply_file_agents(store: &Store, agents: &[serde_json::Value]) -> R
             .upsert_agent(&agent.to_row())
             .await
             .map_err(|e| fail(e.to_string()))?;
-        // A narrowed allowed_users list also applies to who is signed in now.
-        let ended = crate::auth::signins::end_unallowed(store, &agent)
-            .await
-            .map_err(|e| fail(e.to_string()))?;
-        for device in ended {
-            crate::store::notify::publish(store, &Invalidation::SignIn(device)).await;
-        }
         crate::store::notify::publish(store, &Invalidation::Agent(agent.address.to_string())).await;
+        written.push(agent);
     }
-    Ok(())
+    Ok(written)
 }

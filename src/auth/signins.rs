@@ -12,12 +12,14 @@ use std::sync::Arc;
 use serde_json::json;
 
 use crate::agents::Agent;
-use crate::app::{App, Invalidation, UserInfo};
 use crate::auth::tokens::{self, Claims};
+use crate::auth::Auth;
 use crate::auth::{new_secret, sha256_hex};
-use crate::http::error::{ApiError, ApiResult};
+use crate::error::{Error, Result};
+use crate::runtime::Invalidation;
 use crate::store::signins::{RefreshStatus, SignInRow, TokenRecord, USED};
 use crate::store::{new_id, now_ms, Store};
+use crate::users::UserInfo;
 
 pub const REFRESH_PREFIX: &str = "gtr_";
 pub const MAX_LABEL_CHARS: usize = 200;
@@ -70,11 +72,11 @@ impl EndReason {
 }
 
 /// A device label: 1 to 200 characters once trimmed, no control characters.
-pub fn parse_device_label(raw: &str) -> ApiResult<String> {
+pub fn parse_device_label(raw: &str) -> Result<String> {
     let label = raw.trim();
     let n = label.chars().count();
     if n == 0 || n > MAX_LABEL_CHARS || label.chars().any(char::is_control) {
-        return Err(ApiError::validation(
+        return Err(Error::validation(
             "device_label",
             format!("'device_label' must be 1 to {MAX_LABEL_CHARS} characters, without control characters."),
         ));
@@ -140,7 +142,7 @@ pub fn classify(status: Option<&RefreshStatus>, now: i64) -> RefreshRefusal {
 }
 
 impl RefreshRefusal {
-    pub fn error(self) -> ApiError {
+    pub fn error(self) -> Error {
         let (code, message) = match self {
             RefreshRefusal::Reused { .. } => (
                 "refresh_token_reused",
@@ -159,15 +161,15 @@ impl RefreshRefusal {
                 "The refresh token is not valid. Log in and sign in again.",
             ),
         };
-        ApiError::unauthorized(code, message)
+        Error::unauthorized(code, message)
     }
 }
 
-fn mint_access(app: &App, user_id: &str, device_id: &str, agent: &str) -> (String, TokenRecord) {
-    let (token, claims) = app.tokens.issue(
+fn mint_access(auth: &Auth, user_id: &str, device_id: &str, agent: &str) -> (String, TokenRecord) {
+    let (token, claims) = auth.tokens.issue(
         tokens::ACCESS,
         user_id,
-        app.settings.access_token_ttl,
+        auth.lifetimes.access_token,
         Some(device_id),
         Some(agent),
     );
@@ -179,14 +181,9 @@ fn mint_access(app: &App, user_id: &str, device_id: &str, agent: &str) -> (Strin
 }
 
 /// Starts a sign-in for `user` on a new device of `agent`.
-pub async fn sign_in(
-    app: &App,
-    user: &UserInfo,
-    agent: &Agent,
-    label: String,
-) -> ApiResult<Issued> {
+pub async fn sign_in(auth: &Auth, user: &UserInfo, agent: &Agent, label: String) -> Result<Issued> {
     if !agent.allows_user(&user.email) {
-        return Err(ApiError::forbidden(
+        return Err(Error::forbidden(
             "agent_forbidden",
             format!(
                 "You may not sign in to the agent '{}'; ask an administrator.",
@@ -194,15 +191,15 @@ pub async fn sign_in(
             ),
         ));
     }
-    let s = &app.settings;
+    let s = &auth.lifetimes;
     let now = now_ms();
     let device_id = new_id();
     let refresh_token = new_secret(REFRESH_PREFIX);
     let refresh = TokenRecord {
         hash: sha256_hex(&refresh_token),
-        expires_at: now + s.refresh_token_ttl * 1000,
+        expires_at: now + s.refresh_token * 1000,
     };
-    let (access_token, access) = mint_access(app, &user.id, &device_id, agent.address.as_str());
+    let (access_token, access) = mint_access(auth, &user.id, &device_id, agent.address.as_str());
     let row = SignInRow {
         device_id: device_id.clone(),
         user_id: user.id.clone(),
@@ -216,12 +213,12 @@ pub async fn sign_in(
         ended_at: None,
         end_reason: None,
     };
-    app.store.create_sign_in(&row, &refresh, &access).await?;
+    auth.store.create_sign_in(&row, &refresh, &access).await?;
     Ok(Issued {
         access_token,
         refresh_token,
-        expires_in: s.access_token_ttl,
-        refresh_expires_in: s.refresh_token_ttl,
+        expires_in: s.access_token,
+        refresh_expires_in: s.refresh_token,
         device_id,
         agent: row.agent,
     })
@@ -230,45 +227,45 @@ pub async fn sign_in(
 /// Renews a sign-in: the presented refresh token is used up, a new one and a
 /// new access token come back. A superseded token ends all the user's sign-ins
 /// before the refusal is returned.
-pub async fn renew(app: &App, presented: &str) -> ApiResult<Issued> {
+pub async fn renew(auth: &Auth, presented: &str) -> Result<Issued> {
     if !presented.starts_with(REFRESH_PREFIX) || presented.len() > 256 {
         return Err(RefreshRefusal::Invalid.error());
     }
-    let s = &app.settings;
+    let s = &auth.lifetimes;
     let old_hash = sha256_hex(presented);
     let now = now_ms();
     let refresh_token = new_secret(REFRESH_PREFIX);
     let refresh = TokenRecord {
         hash: sha256_hex(&refresh_token),
-        expires_at: now + s.refresh_token_ttl * 1000,
+        expires_at: now + s.refresh_token * 1000,
     };
-    let rotated = app
+    let rotated = auth
         .store
         .rotate_refresh_token(&old_hash, &refresh, now, |row| {
-            let (token, record) = mint_access(app, &row.user_id, &row.device_id, &row.agent);
+            let (token, record) = mint_access(auth, &row.user_id, &row.device_id, &row.agent);
             (record, token)
         })
         .await?;
     let Some((row, access_token)) = rotated else {
-        let status = app.store.refresh_token_status(&old_hash).await?;
+        let status = auth.store.refresh_token_status(&old_hash).await?;
         let refusal = classify(status.as_ref(), now);
         if let (RefreshRefusal::Reused { end_all: true }, Some(st)) = (refusal, &status) {
-            end_all_of_user(app, &st.user_id, EndReason::RefreshTokenReused).await?;
+            end_all_of_user(auth, &st.user_id, EndReason::RefreshTokenReused).await?;
             tracing::warn!(device_id = %st.device_id, "superseded refresh token presented; all sign-ins of the user ended");
         }
         return Err(refusal.error());
     };
     // Disabling a user ends their sign-ins; this catches a user disabled by other means.
-    if !app.user(&row.user_id).await?.is_some_and(|u| u.is_active) {
-        end(app, &row.device_id, None, EndReason::UserDisabled).await?;
+    if !auth.user(&row.user_id).await?.is_some_and(|u| u.is_active) {
+        end(auth, &row.device_id, None, EndReason::UserDisabled).await?;
         return Err(RefreshRefusal::Ended.error());
     }
-    app.last_used.sign_ins.insert(row.device_id.clone(), now);
+    auth.last_used.sign_ins.insert(row.device_id.clone(), now);
     Ok(Issued {
         access_token,
         refresh_token,
-        expires_in: s.access_token_ttl,
-        refresh_expires_in: s.refresh_token_ttl,
+        expires_in: s.access_token,
+        refresh_expires_in: s.refresh_token,
         device_id: row.device_id,
         agent: row.agent,
     })
@@ -276,17 +273,17 @@ pub async fn renew(app: &App, presented: &str) -> ApiResult<Issued> {
 
 /// Ends one live sign-in (only `owner`'s, when given); false when there was none.
 pub async fn end(
-    app: &App,
+    auth: &Auth,
     device_id: &str,
     owner: Option<&str>,
     reason: EndReason,
 ) -> Result<bool, sqlx::Error> {
-    let ended = app
+    let ended = auth
         .store
         .end_sign_in(device_id, owner, reason.as_str(), now_ms())
         .await?;
     if ended {
-        app.invalidate(Invalidation::SignIn(device_id.to_string()))
+        auth.invalidate(Invalidation::SignIn(device_id.to_string()))
             .await;
     }
     Ok(ended)
@@ -294,16 +291,16 @@ pub async fn end(
 
 /// Ends every live sign-in of a user, on every device and agent.
 pub async fn end_all_of_user(
-    app: &App,
+    auth: &Auth,
     user_id: &str,
     reason: EndReason,
 ) -> Result<usize, sqlx::Error> {
-    let devices = app
+    let devices = auth
         .store
         .end_user_sign_ins(user_id, reason.as_str(), now_ms())
         .await?;
     for d in &devices {
-        app.invalidate(Invalidation::SignIn(d.clone())).await;
+        auth.invalidate(Invalidation::SignIn(d.clone())).await;
     }
     Ok(devices.len())
 }
@@ -333,8 +330,8 @@ pub async fn end_unallowed(store: &Store, agent: &Agent) -> Result<Vec<String>, 
     Ok(ended)
 }
 
-fn invalid_access() -> ApiError {
-    ApiError::unauthorized(
+fn invalid_access() -> Error {
+    Error::unauthorized(
         "invalid_token",
         "The access token is not valid; renew it or sign in again.",
     )
@@ -343,18 +340,17 @@ fn invalid_access() -> ApiError {
 /// The live sign-in and active user behind a verified access token. Cached per
 /// access token; a miss reads the database once.
 pub async fn check_access(
-    app: &App,
+    auth: &Auth,
     claims: &Claims,
-) -> ApiResult<(Arc<SignInInfo>, Arc<UserInfo>)> {
+) -> Result<(Arc<SignInInfo>, Arc<UserInfo>)> {
     let (Some(sid), Some(agt)) = (&claims.sid, &claims.agt) else {
         return Err(invalid_access());
     };
     let key = sha256_hex(&claims.jti);
-    let info = app
-        .caches
+    let info = auth
         .sign_ins
         .get_or_load(key.clone(), || async {
-            let row = app.store.sign_in_by_access(&key).await?;
+            let row = auth.store.sign_in_by_access(&key).await?;
             Ok::<_, sqlx::Error>(row.map(|r| Arc::new(SignInInfo::from(&r))))
         })
         .await?
@@ -365,9 +361,9 @@ pub async fn check_access(
     if info.ended {
         return Err(RefreshRefusal::Ended.error());
     }
-    match app.user(&info.user_id).await? {
+    match auth.user(&info.user_id).await? {
         Some(u) if u.is_active => Ok((info, u)),
-        _ => Err(ApiError::unauthorized(
+        _ => Err(Error::unauthorized(
             "sign_in_ended",
             "This sign-in's user is disabled.",
         )),
@@ -425,7 +421,7 @@ mod tests {
             RefreshRefusal::Invalid,
         ]
         .into_iter()
-        .map(|r| (r.error().status.as_u16(), r.error().code.to_string()))
+        .map(|r| (r.error().status(), r.error().code.to_string()))
         .collect();
         assert_eq!(
             codes,

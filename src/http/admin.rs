@@ -10,15 +10,17 @@ use serde_json::json;
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use crate::app::{AppState, Invalidation};
+use crate::app::AppState;
 use crate::auth::passwords;
 use crate::auth::signins::EndReason;
-use crate::http::error::{ApiError, ApiResult};
+use crate::error::{Error, Result};
 use crate::http::extract::{AdminUser, ApiJson, ApiKeyAuth};
 use crate::models::{NewModel, NewProvider};
+use crate::runtime::Invalidation;
 use crate::store::catalog::{ModelRow, ProviderRow};
 use crate::store::users::UserRow;
 use crate::time::rfc3339;
+use crate::users::Email;
 
 pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -33,22 +35,6 @@ pub fn routes() -> OpenApiRouter<AppState> {
 
 fn user_view(u: &UserRow) -> serde_json::Value {
     json!({"id": u.id, "email": u.email, "is_admin": u.admin(), "is_active": u.active(), "created_at": rfc3339(u.created_at)})
-}
-
-/// E-mail addresses: one `@`, something on both sides, a dot in the domain, no spaces.
-pub fn normalize_email(raw: &str) -> Result<String, ApiError> {
-    let e = raw.trim().to_lowercase();
-    let valid = e.len() <= 254
-        && !e.chars().any(|c| c.is_whitespace() || c.is_control())
-        && matches!(e.split_once('@'), Some((l, d)) if !l.is_empty() && d.contains('.') && !d.starts_with('.') && !d.ends_with('.') && !d.contains('@'));
-    if valid {
-        Ok(e)
-    } else {
-        Err(ApiError::validation(
-            "email",
-            "'email' must be an e-mail address.",
-        ))
-    }
 }
 
 #[derive(Deserialize, ToSchema)]
@@ -66,19 +52,19 @@ async fn create_user(
     State(app): State<AppState>,
     _admin: AdminUser,
     ApiJson(body): ApiJson<NewUser>,
-) -> ApiResult<impl IntoResponse> {
-    let email = normalize_email(&body.email)?;
+) -> Result<impl IntoResponse> {
+    let email = Email::parse(&body.email)?.into_string();
     passwords::check_password_rules(&body.password)
-        .map_err(|m| ApiError::validation("password", m))?;
+        .map_err(|m| Error::validation("password", m))?;
     let hash = passwords::hash(body.password)
         .await
-        .map_err(ApiError::internal)?;
+        .map_err(Error::internal)?;
     match app.store.create_user(&email, &hash, body.is_admin).await? {
         Some(u) => Ok((
             StatusCode::CREATED,
             Json(json!({"id": u.id, "email": u.email, "is_admin": u.admin()})),
         )),
-        None => Err(ApiError::conflict(
+        None => Err(Error::conflict(
             "user_exists",
             "A user with this e-mail already exists.",
         )),
@@ -87,10 +73,7 @@ async fn create_user(
 
 /// List users.
 #[utoipa::path(get, path = "/api/admin/users", tag = "admin", responses((status = 200, description = "Users")))]
-async fn list_users(
-    State(app): State<AppState>,
-    _admin: AdminUser,
-) -> ApiResult<impl IntoResponse> {
+async fn list_users(State(app): State<AppState>, _admin: AdminUser) -> Result<impl IntoResponse> {
     let users = app.store.list_users().await?;
     Ok(Json(users.iter().map(user_view).collect::<Vec<_>>()))
 }
@@ -113,11 +96,11 @@ async fn update_user(
     _admin: AdminUser,
     Path(id): Path<String>,
     ApiJson(body): ApiJson<UserPatch>,
-) -> ApiResult<impl IntoResponse> {
+) -> Result<impl IntoResponse> {
     let hash = match body.password {
         Some(p) => {
-            passwords::check_password_rules(&p).map_err(|m| ApiError::validation("password", m))?;
-            Some(passwords::hash(p).await.map_err(ApiError::internal)?)
+            passwords::check_password_rules(&p).map_err(|m| Error::validation("password", m))?;
+            Some(passwords::hash(p).await.map_err(Error::internal)?)
         }
         None => None,
     };
@@ -125,10 +108,10 @@ async fn update_user(
         .store
         .update_user(&id, body.is_active, body.is_admin, hash.as_deref())
         .await?
-        .ok_or_else(|| ApiError::not_found("user_not_found", "There is no user with this id."))?;
+        .ok_or_else(|| Error::not_found("user_not_found", "There is no user with this id."))?;
     if body.is_active == Some(false) {
         // Ended, not merely refused, so re-enabling the user does not revive them.
-        crate::auth::signins::end_all_of_user(&app, &id, EndReason::UserDisabled).await?;
+        crate::auth::signins::end_all_of_user(&app.auth, &id, EndReason::UserDisabled).await?;
     }
     app.invalidate(Invalidation::User(id)).await;
     Ok(Json(user_view(&user)))
@@ -148,10 +131,10 @@ async fn create_provider(
     State(app): State<AppState>,
     _admin: AdminUser,
     ApiJson(body): ApiJson<NewProvider>,
-) -> ApiResult<impl IntoResponse> {
+) -> Result<impl IntoResponse> {
     let mut row = body.validate()?;
     if !app.store.put_provider(&row, false).await? {
-        return Err(ApiError::conflict(
+        return Err(Error::conflict(
             "provider_exists",
             "A provider with this name already exists.",
         ));
@@ -166,7 +149,7 @@ async fn create_provider(
 async fn list_providers(
     State(app): State<AppState>,
     _admin: AdminUser,
-) -> ApiResult<impl IntoResponse> {
+) -> Result<impl IntoResponse> {
     let rows = app.store.list_providers().await?;
     Ok(Json(rows.iter().map(provider_view).collect::<Vec<_>>()))
 }
@@ -178,13 +161,13 @@ async fn get_provider(
     State(app): State<AppState>,
     _admin: AdminUser,
     Path(name): Path<String>,
-) -> ApiResult<impl IntoResponse> {
+) -> Result<impl IntoResponse> {
     let rows = app.store.list_providers().await?;
     rows.iter()
         .find(|p| p.name == name)
         .map(|p| Json(provider_view(p)))
         .ok_or_else(|| {
-            ApiError::not_found("provider_not_found", "There is no provider with this name.")
+            Error::not_found("provider_not_found", "There is no provider with this name.")
         })
 }
 
@@ -195,15 +178,15 @@ async fn delete_provider(
     State(app): State<AppState>,
     _admin: AdminUser,
     Path(name): Path<String>,
-) -> ApiResult<StatusCode> {
+) -> Result<StatusCode> {
     if app.store.models_of_provider(&name).await? > 0 {
-        return Err(ApiError::conflict(
+        return Err(Error::conflict(
             "provider_in_use",
             "Models still use this provider; delete them first.",
         ));
     }
     if !app.store.delete_provider(&name).await? {
-        return Err(ApiError::not_found(
+        return Err(Error::not_found(
             "provider_not_found",
             "There is no provider with this name.",
         ));
@@ -223,7 +206,7 @@ async fn create_model(
     State(app): State<AppState>,
     _admin: AdminUser,
     ApiJson(body): ApiJson<NewModel>,
-) -> ApiResult<impl IntoResponse> {
+) -> Result<impl IntoResponse> {
     let mut row = body.validate()?;
     if !app
         .store
@@ -232,13 +215,13 @@ async fn create_model(
         .iter()
         .any(|p| p.name == row.provider)
     {
-        return Err(ApiError::validation(
+        return Err(Error::validation(
             "provider",
             format!("There is no provider named '{}'.", row.provider),
         ));
     }
     if !app.store.put_model(&row, false).await? {
-        return Err(ApiError::conflict(
+        return Err(Error::conflict(
             "model_exists",
             "A model with this id already exists.",
         ));
@@ -250,10 +233,7 @@ async fn create_model(
 
 /// List models.
 #[utoipa::path(get, path = "/api/admin/models", tag = "admin", responses((status = 200, description = "Models")))]
-async fn list_models(
-    State(app): State<AppState>,
-    _admin: AdminUser,
-) -> ApiResult<impl IntoResponse> {
+async fn list_models(State(app): State<AppState>, _admin: AdminUser) -> Result<impl IntoResponse> {
     let rows = app.store.list_models().await?;
     Ok(Json(rows.iter().map(model_view).collect::<Vec<_>>()))
 }
@@ -265,12 +245,12 @@ async fn get_model(
     State(app): State<AppState>,
     _admin: AdminUser,
     Path(id): Path<String>,
-) -> ApiResult<impl IntoResponse> {
+) -> Result<impl IntoResponse> {
     let rows = app.store.list_models().await?;
     rows.iter()
         .find(|m| m.id == id)
         .map(|m| Json(model_view(m)))
-        .ok_or_else(|| ApiError::not_found("model_not_found", "There is no model with this id."))
+        .ok_or_else(|| Error::not_found("model_not_found", "There is no model with this id."))
 }
 
 /// Remove a model.
@@ -280,16 +260,16 @@ async fn delete_model(
     State(app): State<AppState>,
     _admin: AdminUser,
     Path(id): Path<String>,
-) -> ApiResult<StatusCode> {
+) -> Result<StatusCode> {
     let users = app.store.agents_using_model(&id).await?;
     if users > 0 {
-        return Err(ApiError::conflict(
+        return Err(Error::conflict(
             "model_in_use",
             format!("{users} agent(s) chat with this model; give them another model first."),
         ));
     }
     if !app.store.delete_model(&id).await? {
-        return Err(ApiError::not_found(
+        return Err(Error::not_found(
             "model_not_found",
             "There is no model with this id.",
         ));
@@ -310,11 +290,11 @@ async fn v1_models(
     State(app): State<AppState>,
     auth: ApiKeyAuth,
     axum::extract::Query(q): axum::extract::Query<ModelsQuery>,
-) -> ApiResult<impl IntoResponse> {
+) -> Result<impl IntoResponse> {
     let want = match q.kind.as_deref() {
         None | Some("") => None,
         Some(k) => Some(crate::models::ModelKind::parse(k).ok_or_else(|| {
-            ApiError::validation("kind", "'kind' must be one of chat, embeddings, scoring.")
+            Error::validation("kind", "'kind' must be one of chat, embeddings, scoring.")
         })?),
     };
     let catalog = app.catalog();

@@ -7,18 +7,19 @@ use axum::extract::{FromRequestParts, RawPathParams};
 use axum::http::request::Parts;
 
 use crate::agents::Agent;
-use crate::app::{AppState, UserInfo};
+use crate::app::AppState;
 use crate::auth::signins::{self, SignInInfo};
 use crate::auth::tokens::{self, Claims, TokenError};
-use crate::http::error::{ApiError, ApiResult};
+use crate::error::{Error, Result};
 use crate::http::extract::{bearer, login_user};
+use crate::users::UserInfo;
 
-fn invalid(message: &str) -> ApiError {
-    ApiError::unauthorized("invalid_token", message.to_string())
+fn invalid(message: &str) -> Error {
+    Error::unauthorized("invalid_token", message.to_string())
 }
 
 /// Verifies a bearer token's signature and expiry; other secrets are named.
-fn verify(state: &AppState, token: &str) -> ApiResult<Claims> {
+fn verify(state: &AppState, token: &str) -> Result<Claims> {
     if token.starts_with("gtk_") {
         return Err(invalid(
             "An API key cannot be used here; send the agent's access token.",
@@ -29,8 +30,8 @@ fn verify(state: &AppState, token: &str) -> ApiResult<Claims> {
             "A refresh token cannot be used here; renew it at POST /api/agent-tokens/refresh.",
         ));
     }
-    state.tokens.verify(token).map_err(|e| match e {
-        TokenError::Expired => ApiError::unauthorized(
+    state.auth.tokens.verify(token).map_err(|e| match e {
+        TokenError::Expired => Error::unauthorized(
             "token_expired",
             "The token has expired; renew an access token at POST /api/agent-tokens/refresh, or log in again.",
         ),
@@ -48,8 +49,8 @@ pub struct AgentAccess {
 }
 
 impl FromRequestParts<AppState> for AgentAccess {
-    type Rejection = ApiError;
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> ApiResult<Self> {
+    type Rejection = Error;
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self> {
         let token = bearer(parts).ok_or_else(|| {
             invalid("Send the agent's access token as Authorization: Bearer <ACCESS_TOKEN>.")
         })?;
@@ -59,7 +60,7 @@ impl FromRequestParts<AppState> for AgentAccess {
                 "A login token cannot be used on agent routes; exchange it for an access token at POST /api/agent-tokens.",
             ));
         }
-        let (sign_in, user) = signins::check_access(state, &claims).await?;
+        let (sign_in, user) = signins::check_access(&state.auth, &claims).await?;
         // Percent-decoded, so `support%40acme` matches `support@acme`.
         let path_agent = RawPathParams::from_request_parts(parts, state)
             .await
@@ -71,7 +72,7 @@ impl FromRequestParts<AppState> for AgentAccess {
             });
         if let Some(path_agent) = path_agent {
             if path_agent != sign_in.agent {
-                return Err(ApiError::forbidden(
+                return Err(Error::forbidden(
                     "agent_mismatch",
                     format!(
                         "This access token belongs to the agent '{}', not to '{path_agent}'.",
@@ -81,9 +82,10 @@ impl FromRequestParts<AppState> for AgentAccess {
             }
         }
         let agent = state.agent(&sign_in.agent).await?.ok_or_else(|| {
-            ApiError::not_found("agent_not_found", "This sign-in's agent no longer exists.")
+            Error::not_found("agent_not_found", "This sign-in's agent no longer exists.")
         })?;
         state
+            .auth
             .last_used
             .sign_ins
             .insert(sign_in.device_id.clone(), crate::store::now_ms());
@@ -113,8 +115,8 @@ impl Caller {
 }
 
 impl FromRequestParts<AppState> for Caller {
-    type Rejection = ApiError;
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> ApiResult<Self> {
+    type Rejection = Error;
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self> {
         let token = bearer(parts).ok_or_else(|| {
             invalid(
                 "Send a login token or the agent's access token as Authorization: Bearer <token>.",
@@ -124,8 +126,9 @@ impl FromRequestParts<AppState> for Caller {
         match claims.typ.as_str() {
             tokens::LOGIN => login_user(state, token).await.map(Caller::Login),
             tokens::ACCESS => {
-                let (sign_in, user) = signins::check_access(state, &claims).await?;
+                let (sign_in, user) = signins::check_access(&state.auth, &claims).await?;
                 state
+                    .auth
                     .last_used
                     .sign_ins
                     .insert(sign_in.device_id.clone(), crate::store::now_ms());

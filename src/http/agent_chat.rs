@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::extract::{Path, Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderValue};
 use axum::response::Response;
 use gatehouse_pii::{Counts, Mode as PiiMode, Scanner, Vault};
 use serde_json::{json, Map, Value};
@@ -14,22 +14,23 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use crate::agents::approvals::{answered_calls, enforce, ApprovalState};
 use crate::agents::chat::parse_headers;
 use crate::agents::tools::{apply, offered_tools, ToolPolicy};
-use crate::app::{AppState, Invalidation};
+use crate::app::AppState;
+use crate::error::{Error, ErrorKind, Result};
 use crate::http::agent_auth::AgentAccess;
 use crate::http::agent_data::{manifest_classes, tool_decisions};
-use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{parse_json, read_body};
 use crate::models::{resolve, ModelKind};
 use crate::pii::{choose_mode, protect_body, VaultStore, TOKEN_NOTE};
 use crate::proxy::agent_hooks::{AgentChatContext, AgentHooks};
 use crate::proxy::chat::check_body;
 use crate::proxy::{relay, ChatCall, UsageContext};
+use crate::runtime::Invalidation;
 
 pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(agent_chat))
 }
 
-async fn scanner(app: &AppState, terms: &[String]) -> ApiResult<Arc<Scanner>> {
+async fn scanner(app: &AppState, terms: &[String]) -> Result<Arc<Scanner>> {
     let terms = terms.to_vec();
     let built = app
         .caches
@@ -37,12 +38,12 @@ async fn scanner(app: &AppState, terms: &[String]) -> ApiResult<Arc<Scanner>> {
         .get_or_load(terms.join("\u{1}"), || async move {
             let s = tokio::task::spawn_blocking(move || Scanner::new(&terms))
                 .await
-                .map_err(ApiError::internal)?
-                .map_err(ApiError::internal)?;
-            Ok::<_, ApiError>(Some(Arc::new(s)))
+                .map_err(Error::internal)?
+                .map_err(Error::internal)?;
+            Ok::<_, Error>(Some(Arc::new(s)))
         })
         .await?;
-    built.ok_or_else(|| ApiError::internal("scanner cache returned nothing"))
+    built.ok_or_else(|| Error::internal("scanner cache returned nothing"))
 }
 
 /// Chat through the agent's own model under the agent's tool rules.
@@ -59,8 +60,8 @@ async fn agent_chat(
     Path(_agent): Path<String>,
     headers: HeaderMap,
     req: Request,
-) -> ApiResult<Response> {
-    let h = parse_headers(&headers)?;
+) -> Result<Response> {
+    let h = parse_headers(|name| headers.get(name).map(|v| v.as_bytes()))?;
     let agent = Arc::clone(&access.agent);
     let pii_mode = choose_mode(
         agent.pii.mode,
@@ -71,8 +72,8 @@ async fn agent_chat(
     let mut body: Map<String, Value> = parse_json(&bytes)?;
     check_body(&body)?;
     let model = resolve(&app.catalog(), &agent.model, ModelKind::Chat).map_err(|_| {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
+        Error::new(
+            ErrorKind::Unavailable,
             "agent_model_unavailable",
             "The agent's model is not configured; ask an administrator.",
         )
@@ -178,7 +179,8 @@ async fn agent_chat(
         )
     });
     let hooks = AgentHooks::new(AgentChatContext {
-        app: Arc::clone(&app),
+        store: app.store.clone(),
+        approval_ttl: app.settings.approval_ttl,
         agent: address.clone(),
         model_alias: model.id.clone(),
         user_id: access.user.id.clone(),
@@ -199,7 +201,14 @@ async fn agent_chat(
         conversation_id: h.conversation_id,
         turn_id: h.turn_id,
     };
-    let mut resp = relay(&app, ChatCall { model, body, usage }, hooks).await?;
+    let relayed = relay(
+        &app.http,
+        &app.usage,
+        ChatCall { model, body, usage },
+        hooks,
+    )
+    .await?;
+    let mut resp = crate::http::v1::relayed_response(relayed);
     if !decision.held.is_empty() {
         if let Ok(v) = HeaderValue::from_str(&decision.held.join(",")) {
             resp.headers_mut().insert("x-service-held-tools", v);

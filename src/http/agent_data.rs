@@ -14,10 +14,11 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::agents::approvals::ApprovalState;
 use crate::agents::tools::{ToolClass, ToolStatus};
-use crate::app::{AppState, Invalidation};
+use crate::app::AppState;
+use crate::error::{Error, Result};
 use crate::http::agent_auth::AgentAccess;
-use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{read_body, AdminUser, ApiJson};
+use crate::runtime::Invalidation;
 use crate::store::agent_data::{ApprovalRow, DecideError, ManifestTool, ToolRow};
 use crate::time::rfc3339;
 
@@ -42,7 +43,7 @@ async fn put_manifest(
     access: AgentAccess,
     Path(_agent): Path<String>,
     req: Request,
-) -> ApiResult<impl IntoResponse> {
+) -> Result<impl IntoResponse> {
     let bytes = read_body(req).await?;
     let manifest = crate::agents::manifest::parse(&bytes)?;
     let hash = manifest.hash();
@@ -79,7 +80,7 @@ async fn post_events(
     access: AgentAccess,
     Path(_agent): Path<String>,
     req: Request,
-) -> ApiResult<impl IntoResponse> {
+) -> Result<impl IntoResponse> {
     let bytes = read_body(req).await?;
     let events = crate::agents::events::parse_batch(&bytes)?;
     let (accepted, duplicates) = app
@@ -132,12 +133,12 @@ async fn answer_approval(
     access: AgentAccess,
     Path((_agent, id)): Path<(String, String)>,
     ApiJson(body): ApiJson<ApprovalAnswer>,
-) -> ApiResult<impl IntoResponse> {
+) -> Result<impl IntoResponse> {
     let status = match body.decision.as_str() {
         "approve" => "approved",
         "deny" => "denied",
         _ => {
-            return Err(ApiError::validation(
+            return Err(Error::validation(
                 "decision",
                 "'decision' must be approve or deny.",
             ))
@@ -148,7 +149,7 @@ async fn answer_approval(
         .as_ref()
         .is_some_and(|r| r.chars().count() > 1000)
     {
-        return Err(ApiError::validation(
+        return Err(Error::validation(
             "reason",
             "'reason' must be at most 1000 characters.",
         ));
@@ -165,15 +166,15 @@ async fn answer_approval(
         .await?;
     match res {
         Ok(row) => Ok(Json(approval_view(&row, crate::store::now_ms()))),
-        Err(DecideError::NotFound) => Err(ApiError::not_found(
+        Err(DecideError::NotFound) => Err(Error::not_found(
             "approval_not_found",
             "There is no such approval for you.",
         )),
-        Err(DecideError::AlreadyDecided) => Err(ApiError::conflict(
+        Err(DecideError::AlreadyDecided) => Err(Error::conflict(
             "approval_already_decided",
             "This approval was answered already.",
         )),
-        Err(DecideError::Expired) => Err(ApiError::conflict(
+        Err(DecideError::Expired) => Err(Error::conflict(
             "approval_expired",
             "This approval has expired; the call counts as denied.",
         )),
@@ -189,10 +190,10 @@ fn tool_view(t: &ToolRow, contract: &[String]) -> Value {
     json!({"name": t.name, "class": t.class, "description": t.description, "status": status, "first_seen_at": rfc3339(t.first_seen_at)})
 }
 
-async fn agent_or_404(app: &AppState, address: &str) -> ApiResult<Arc<crate::agents::Agent>> {
-    app.agent(address).await?.ok_or_else(|| {
-        ApiError::not_found("agent_not_found", "There is no agent with this address.")
-    })
+async fn agent_or_404(app: &AppState, address: &str) -> Result<Arc<crate::agents::Agent>> {
+    app.agent(address)
+        .await?
+        .ok_or_else(|| Error::not_found("agent_not_found", "There is no agent with this address."))
 }
 
 /// The agent's tools: in its contract, accepted, held or rejected.
@@ -202,7 +203,7 @@ async fn admin_tools(
     State(app): State<AppState>,
     _a: AdminUser,
     Path(address): Path<String>,
-) -> ApiResult<impl IntoResponse> {
+) -> Result<impl IntoResponse> {
     let agent = agent_or_404(&app, &address).await?;
     let mut rows = app.store.list_tools(&address).await?;
     // Contract tools are listed even before any app reported them.
@@ -230,10 +231,10 @@ async fn decide_tool(
     address: &str,
     name: &str,
     status: ToolStatus,
-) -> ApiResult<Json<Value>> {
+) -> Result<Json<Value>> {
     let agent = agent_or_404(app, address).await?;
     if !crate::agents::ids::is_tool_name(name) {
-        return Err(ApiError::validation(
+        return Err(Error::validation(
             "name",
             "A tool name is 1 to 64 of A-Za-z0-9_-.",
         ));
@@ -254,7 +255,7 @@ async fn admin_accept_tool(
     State(app): State<AppState>,
     _a: AdminUser,
     Path((address, name)): Path<(String, String)>,
-) -> ApiResult<Json<Value>> {
+) -> Result<Json<Value>> {
     decide_tool(&app, &address, &name, ToolStatus::Accepted).await
 }
 
@@ -265,7 +266,7 @@ async fn admin_reject_tool(
     State(app): State<AppState>,
     _a: AdminUser,
     Path((address, name)): Path<(String, String)>,
-) -> ApiResult<Json<Value>> {
+) -> Result<Json<Value>> {
     decide_tool(&app, &address, &name, ToolStatus::Rejected).await
 }
 
@@ -284,7 +285,7 @@ async fn admin_events(
     _a: AdminUser,
     Path(address): Path<String>,
     Query(q): Query<EventsQuery>,
-) -> ApiResult<impl IntoResponse> {
+) -> Result<impl IntoResponse> {
     agent_or_404(&app, &address).await?;
     let limit: i64 = match q.limit.as_deref() {
         None | Some("") => 100,
@@ -292,7 +293,7 @@ async fn admin_events(
             .parse()
             .ok()
             .filter(|n| (1..=1000).contains(n))
-            .ok_or_else(|| ApiError::validation("limit", "'limit' must be 1 to 1000."))?,
+            .ok_or_else(|| Error::validation("limit", "'limit' must be 1 to 1000."))?,
     };
     let mut rows = app
         .store
@@ -337,12 +338,12 @@ async fn admin_approvals(
     _a: AdminUser,
     Path(address): Path<String>,
     Query(q): Query<ApprovalsQuery>,
-) -> ApiResult<impl IntoResponse> {
+) -> Result<impl IntoResponse> {
     agent_or_404(&app, &address).await?;
     let want = match q.status.as_deref() {
         None | Some("") => None,
         Some(s) => Some(ApprovalState::parse(s).ok_or_else(|| {
-            ApiError::validation(
+            Error::validation(
                 "status",
                 "'status' must be pending, approved, denied or expired.",
             )
@@ -370,7 +371,7 @@ pub async fn manifest_classes(
     app: &AppState,
     agent: &str,
     device: &str,
-) -> ApiResult<Arc<HashMap<String, ToolClass>>> {
+) -> Result<Arc<HashMap<String, ToolClass>>> {
     let loaded = app
         .caches
         .manifests
@@ -409,7 +410,7 @@ fn classes_of(body: Option<&str>) -> HashMap<String, ToolClass> {
 pub async fn tool_decisions(
     app: &AppState,
     agent: &str,
-) -> ApiResult<Arc<HashMap<String, ToolStatus>>> {
+) -> Result<Arc<HashMap<String, ToolStatus>>> {
     let loaded = app
         .caches
         .tools

@@ -9,11 +9,12 @@ use serde_json::json;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::agents::{Agent, AgentPatch, NewAgent, ToolMode};
-use crate::app::{AppState, Invalidation};
+use crate::app::AppState;
 use crate::auth::signins;
+use crate::error::{Error, Result};
 use crate::http::agent_auth::AgentAccess;
-use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{AdminUser, ApiJson};
+use crate::runtime::Invalidation;
 use crate::store::now_ms;
 
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -23,8 +24,8 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(profile))
 }
 
-fn not_found() -> ApiError {
-    ApiError::not_found("agent_not_found", "There is no agent with this address.")
+fn not_found() -> Error {
+    Error::not_found("agent_not_found", "There is no agent with this address.")
 }
 
 /// Create an agent.
@@ -36,10 +37,10 @@ async fn create_agent(
     State(app): State<AppState>,
     _admin: AdminUser,
     ApiJson(body): ApiJson<NewAgent>,
-) -> ApiResult<impl IntoResponse> {
+) -> Result<impl IntoResponse> {
     let agent = body.validate(&app.catalog(), now_ms())?;
     if !app.store.insert_agent(&agent.to_row()).await? {
-        return Err(ApiError::conflict(
+        return Err(Error::conflict(
             "agent_exists",
             "An agent with this address already exists.",
         ));
@@ -49,16 +50,13 @@ async fn create_agent(
 
 /// List agents.
 #[utoipa::path(get, path = "/api/admin/agents", tag = "admin", responses((status = 200, description = "Agents")))]
-async fn list_agents(
-    State(app): State<AppState>,
-    _admin: AdminUser,
-) -> ApiResult<impl IntoResponse> {
+async fn list_agents(State(app): State<AppState>, _admin: AdminUser) -> Result<impl IntoResponse> {
     let rows = app.store.list_agents().await?;
     let agents = rows
         .into_iter()
         .map(|r| Agent::from_row(r).map(|a| a.view()))
         .collect::<Result<Vec<_>, _>>()
-        .map_err(ApiError::internal)?;
+        .map_err(Error::internal)?;
     Ok(Json(agents))
 }
 
@@ -69,7 +67,7 @@ async fn get_agent(
     State(app): State<AppState>,
     _admin: AdminUser,
     Path(address): Path<String>,
-) -> ApiResult<impl IntoResponse> {
+) -> Result<impl IntoResponse> {
     let agent = app.agent(&address).await?.ok_or_else(not_found)?;
     Ok(Json(agent.view()))
 }
@@ -84,10 +82,10 @@ async fn update_agent(
     _admin: AdminUser,
     Path(address): Path<String>,
     ApiJson(patch): ApiJson<AgentPatch>,
-) -> ApiResult<impl IntoResponse> {
+) -> Result<impl IntoResponse> {
     // Read the stored row, not the cache: the change must build on the latest.
     let row = app.store.agent(&address).await?.ok_or_else(not_found)?;
-    let current = Agent::from_row(row).map_err(ApiError::internal)?;
+    let current = Agent::from_row(row).map_err(Error::internal)?;
     let agent = patch.apply(&current, &app.catalog(), now_ms())?;
     if !app.store.update_agent(&agent.to_row()).await? {
         return Err(not_found());

@@ -9,9 +9,11 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use serde::de::DeserializeOwned;
 
-use crate::app::{AppState, KeyInfo, UserInfo};
+use crate::app::AppState;
 use crate::auth::tokens::{self, TokenError};
-use crate::http::error::{ApiError, ApiResult};
+use crate::auth::KeyInfo;
+use crate::error::{Error, Result};
+use crate::users::UserInfo;
 
 /// The body limit of the matched route group, set by `body_limits`.
 #[derive(Clone, Copy, Debug)]
@@ -20,7 +22,7 @@ pub struct BodyLimit {
     pub code: &'static str,
 }
 
-pub async fn read_body(req: Request) -> ApiResult<Bytes> {
+pub async fn read_body(req: Request) -> Result<Bytes> {
     let limit = req
         .extensions()
         .get::<BodyLimit>()
@@ -30,8 +32,8 @@ pub async fn read_body(req: Request) -> ApiResult<Bytes> {
             code: "payload_too_large",
         });
     let too_large = || {
-        ApiError::new(
-            axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+        Error::new(
+            crate::error::ErrorKind::TooLarge,
             limit.code,
             format!(
                 "The request body is larger than the limit of {} bytes.",
@@ -58,53 +60,20 @@ pub async fn read_body(req: Request) -> ApiResult<Bytes> {
         {
             Err(too_large())
         }
-        Err(_) => Err(ApiError::validation(
+        Err(_) => Err(Error::validation(
             "body",
             "The request body could not be read.",
         )),
     }
 }
 
-/// Parses JSON into `T`; a failure names the field that was wrong.
-pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> ApiResult<T> {
-    if bytes.iter().all(|b| b.is_ascii_whitespace()) {
-        return Err(ApiError::validation(
-            "body",
-            "The request body is empty; send a JSON object.",
-        ));
-    }
-    let mut de = serde_json::Deserializer::from_slice(bytes);
-    let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner();
-        let what = match inner.classify() {
-            serde_json::error::Category::Syntax | serde_json::error::Category::Eof => {
-                "The body is not valid JSON"
-            }
-            _ => "The body does not have the expected shape",
-        };
-        let param = if path == "." {
-            "body".to_string()
-        } else {
-            path
-        };
-        // serde messages name types and fields, never the values sent.
-        ApiError::validation(param, format!("{what}: {inner}."))
-    })?;
-    de.end().map_err(|_| {
-        ApiError::validation(
-            "body",
-            "The body has trailing characters after the JSON value.",
-        )
-    })?;
-    Ok(value)
-}
+pub use crate::json::parse_json;
 
 pub struct ApiJson<T>(pub T);
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
-    type Rejection = ApiError;
-    async fn from_request(req: Request, _state: &S) -> ApiResult<Self> {
+    type Rejection = Error;
+    async fn from_request(req: Request, _state: &S) -> Result<Self> {
         let bytes = read_body(req).await?;
         parse_json(&bytes).map(ApiJson)
     }
@@ -114,8 +83,8 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
 pub struct ApiForm<T>(pub T);
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiForm<T> {
-    type Rejection = ApiError;
-    async fn from_request(req: Request, _state: &S) -> ApiResult<Self> {
+    type Rejection = Error;
+    async fn from_request(req: Request, _state: &S) -> Result<Self> {
         let is_form = req
             .headers()
             .get(axum::http::header::CONTENT_TYPE)
@@ -126,7 +95,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiForm<T> {
                     .starts_with("application/x-www-form-urlencoded")
             });
         if !is_form {
-            return Err(ApiError::validation(
+            return Err(Error::validation(
                 "body",
                 "Send a form-encoded body (Content-Type: application/x-www-form-urlencoded) with username and password.",
             ));
@@ -134,7 +103,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiForm<T> {
         let bytes = read_body(req).await?;
         serde_urlencoded::from_bytes(&bytes)
             .map(ApiForm)
-            .map_err(|e| ApiError::validation("body", format!("The form could not be read: {e}.")))
+            .map_err(|e| Error::validation("body", format!("The form could not be read: {e}.")))
     }
 }
 
@@ -154,30 +123,30 @@ pub fn bearer(parts: &Parts) -> Option<&str> {
 /// A user authenticated by a login token (`/api/...`).
 pub struct LoginUser(pub Arc<UserInfo>);
 
-pub async fn login_user(state: &AppState, token: &str) -> ApiResult<Arc<UserInfo>> {
+pub async fn login_user(state: &AppState, token: &str) -> Result<Arc<UserInfo>> {
     if token.starts_with("gtk_") {
-        return Err(ApiError::unauthorized(
+        return Err(Error::unauthorized(
             "invalid_token",
             "An API key cannot be used here; send a login token.",
         ));
     }
-    let claims = state.tokens.verify(token).map_err(|e| match e {
+    let claims = state.auth.tokens.verify(token).map_err(|e| match e {
         TokenError::Expired => {
-            ApiError::unauthorized("token_expired", "The token has expired; log in again.")
+            Error::unauthorized("token_expired", "The token has expired; log in again.")
         }
         TokenError::Invalid => {
-            ApiError::unauthorized("invalid_token", "The token is not valid; log in again.")
+            Error::unauthorized("invalid_token", "The token is not valid; log in again.")
         }
     })?;
     if claims.typ != tokens::LOGIN {
-        return Err(ApiError::unauthorized(
+        return Err(Error::unauthorized(
             "invalid_token",
             "An agent access token cannot be used here; send a login token.",
         ));
     }
     match state.user(&claims.sub).await? {
         Some(u) if u.is_active => Ok(u),
-        _ => Err(ApiError::unauthorized(
+        _ => Err(Error::unauthorized(
             "invalid_token",
             "The token's user is disabled or gone.",
         )),
@@ -185,10 +154,10 @@ pub async fn login_user(state: &AppState, token: &str) -> ApiResult<Arc<UserInfo
 }
 
 impl FromRequestParts<AppState> for LoginUser {
-    type Rejection = ApiError;
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> ApiResult<Self> {
+    type Rejection = Error;
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self> {
         let token = bearer(parts).ok_or_else(|| {
-            ApiError::unauthorized(
+            Error::unauthorized(
                 "invalid_token",
                 "Send the login token as Authorization: Bearer <token>.",
             )
@@ -201,11 +170,11 @@ impl FromRequestParts<AppState> for LoginUser {
 pub struct AdminUser(pub Arc<UserInfo>);
 
 impl FromRequestParts<AppState> for AdminUser {
-    type Rejection = ApiError;
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> ApiResult<Self> {
+    type Rejection = Error;
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self> {
         let LoginUser(u) = LoginUser::from_request_parts(parts, state).await?;
         if !u.is_admin {
-            return Err(ApiError::admin_only());
+            return Err(Error::admin_only());
         }
         Ok(AdminUser(u))
     }
@@ -218,11 +187,11 @@ pub struct ApiKeyAuth {
 }
 
 impl ApiKeyAuth {
-    pub fn check_model(&self, model: &str) -> ApiResult<()> {
+    pub fn check_model(&self, model: &str) -> Result<()> {
         if self.key.allows(model) {
             Ok(())
         } else {
-            Err(ApiError::forbidden(
+            Err(Error::forbidden(
                 "model_not_allowed",
                 format!("This API key may not use the model '{model}'."),
             )
@@ -231,13 +200,13 @@ impl ApiKeyAuth {
     }
 }
 
-fn invalid_key(msg: &str) -> ApiError {
-    ApiError::unauthorized("invalid_api_key", msg.to_string())
+fn invalid_key(msg: &str) -> Error {
+    Error::unauthorized("invalid_api_key", msg.to_string())
 }
 
 impl FromRequestParts<AppState> for ApiKeyAuth {
-    type Rejection = ApiError;
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> ApiResult<Self> {
+    type Rejection = Error;
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self> {
         let token = bearer(parts)
             .ok_or_else(|| invalid_key("Send an API key as Authorization: Bearer <API_KEY>."))?;
         if !token.starts_with("gtk_") {
@@ -245,7 +214,7 @@ impl FromRequestParts<AppState> for ApiKeyAuth {
         }
         let hash = crate::auth::sha256_hex(token);
         let key = state
-            .caches
+            .auth
             .api_keys
             .get_or_load(hash.clone(), || async {
                 let row = state.store.api_key_by_hash(&hash).await?;
@@ -264,7 +233,7 @@ impl FromRequestParts<AppState> for ApiKeyAuth {
             Some(u) if u.is_active => u,
             _ => return Err(invalid_key("The API key's user is disabled.")),
         };
-        state.last_used.api_keys.insert(key.id.clone(), now);
+        state.auth.last_used.api_keys.insert(key.id.clone(), now);
         Ok(ApiKeyAuth { key, user })
     }
 }

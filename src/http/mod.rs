@@ -16,7 +16,7 @@ pub mod users;
 pub mod v1;
 
 use axum::extract::Request;
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::HeaderValue;
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::Router;
@@ -24,7 +24,7 @@ use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 
 use crate::app::AppState;
-use error::ApiError;
+use crate::error::{Error, ErrorKind};
 use extract::BodyLimit;
 
 #[derive(OpenApi)]
@@ -64,10 +64,10 @@ pub fn router(state: AppState) -> Router {
                 async move { axum::Json(api.as_ref().clone()) }
             }),
         )
-        .fallback(|| async { ApiError::not_found("not_found", "There is no such route.") })
+        .fallback(|| async { Error::not_found("not_found", "There is no such route.") })
         .method_not_allowed_fallback(|| async {
-            ApiError::new(
-                StatusCode::METHOD_NOT_ALLOWED,
+            Error::new(
+                ErrorKind::MethodNotAllowed,
                 "method_not_allowed",
                 "This route does not take that method.",
             )

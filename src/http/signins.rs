@@ -13,8 +13,8 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use crate::agents::AgentAddress;
 use crate::app::AppState;
 use crate::auth::signins::{self, EndReason};
+use crate::error::{Error, Result};
 use crate::http::agent_auth::Caller;
-use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{AdminUser, ApiJson, LoginUser};
 use crate::store::now_ms;
 use crate::store::signins::SignInRow;
@@ -33,8 +33,8 @@ pub fn routes() -> OpenApiRouter<AppState> {
 /// Token answers must not be kept by caches or proxies.
 const NO_STORE: [(header::HeaderName, &str); 1] = [(header::CACHE_CONTROL, "no-store")];
 
-fn not_found() -> ApiError {
-    ApiError::not_found(
+fn not_found() -> Error {
+    Error::not_found(
         "sign_in_not_found",
         "There is no such live sign-in of yours.",
     )
@@ -42,7 +42,7 @@ fn not_found() -> ApiError {
 
 /// The fields an app sees; `last_used_at` includes stamps not yet written.
 fn view(app: &AppState, r: &SignInRow) -> serde_json::Value {
-    let pending = app.last_used.sign_ins.get(&r.device_id).map(|v| *v);
+    let pending = app.auth.last_used.sign_ins.get(&r.device_id).map(|v| *v);
     json!({
         "device_id": r.device_id,
         "device_label": r.device_label,
@@ -70,13 +70,13 @@ async fn create_sign_in(
     State(app): State<AppState>,
     LoginUser(user): LoginUser,
     ApiJson(body): ApiJson<SignInRequest>,
-) -> ApiResult<impl IntoResponse> {
+) -> Result<impl IntoResponse> {
     let address = AgentAddress::parse_field("agent", &body.agent)?;
     let label = signins::parse_device_label(&body.device_label)?;
     let agent = app.agent(address.as_str()).await?.ok_or_else(|| {
-        ApiError::not_found("agent_not_found", format!("There is no agent '{address}'."))
+        Error::not_found("agent_not_found", format!("There is no agent '{address}'."))
     })?;
-    let issued = signins::sign_in(&app, &user, &agent, label).await?;
+    let issued = signins::sign_in(&app.auth, &user, &agent, label).await?;
     Ok((StatusCode::CREATED, NO_STORE, Json(issued.view())))
 }
 
@@ -92,15 +92,15 @@ pub struct RefreshRequest {
 async fn refresh(
     State(app): State<AppState>,
     ApiJson(body): ApiJson<RefreshRequest>,
-) -> ApiResult<impl IntoResponse> {
-    let issued = signins::renew(&app, &body.refresh_token).await?;
+) -> Result<impl IntoResponse> {
+    let issued = signins::renew(&app.auth, &body.refresh_token).await?;
     Ok((NO_STORE, Json(issued.view())))
 }
 
 /// The caller's live sign-ins, one per device (login token or access token).
 #[utoipa::path(get, path = "/api/agent-tokens/mine", tag = "agent-tokens",
     responses((status = 200, description = "[{device_id, device_label, agent, created_at, last_used_at, expires_at}]")))]
-async fn mine(State(app): State<AppState>, caller: Caller) -> ApiResult<impl IntoResponse> {
+async fn mine(State(app): State<AppState>, caller: Caller) -> Result<impl IntoResponse> {
     let rows = app
         .store
         .sign_ins_of_user(&caller.user().id, true, now_ms())
@@ -116,7 +116,7 @@ async fn sign_out(
     State(app): State<AppState>,
     caller: Caller,
     Path(device_id): Path<String>,
-) -> ApiResult<StatusCode> {
+) -> Result<StatusCode> {
     // A device may end only itself; the user's login token may end any of theirs.
     let may = match &caller {
         Caller::Login(_) => true,
@@ -124,7 +124,7 @@ async fn sign_out(
     };
     if may
         && signins::end(
-            &app,
+            &app.auth,
             &device_id,
             Some(&caller.user().id),
             EndReason::SignedOut,
@@ -151,17 +151,18 @@ async fn admin_list(
     State(app): State<AppState>,
     _admin: AdminUser,
     Query(q): Query<AdminQuery>,
-) -> ApiResult<impl IntoResponse> {
+) -> Result<impl IntoResponse> {
     let email = q
         .user
         .as_deref()
         .filter(|u| !u.trim().is_empty())
-        .ok_or_else(|| ApiError::validation("user", "Name the user: ?user=<e-mail>."))?
+        .ok_or_else(|| Error::validation("user", "Name the user: ?user=<e-mail>."))?
         .trim()
         .to_lowercase();
-    let user = app.store.user_by_email(&email).await?.ok_or_else(|| {
-        ApiError::not_found("user_not_found", "There is no user with this e-mail.")
-    })?;
+    let user =
+        app.store.user_by_email(&email).await?.ok_or_else(|| {
+            Error::not_found("user_not_found", "There is no user with this e-mail.")
+        })?;
     let rows = app
         .store
         .sign_ins_of_user(&user.id, false, now_ms())
@@ -188,11 +189,11 @@ async fn admin_end(
     State(app): State<AppState>,
     _admin: AdminUser,
     Path(device_id): Path<String>,
-) -> ApiResult<StatusCode> {
-    if signins::end(&app, &device_id, None, EndReason::RevokedByAdmin).await? {
+) -> Result<StatusCode> {
+    if signins::end(&app.auth, &device_id, None, EndReason::RevokedByAdmin).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
-        Err(ApiError::not_found(
+        Err(Error::not_found(
             "sign_in_not_found",
             "There is no live sign-in with this device id.",
         ))

@@ -6,7 +6,7 @@ use serde::Deserialize;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::app::AppState;
-use crate::http::error::{ApiError, ApiResult};
+use crate::error::{Error, Result};
 use crate::http::extract::AdminUser;
 use crate::store::usage::{GroupBy, UsageTotals};
 
@@ -24,11 +24,11 @@ struct UsageQuery {
     group_by: Option<String>,
 }
 
-fn time_param(name: &str, v: Option<&str>, default: i64) -> ApiResult<i64> {
+fn time_param(name: &str, v: Option<&str>, default: i64) -> Result<i64> {
     match v.map(str::trim).filter(|s| !s.is_empty()) {
         None => Ok(default),
         Some(s) => crate::time::parse_rfc3339(s).ok_or_else(|| {
-            ApiError::validation(
+            Error::validation(
                 name,
                 format!("'{name}' must be an RFC 3339 time, e.g. 2026-01-31T00:00:00Z."),
             )
@@ -37,21 +37,18 @@ fn time_param(name: &str, v: Option<&str>, default: i64) -> ApiResult<i64> {
 }
 
 /// Parses the query string; every bad value is a validation error.
-fn parse_query(raw: Option<&str>) -> ApiResult<(i64, i64, GroupBy)> {
+fn parse_query(raw: Option<&str>) -> Result<(i64, i64, GroupBy)> {
     let q: UsageQuery = serde_urlencoded::from_str(raw.unwrap_or(""))
-        .map_err(|_| ApiError::validation("query", "The query string could not be read."))?;
+        .map_err(|_| Error::validation("query", "The query string could not be read."))?;
     let from = time_param("from", q.from.as_deref(), 0)?;
     let to = time_param("to", q.to.as_deref(), i64::MAX)?;
     if to < from {
-        return Err(ApiError::validation(
-            "to",
-            "'to' must not be before 'from'.",
-        ));
+        return Err(Error::validation("to", "'to' must not be before 'from'."));
     }
     let group = match q.group_by.as_deref().map(str::trim) {
         None | Some("") => GroupBy::Model,
         Some(g) => GroupBy::parse(g).ok_or_else(|| {
-            ApiError::validation("group_by", "'group_by' must be one of model, user, agent.")
+            Error::validation("group_by", "'group_by' must be one of model, user, agent.")
         })?,
     };
     Ok((from, to, group))
@@ -66,7 +63,7 @@ async fn usage(
     State(app): State<AppState>,
     _admin: AdminUser,
     RawQuery(raw): RawQuery,
-) -> ApiResult<Json<Vec<UsageTotals>>> {
+) -> Result<Json<Vec<UsageTotals>>> {
     let (from, to, group) = parse_query(raw.as_deref())?;
     Ok(Json(app.store.usage_totals(from, to, group).await?))
 }

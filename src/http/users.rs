@@ -13,7 +13,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::app::AppState;
 use crate::auth::{passwords, tokens};
-use crate::http::error::{ApiError, ApiResult};
+use crate::error::{Error, ErrorKind, Result};
 use crate::http::extract::{ApiForm, ApiJson, LoginUser};
 use crate::store::keys::ApiKeyRow;
 use crate::store::{new_id, now_ms};
@@ -50,16 +50,16 @@ async fn login(
     State(app): State<AppState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     ApiForm(form): ApiForm<LoginForm>,
-) -> ApiResult<Json<LoginResponse>> {
+) -> Result<Json<LoginResponse>> {
     let username = form
         .username
         .map(|u| u.trim().to_lowercase())
         .filter(|u| !u.is_empty());
     let password = form.password.filter(|p| !p.is_empty());
     let email = username
-        .ok_or_else(|| ApiError::validation("username", "'username' (your e-mail) is required."))?;
+        .ok_or_else(|| Error::validation("username", "'username' (your e-mail) is required."))?;
     let password =
-        password.ok_or_else(|| ApiError::validation("password", "'password' is required."))?;
+        password.ok_or_else(|| Error::validation("password", "'password' is required."))?;
     let acct_key = format!("acct:{email}");
     let addr_key = format!("addr:{}", peer.ip());
     let s = &app.settings;
@@ -67,9 +67,9 @@ async fn login(
         (&acct_key, s.login_max_failures),
         (&addr_key, s.login_max_failures_per_addr),
     ] {
-        if let Some(wait) = app.throttle.blocked_for(key, max) {
-            let mut e = ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
+        if let Some(wait) = app.auth.throttle.blocked_for(key, max) {
+            let mut e = Error::new(
+                ErrorKind::TooManyRequests,
                 "too_many_attempts",
                 format!("Too many failed logins; try again in {wait} seconds."),
             );
@@ -82,10 +82,11 @@ async fn login(
     let ok = passwords::verify(user.as_ref().map(|u| u.password_hash.clone()), password).await;
     match user {
         Some(u) if ok && u.active() => {
-            app.throttle.reset(&acct_key);
-            let (token, _) = app
-                .tokens
-                .issue(tokens::LOGIN, &u.id, s.login_token_ttl, None, None);
+            app.auth.throttle.reset(&acct_key);
+            let (token, _) =
+                app.auth
+                    .tokens
+                    .issue(tokens::LOGIN, &u.id, s.login_token_ttl, None, None);
             Ok(Json(LoginResponse {
                 access_token: token,
                 token_type: "bearer",
@@ -93,9 +94,9 @@ async fn login(
             }))
         }
         _ => {
-            app.throttle.record_failure(&acct_key);
-            app.throttle.record_failure(&addr_key);
-            Err(ApiError::bad_request(
+            app.auth.throttle.record_failure(&acct_key);
+            app.auth.throttle.record_failure(&addr_key);
+            Err(Error::bad_request(
                 "login_bad_credentials",
                 "The e-mail or password is wrong.",
             ))
@@ -146,10 +147,10 @@ async fn create_key(
     State(app): State<AppState>,
     LoginUser(u): LoginUser,
     ApiJson(body): ApiJson<NewKey>,
-) -> ApiResult<impl IntoResponse> {
+) -> Result<impl IntoResponse> {
     let name = body.name.trim();
     if name.is_empty() || name.chars().count() > 200 {
-        return Err(ApiError::validation(
+        return Err(Error::validation(
             "name",
             "'name' must be 1 to 200 characters.",
         ));
@@ -159,11 +160,11 @@ async fn create_key(
         None => None,
         Some(s) => {
             let t = chrono::DateTime::parse_from_rfc3339(s).map_err(|_| {
-                ApiError::validation("expires_at", "'expires_at' must be an RFC 3339 timestamp.")
+                Error::validation("expires_at", "'expires_at' must be an RFC 3339 timestamp.")
             })?;
             let ms = t.timestamp_millis();
             if ms <= now {
-                return Err(ApiError::validation(
+                return Err(Error::validation(
                     "expires_at",
                     "'expires_at' must be in the future.",
                 ));
@@ -173,7 +174,7 @@ async fn create_key(
     };
     if let Some(models) = &body.models {
         if models.is_empty() || models.iter().any(|m| m.trim().is_empty()) {
-            return Err(ApiError::validation(
+            return Err(Error::validation(
                 "models",
                 "'models' must be a non-empty list of model ids, or left out for every model.",
             ));
@@ -202,7 +203,7 @@ async fn create_key(
 async fn list_keys(
     State(app): State<AppState>,
     LoginUser(u): LoginUser,
-) -> ApiResult<impl IntoResponse> {
+) -> Result<impl IntoResponse> {
     let rows = app.store.list_api_keys(&u.id).await?;
     Ok(Json(
         rows.iter().map(|r| key_view(r, None)).collect::<Vec<_>>(),
@@ -216,13 +217,14 @@ async fn delete_key(
     State(app): State<AppState>,
     LoginUser(u): LoginUser,
     Path(id): Path<String>,
-) -> ApiResult<StatusCode> {
+) -> Result<StatusCode> {
     match app.store.revoke_api_key(&u.id, &id).await? {
         Some(hash) => {
-            app.invalidate(crate::app::Invalidation::ApiKey(hash)).await;
+            app.invalidate(crate::runtime::Invalidation::ApiKey(hash))
+                .await;
             Ok(StatusCode::NO_CONTENT)
         }
-        None => Err(ApiError::not_found(
+        None => Err(Error::not_found(
             "api_key_not_found",
             "You have no API key with this id.",
         )),

@@ -6,18 +6,19 @@
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::response::Response;
+use axum::http::{header, HeaderValue};
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::app::{App, AppState};
-use crate::http::error::{ApiError, ApiResult};
+use crate::error::{Error, Result};
 use crate::http::extract::{parse_json, read_body, ApiKeyAuth};
 use crate::models::retrieval::{self, EmbedRequest, RerankRequest};
 use crate::models::{requested_model, resolve, Model, ModelKind};
-use crate::proxy::chat::{check_body, relay, ChatCall, NoHooks};
+use crate::proxy::chat::{check_body, relay, ChatCall, NoHooks, Relayed};
 use crate::usage::{Tokens, UsageContext, UsageTicket};
 
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -86,7 +87,7 @@ async fn model_request(
     req: Request,
     kind: ModelKind,
     ticket: &mut UsageTicket,
-) -> ApiResult<(Arc<Model>, Map<String, Value>)> {
+) -> Result<(Arc<Model>, Map<String, Value>)> {
     let bytes = read_body(req).await?;
     let body: Map<String, Value> = parse_json(&bytes)?;
     let name = requested_model(&body)?;
@@ -97,14 +98,14 @@ async fn model_request(
 }
 
 /// Records a failure on the ticket and passes the result on.
-fn recorded<T>(ticket: &mut UsageTicket, r: ApiResult<(T, Tokens)>) -> ApiResult<T> {
+fn recorded<T>(ticket: &mut UsageTicket, r: Result<(T, Tokens)>) -> Result<T> {
     match r {
         Ok((v, tokens)) => {
             ticket.finish(200, tokens);
             Ok(v)
         }
         Err(e) => {
-            ticket.finish(e.status.as_u16(), Tokens::default());
+            ticket.finish(e.status(), Tokens::default());
             Err(e)
         }
     }
@@ -126,26 +127,27 @@ async fn chat_completions(
     State(app): State<AppState>,
     auth: ApiKeyAuth,
     req: Request,
-) -> ApiResult<Response> {
+) -> Result<Response> {
     let ctx = key_context(&auth);
     let mut ticket = UsageTicket::new(&app.usage, ctx.clone(), "chat");
     let prepared = async {
         let (model, body) = model_request(&app, &auth, req, ModelKind::Chat, &mut ticket).await?;
         check_body(&body)?;
-        Ok::<_, ApiError>((model, body))
+        Ok::<_, Error>((model, body))
     }
     .await;
     let (model, body) = match prepared {
         Ok(v) => v,
         Err(e) => {
-            ticket.finish(e.status.as_u16(), Tokens::default());
+            ticket.finish(e.status(), Tokens::default());
             return Err(e);
         }
     };
     // The relay records the request from here on.
     ticket.disarm();
-    relay(
-        &app,
+    let relayed = relay(
+        &app.http,
+        &app.usage,
         ChatCall {
             model,
             body,
@@ -153,7 +155,27 @@ async fn chat_completions(
         },
         NoHooks,
     )
-    .await
+    .await?;
+    Ok(relayed_response(relayed))
+}
+
+/// The HTTP answer for a relayed chat: JSON, or an unbuffered event stream.
+pub fn relayed_response(relayed: Relayed) -> Response {
+    match relayed {
+        Relayed::Answer(v) => Json(v).into_response(),
+        Relayed::Stream(body) => {
+            let mut resp = Response::new(axum::body::Body::from_stream(body));
+            let h = resp.headers_mut();
+            h.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/event-stream"),
+            );
+            h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+            // Tells nginx in front not to buffer the stream.
+            h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+            resp
+        }
+    }
 }
 
 /// Embeddings of one text or a list of texts.
@@ -171,13 +193,13 @@ async fn embeddings(
     State(app): State<AppState>,
     auth: ApiKeyAuth,
     req: Request,
-) -> ApiResult<Json<retrieval::EmbeddingsResponse>> {
+) -> Result<Json<retrieval::EmbeddingsResponse>> {
     let mut ticket = UsageTicket::new(&app.usage, key_context(&auth), "embeddings");
     let result = async {
         let (model, body) =
             model_request(&app, &auth, req, ModelKind::Embeddings, &mut ticket).await?;
         let req = EmbedRequest::from_body(body)?;
-        retrieval::embed(&app, &model, req).await
+        retrieval::embed(&app.http, &model, req).await
     }
     .await;
     recorded(&mut ticket, result).map(Json)
@@ -198,13 +220,13 @@ async fn rerank(
     State(app): State<AppState>,
     auth: ApiKeyAuth,
     req: Request,
-) -> ApiResult<Json<retrieval::RerankResponse>> {
+) -> Result<Json<retrieval::RerankResponse>> {
     let mut ticket = UsageTicket::new(&app.usage, key_context(&auth), "scoring");
     let result = async {
         let (model, body) =
             model_request(&app, &auth, req, ModelKind::Scoring, &mut ticket).await?;
         let req = RerankRequest::from_body(body)?;
-        retrieval::rerank(&app, &model, req).await
+        retrieval::rerank(&app.http, &model, req).await
     }
     .await;
     recorded(&mut ticket, result).map(Json)

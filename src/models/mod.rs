@@ -3,7 +3,9 @@
 //! routing a request never touches the database.
 
 pub mod adapters;
+pub mod requests;
 pub mod retrieval;
+pub mod upstream;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -11,7 +13,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::http::error::ApiError;
+use crate::error::Error;
 use crate::store::catalog::{ModelRow, ProviderRow};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -149,20 +151,18 @@ impl CatalogSnapshot {
 }
 
 /// The `model` a client named in an OpenAI-shaped body.
-pub fn requested_model(
-    body: &serde_json::Map<String, serde_json::Value>,
-) -> Result<&str, ApiError> {
+pub fn requested_model(body: &serde_json::Map<String, serde_json::Value>) -> Result<&str, Error> {
     match body.get("model") {
         Some(serde_json::Value::String(m)) if !m.is_empty() => Ok(m),
-        Some(serde_json::Value::String(_)) => Err(ApiError::validation(
+        Some(serde_json::Value::String(_)) => Err(Error::validation(
             "model",
             "'model' must not be empty; GET /v1/models lists the models.",
         )),
-        None | Some(serde_json::Value::Null) => Err(ApiError::validation(
+        None | Some(serde_json::Value::Null) => Err(Error::validation(
             "model",
             "'model' is required: the id of a model (GET /v1/models lists them).",
         )),
-        Some(_) => Err(ApiError::validation(
+        Some(_) => Err(Error::validation(
             "model",
             "'model' must be a string: the id of a model.",
         )),
@@ -170,20 +170,16 @@ pub fn requested_model(
 }
 
 /// Looks the model up and checks its kind; the errors are the contract's.
-pub fn resolve(
-    catalog: &CatalogSnapshot,
-    id: &str,
-    want: ModelKind,
-) -> Result<Arc<Model>, ApiError> {
+pub fn resolve(catalog: &CatalogSnapshot, id: &str, want: ModelKind) -> Result<Arc<Model>, Error> {
     let model = catalog.model(id).ok_or_else(|| {
-        ApiError::not_found(
+        Error::not_found(
             "model_not_found",
             format!("The model '{id}' does not exist; GET /v1/models lists the models."),
         )
         .with_param("model")
     })?;
     if model.kind != want {
-        return Err(ApiError::bad_request(
+        return Err(Error::bad_request(
             "model_kind_mismatch",
             format!("The model '{id}' {}.", model.kind.advice()),
         )
@@ -214,7 +210,7 @@ pub struct NewModel {
 
 pub const DEFAULT_TIMEOUT_S: i64 = 120;
 
-fn check_name(field: &str, v: &str, max: usize) -> Result<(), ApiError> {
+fn check_name(field: &str, v: &str, max: usize) -> Result<(), Error> {
     let ok = !v.is_empty()
         && v.len() <= max
         && v.chars()
@@ -222,7 +218,7 @@ fn check_name(field: &str, v: &str, max: usize) -> Result<(), ApiError> {
     if ok {
         Ok(())
     } else {
-        Err(ApiError::validation(
+        Err(Error::validation(
             field,
             format!("'{field}' must be 1 to {max} characters of letters, digits and . _ - : / @"),
         ))
@@ -230,23 +226,23 @@ fn check_name(field: &str, v: &str, max: usize) -> Result<(), ApiError> {
 }
 
 impl NewProvider {
-    pub fn validate(&self) -> Result<ProviderRow, ApiError> {
+    pub fn validate(&self) -> Result<ProviderRow, Error> {
         check_name("name", &self.name, 64)?;
         let kind = ProviderType::parse(&self.kind).ok_or_else(|| {
-            ApiError::validation("type", "'type' must be one of openai, tei, cohere.")
+            Error::validation("type", "'type' must be one of openai, tei, cohere.")
         })?;
         let url = self.base_url.trim();
         if !(url.starts_with("http://") || url.starts_with("https://"))
             || reqwest::Url::parse(url).is_err()
         {
-            return Err(ApiError::validation(
+            return Err(Error::validation(
                 "base_url",
                 "'base_url' must be an http:// or https:// URL.",
             ));
         }
         let timeout = self.timeout_s.unwrap_or(DEFAULT_TIMEOUT_S);
         if !(1..=3600).contains(&timeout) {
-            return Err(ApiError::validation(
+            return Err(Error::validation(
                 "timeout_s",
                 "'timeout_s' must be between 1 and 3600 seconds.",
             ));
@@ -263,13 +259,13 @@ impl NewProvider {
 }
 
 impl NewModel {
-    pub fn validate(&self) -> Result<ModelRow, ApiError> {
+    pub fn validate(&self) -> Result<ModelRow, Error> {
         check_name("id", &self.id, 128)?;
         let kind = ModelKind::parse(&self.kind).ok_or_else(|| {
-            ApiError::validation("kind", "'kind' must be one of chat, embeddings, scoring.")
+            Error::validation("kind", "'kind' must be one of chat, embeddings, scoring.")
         })?;
         if self.upstream_model.trim().is_empty() || self.upstream_model.len() > 256 {
-            return Err(ApiError::validation(
+            return Err(Error::validation(
                 "upstream_model",
                 "'upstream_model' must be 1 to 256 characters.",
             ));

@@ -10,7 +10,7 @@ use gatehouse_pii::{Counts, Mode, Scanner, Vault};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
-use crate::http::error::ApiError;
+use crate::error::Error;
 use crate::store::{now_ms, Store};
 
 pub use gatehouse_pii::{StreamRestorer, TOKEN_NOTE};
@@ -20,7 +20,7 @@ pub fn choose_mode(
     agent_mode: Mode,
     user_choosable: bool,
     header: Option<&str>,
-) -> Result<Mode, ApiError> {
+) -> Result<Mode, Error> {
     let Some(h) = header else {
         return Ok(agent_mode);
     };
@@ -28,7 +28,7 @@ pub fn choose_mode(
         "redact" => Mode::Redact,
         "tokenize_reversible" => Mode::TokenizeReversible,
         _ => {
-            return Err(ApiError::bad_request(
+            return Err(Error::bad_request(
                 "invalid_header",
                 "X-Service-PII-Mode must be redact or tokenize_reversible.",
             )
@@ -36,7 +36,7 @@ pub fn choose_mode(
         }
     };
     if !user_choosable {
-        return Err(ApiError::bad_request(
+        return Err(Error::bad_request(
             "pii_mode_not_allowed",
             "This agent does not let the user choose the PII mode; leave out X-Service-PII-Mode.",
         )
@@ -191,10 +191,10 @@ impl VaultStore {
         key: &str,
         vault: &Vault,
         ttl_s: i64,
-    ) -> Result<(), ApiError> {
+    ) -> Result<(), Error> {
         let sealed = self
             .seal(vault)
-            .ok_or_else(|| ApiError::internal("vault sealing failed"))?;
+            .ok_or_else(|| Error::internal("vault sealing failed"))?;
         let exp = now_ms() + ttl_s * 1000;
         sqlx::query(
             "INSERT INTO pii_vaults (conversation_key, sealed, expires_at) VALUES ($1, $2, $3)

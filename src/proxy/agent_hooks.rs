@@ -10,17 +10,18 @@ use serde_json::{json, Map, Value};
 
 use crate::agents::approvals::{tool_calls_of_response, ToolCall};
 use crate::agents::tools::{ToolClass, ToolMode};
-use crate::app::AppState;
-use crate::http::error::ApiError;
+use crate::error::Error;
 use crate::proxy::agui::AgUi;
 use crate::proxy::chat::{ChatHooks, ChunkAction};
 use crate::proxy::sse::SseFrame;
 use crate::store::agent_data::{new_approval_id, ApprovalRow};
-use crate::store::now_ms;
+use crate::store::{now_ms, Store};
 
 /// Who is chatting and under which rules.
 pub struct AgentChatContext {
-    pub app: AppState,
+    pub store: Store,
+    /// How long an approval waits for its answer, seconds.
+    pub approval_ttl: i64,
     pub agent: String,
     pub model_alias: String,
     pub user_id: String,
@@ -88,9 +89,9 @@ impl AgentHooks {
     /// Creates (durably) the approvals this answer's tool calls need. `calls`
     /// carry the arguments as the model gave them (with PII tokens, which is
     /// what the database keeps); the client sees them restored.
-    async fn create_approvals(&self, calls: &[ToolCall]) -> Result<Vec<Value>, ApiError> {
+    async fn create_approvals(&self, calls: &[ToolCall]) -> Result<Vec<Value>, Error> {
         let now = now_ms();
-        let expires = now + self.ctx.app.settings.approval_ttl * 1000;
+        let expires = now + self.ctx.approval_ttl * 1000;
         let rows: Vec<ApprovalRow> = calls
             .iter()
             .filter(|c| self.needs_approval(&c.name))
@@ -113,7 +114,7 @@ impl AgentHooks {
         if rows.is_empty() {
             return Ok(vec![]);
         }
-        self.ctx.app.store.create_approvals(&rows).await?;
+        self.ctx.store.create_approvals(&rows).await?;
         Ok(rows
             .iter()
             .map(|a| {
@@ -232,7 +233,7 @@ impl AgentHooks {
 }
 
 impl ChatHooks for AgentHooks {
-    async fn on_response(&mut self, response: &mut Value) -> Result<(), ApiError> {
+    async fn on_response(&mut self, response: &mut Value) -> Result<(), Error> {
         // The calls as the model gave them: tokens, not values, are stored.
         let calls = tool_calls_of_response(response);
         if let Some(vault) = &self.ctx.vault {
@@ -349,7 +350,7 @@ impl ChatHooks for AgentHooks {
         frames
     }
 
-    fn on_stream_error(&mut self, error: &ApiError) -> Vec<SseFrame> {
+    fn on_stream_error(&mut self, error: &Error) -> Vec<SseFrame> {
         let mut frames = vec![];
         self.start_frames(&mut frames);
         if let Some(agui) = self.agui.as_mut() {

@@ -46,19 +46,15 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Body;
-use axum::http::{header, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use serde_json::{Map, Value};
 
 use super::sse::{SseEvent, SseFrame, SseParser, DONE};
-use super::upstream;
-use crate::app::App;
-use crate::http::error::ApiError;
+use crate::error::{Error, ErrorKind};
+use crate::models::upstream;
 use crate::models::{Model, Provider, ProviderType};
-use crate::usage::{estimate_tokens, Tokens, UsageContext, UsageTicket, CLIENT_CLOSED};
+use crate::usage::{estimate_tokens, Tokens, UsageContext, UsageSink, UsageTicket, CLIENT_CLOSED};
 
 /// The largest single stream event accepted from an upstream.
 const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
@@ -89,7 +85,7 @@ pub trait ChatHooks: Send + 'static {
     fn on_response(
         &mut self,
         response: &mut Value,
-    ) -> impl Future<Output = Result<(), ApiError>> + Send {
+    ) -> impl Future<Output = Result<(), Error>> + Send {
         let _ = response;
         async { Ok(()) }
     }
@@ -110,7 +106,7 @@ pub trait ChatHooks: Send + 'static {
     }
 
     /// The stream failed after it began: frames to send before the error.
-    fn on_stream_error(&mut self, error: &ApiError) -> Vec<SseFrame> {
+    fn on_stream_error(&mut self, error: &Error) -> Vec<SseFrame> {
         let _ = error;
         Vec::new()
     }
@@ -123,17 +119,17 @@ impl ChatHooks for NoHooks {}
 
 /// Checks the fields the relay itself reads; everything else is the
 /// upstream's business. (`model` is checked by the caller, who resolves it.)
-pub fn check_body(body: &Map<String, Value>) -> Result<(), ApiError> {
+pub fn check_body(body: &Map<String, Value>) -> Result<(), Error> {
     match body.get("messages") {
         Some(Value::Array(m)) if !m.is_empty() => {}
         Some(Value::Array(_)) => {
-            return Err(ApiError::validation(
+            return Err(Error::validation(
                 "messages",
                 "'messages' must not be empty.",
             ))
         }
         _ => {
-            return Err(ApiError::validation(
+            return Err(Error::validation(
                 "messages",
                 "'messages' must be an array of messages.",
             ))
@@ -143,7 +139,7 @@ pub fn check_body(body: &Map<String, Value>) -> Result<(), ApiError> {
         body.get("stream"),
         None | Some(Value::Null | Value::Bool(_))
     ) {
-        return Err(ApiError::validation(
+        return Err(Error::validation(
             "stream",
             "'stream' must be true or false.",
         ));
@@ -155,14 +151,14 @@ pub fn check_body(body: &Map<String, Value>) -> Result<(), ApiError> {
                 o.get("include_usage"),
                 None | Some(Value::Null | Value::Bool(_))
             ) {
-                return Err(ApiError::validation(
+                return Err(Error::validation(
                     "stream_options.include_usage",
                     "'stream_options.include_usage' must be true or false.",
                 ));
             }
         }
         Some(_) => {
-            return Err(ApiError::validation(
+            return Err(Error::validation(
                 "stream_options",
                 "'stream_options' must be an object.",
             ))
@@ -281,9 +277,9 @@ pub fn completion_chars(obj: &Map<String, Value>, field: &str) -> usize {
         .unwrap_or(0)
 }
 
-fn unsupported_provider(model: &Model) -> ApiError {
-    ApiError::new(
-        StatusCode::INTERNAL_SERVER_ERROR,
+fn unsupported_provider(model: &Model) -> Error {
+    Error::new(
+        ErrorKind::Internal,
         "provider_unsupported",
         format!(
             "The model '{}' runs on a {} provider, which does not serve chat completions; an administrator must put it on an openai provider.",
@@ -293,21 +289,32 @@ fn unsupported_provider(model: &Model) -> ApiError {
     )
 }
 
+/// The bytes of a relayed stream, SSE-framed, ready for the client.
+pub type RelayStream =
+    Pin<Box<dyn Stream<Item = Result<Bytes, std::convert::Infallible>> + Send + 'static>>;
+
+/// A relayed answer: a whole JSON answer, or a stream of SSE bytes.
+pub enum Relayed {
+    Answer(Value),
+    Stream(RelayStream),
+}
+
 /// Relays one chat completion; see the module documentation.
 pub async fn relay<H: ChatHooks>(
-    app: &App,
+    client: &reqwest::Client,
+    usage_sink: &UsageSink,
     call: ChatCall,
     hooks: H,
-) -> Result<Response, ApiError> {
+) -> Result<Relayed, Error> {
     let ChatCall {
         model,
         mut body,
         usage,
     } = call;
-    let mut ticket = UsageTicket::new(&app.usage, usage, "chat");
+    let mut ticket = UsageTicket::new(usage_sink, usage, "chat");
     ticket.set_model(&model.id);
-    let fail = |mut ticket: UsageTicket, e: ApiError| {
-        ticket.finish(e.status.as_u16(), Tokens::default());
+    let fail = |mut ticket: UsageTicket, e: Error| {
+        ticket.finish(e.status(), Tokens::default());
         Err(e)
     };
     if model.provider.kind != ProviderType::Openai {
@@ -318,12 +325,12 @@ pub async fn relay<H: ChatHooks>(
     let prompt_estimate = estimate_tokens(prompt_chars(&body));
     let bytes = match serde_json::to_vec(&body) {
         Ok(b) => b,
-        Err(e) => return fail(ticket, ApiError::internal(e)),
+        Err(e) => return fail(ticket, Error::internal(e)),
     };
     drop(body);
     let url = format!("{}/chat/completions", model.provider.base_url);
     let deadline = upstream::deadline(&model.provider);
-    let resp = match upstream::post(app, &model.provider, &url, bytes, stream, deadline).await {
+    let resp = match upstream::post(client, &model.provider, &url, bytes, stream, deadline).await {
         Ok(r) => r,
         Err(e) => return fail(ticket, e),
     };
@@ -332,7 +339,7 @@ pub async fn relay<H: ChatHooks>(
         return match result {
             Ok((v, tokens)) => {
                 ticket.finish(200, tokens);
-                Ok(axum::Json(v).into_response())
+                Ok(Relayed::Answer(v))
             }
             Err(e) => fail(ticket, e),
         };
@@ -357,7 +364,7 @@ pub async fn relay<H: ChatHooks>(
     let first = match relay.step().await {
         Ok(b) => b.unwrap_or_default(),
         Err(e) => {
-            relay.ticket.finish(e.status.as_u16(), Tokens::default());
+            relay.ticket.finish(e.status(), Tokens::default());
             return Err(e);
         }
     };
@@ -372,15 +379,7 @@ pub async fn relay<H: ChatHooks>(
         }
     });
     let body = futures_util::stream::once(async move { Ok(first) }).chain(rest);
-    let mut resp = Response::new(Body::from_stream(body));
-    let h = resp.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    Ok(resp)
+    Ok(Relayed::Stream(Box::pin(body)))
 }
 
 /// A plain answer: read whole (before the deadline), check, rewrite, hook.
@@ -390,7 +389,7 @@ async fn whole_answer<H: ChatHooks>(
     deadline: tokio::time::Instant,
     mut hooks: H,
     prompt_estimate: i64,
-) -> Result<(Value, Tokens), ApiError> {
+) -> Result<(Value, Tokens), Error> {
     let bytes = upstream::read_body(&model.provider, resp, deadline).await?;
     let mut v: Value =
         serde_json::from_slice(&bytes).map_err(|_| upstream::bad_answer("it is not JSON"))?;
@@ -413,24 +412,24 @@ async fn whole_answer<H: ChatHooks>(
 }
 
 /// An `{"error": ...}` the upstream sent with a 2xx status or inside a stream.
-fn error_in_answer(error: &Value) -> ApiError {
+fn error_in_answer(error: &Value) -> Error {
     let wrapped = serde_json::json!({ "error": error });
     let message = upstream::error_message(wrapped.to_string().as_bytes())
         .unwrap_or_else(|| "The model server reported an error.".to_string());
-    ApiError::new(StatusCode::BAD_GATEWAY, "upstream_error", message)
+    Error::new(ErrorKind::BadGateway, "upstream_error", message)
 }
 
-fn cut_off() -> ApiError {
-    ApiError::new(
-        StatusCode::BAD_GATEWAY,
+fn cut_off() -> Error {
+    Error::new(
+        ErrorKind::BadGateway,
         "upstream_error",
         "The model server closed the stream before it ended.",
     )
 }
 
-fn idle_timeout(provider: &Provider) -> ApiError {
-    ApiError::new(
-        StatusCode::GATEWAY_TIMEOUT,
+fn idle_timeout(provider: &Provider) -> Error {
+    Error::new(
+        ErrorKind::GatewayTimeout,
         "upstream_timeout",
         format!(
             "The model server sent nothing for {} seconds; the stream was ended.",
@@ -475,7 +474,7 @@ impl<H> StreamRelay<H> {
     }
 
     /// The next upstream event; None at a clean end of the body.
-    async fn next_event(&mut self) -> Result<Option<SseEvent>, ApiError> {
+    async fn next_event(&mut self) -> Result<Option<SseEvent>, Error> {
         loop {
             if let Some(ev) = self.parser.next_event() {
                 return Ok(Some(ev));
@@ -502,7 +501,7 @@ impl<H> StreamRelay<H> {
     }
 
     /// Ends a failed stream: hook frames, the error message, `[DONE]`.
-    fn fail(&mut self, e: &ApiError) -> Bytes
+    fn fail(&mut self, e: &Error) -> Bytes
     where
         H: ChatHooks,
     {
@@ -513,7 +512,7 @@ impl<H> StreamRelay<H> {
         SseFrame::json(&e.openai_body()).write_to(&mut out);
         out.extend_from_slice(DONE);
         let tokens = self.tokens();
-        self.ticket.finish(e.status.as_u16(), tokens);
+        self.ticket.finish(e.status(), tokens);
         self.phase = Phase::Done;
         self.upstream = Box::pin(futures_util::stream::empty());
         Bytes::from(out)
@@ -523,7 +522,7 @@ impl<H> StreamRelay<H> {
 impl<H: ChatHooks> StreamRelay<H> {
     /// The next piece of output: the frames for one upstream event (or
     /// several, when some produce nothing). None when the stream is over.
-    async fn step(&mut self) -> Result<Option<Bytes>, ApiError> {
+    async fn step(&mut self) -> Result<Option<Bytes>, Error> {
         loop {
             match self.phase {
                 Phase::Done => return Ok(None),
@@ -601,7 +600,7 @@ impl<H: ChatHooks> StreamRelay<H> {
             if action == ChunkAction::Send {
                 out.extend_from_slice(b"data: ");
                 if let Err(e) = serde_json::to_writer(&mut out, &chunk) {
-                    return Err(ApiError::internal(e));
+                    return Err(Error::internal(e));
                 }
                 out.extend_from_slice(b"\n\n");
             }

@@ -7,7 +7,6 @@ pub mod agent_hooks;
 pub mod agui;
 pub mod chat;
 pub mod sse;
-pub mod upstream;
 
 pub use crate::usage::UsageContext;
 pub use chat::{relay, ChatCall, ChatHooks, ChunkAction, NoHooks};

@@ -6,7 +6,18 @@ use std::collections::HashMap;
 use sqlx::FromRow;
 
 use super::{new_id, now_ms, Store};
-use crate::agents::events::NewEvent;
+
+/// A checked event, as `agents::events::parse_batch` produced it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NewEvent {
+    pub id: Option<String>,
+    pub kind: String,
+    pub time: Option<String>,
+    pub conversation_id: Option<String>,
+    pub turn_id: Option<String>,
+    /// Compact JSON of the `data` object.
+    pub data: Option<String>,
+}
 
 #[derive(Clone, Debug, FromRow)]
 pub struct ToolRow {

@@ -1,34 +1,51 @@
-//! On PostgreSQL, each server listens for invalidations from the others.
+//! On PostgreSQL, each server listens for invalidations from the others and
+//! hands them to `on_heard`; it knows nothing of who holds the caches.
 
-use std::sync::Arc;
+use std::future::Future;
 use std::time::Duration;
 
-use crate::app::{App, Invalidation};
-use crate::store::{notify, Backend};
+use crate::runtime::Invalidation;
+use crate::store::{notify, Backend, Store};
 
-pub fn spawn(app: Arc<App>) -> Option<tokio::task::JoinHandle<()>> {
-    if app.store.backend != Backend::Postgres {
+/// What the listener heard.
+#[derive(Clone, Debug)]
+pub enum Heard {
+    One(Invalidation),
+    /// Notifications may have been lost (start, reconnect): drop every cache.
+    Everything,
+}
+
+pub fn spawn<F, Fut>(
+    store: &Store,
+    database_url: String,
+    on_heard: F,
+) -> Option<tokio::task::JoinHandle<()>>
+where
+    F: Fn(Heard) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send,
+{
+    if store.backend != Backend::Postgres {
         return None;
     }
     Some(tokio::spawn(async move {
         loop {
-            match sqlx::postgres::PgListener::connect(&app.settings.database_url).await {
+            match sqlx::postgres::PgListener::connect(&database_url).await {
                 Ok(mut l) => {
                     if let Err(e) = l.listen(notify::CHANNEL).await {
                         tracing::warn!(error = %e, "LISTEN failed");
                     } else {
                         // Whatever was missed while disconnected is unknown: start clean.
-                        drop_all(&app).await;
+                        on_heard(Heard::Everything).await;
                         loop {
                             match l.try_recv().await {
                                 Ok(Some(n)) => {
                                     if let Some(inv) = notify::decode(n.payload()) {
-                                        app.invalidate_local(&inv).await;
+                                        on_heard(Heard::One(inv)).await;
                                     }
                                 }
                                 Ok(None) => {
                                     // The connection dropped and was re-established: notifications may be lost.
-                                    drop_all(&app).await;
+                                    on_heard(Heard::Everything).await;
                                 }
                                 Err(e) => {
                                     tracing::warn!(error = %e, "notification channel failed");
@@ -40,18 +57,8 @@ pub fn spawn(app: Arc<App>) -> Option<tokio::task::JoinHandle<()>> {
                 }
                 Err(e) => tracing::warn!(error = %e, "cannot open the notification channel"),
             }
-            drop_all(&app).await;
+            on_heard(Heard::Everything).await;
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
     }))
-}
-
-async fn drop_all(app: &App) {
-    app.caches.users.clear();
-    app.caches.api_keys.clear();
-    app.caches.sign_ins.clear();
-    app.caches.agents.clear();
-    app.caches.manifests.clear();
-    app.caches.tools.clear();
-    app.invalidate_local(&Invalidation::Catalog).await;
 }

@@ -18,8 +18,6 @@ use std::time::Duration;
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::{AnyPool, Executor};
 
-use crate::config::Settings;
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
     Sqlite,
@@ -44,10 +42,20 @@ fn normalize_url(url: &str) -> String {
     }
 }
 
+/// How to reach the database (read from the settings by the caller).
+#[derive(Clone, Debug)]
+pub struct DbOptions {
+    pub url: String,
+    pub max_connections: u32,
+    pub acquire_timeout_s: u64,
+}
+
+pub use crate::error::is_unavailable;
+
 impl Store {
-    pub async fn connect(settings: &Settings) -> Result<Store, sqlx::Error> {
+    pub async fn connect(opts: &DbOptions) -> Result<Store, sqlx::Error> {
         sqlx::any::install_default_drivers();
-        let url = normalize_url(&settings.database_url);
+        let url = normalize_url(&opts.url);
         let backend = if url.starts_with("postgres") {
             Backend::Postgres
         } else if url.starts_with("sqlite") {
@@ -59,12 +67,12 @@ impl Store {
         };
         let options: AnyConnectOptions = url.parse()?;
         let max = match backend {
-            Backend::Sqlite => settings.db_max_connections.min(8),
-            Backend::Postgres => settings.db_max_connections,
+            Backend::Sqlite => opts.max_connections.min(8),
+            Backend::Postgres => opts.max_connections,
         };
         let pool = AnyPoolOptions::new()
             .max_connections(max)
-            .acquire_timeout(Duration::from_secs(settings.db_acquire_timeout_s))
+            .acquire_timeout(Duration::from_secs(opts.acquire_timeout_s))
             .after_connect(move |conn, _meta| {
                 Box::pin(async move {
                     if backend == Backend::Sqlite {

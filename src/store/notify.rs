@@ -2,7 +2,7 @@
 //! sent with NOTIFY and applied by each server's listener; SQLite has one
 //! server, so there is nobody to tell.
 
-use crate::app::Invalidation;
+use crate::runtime::Invalidation;
 use crate::store::{Backend, Store};
 
 pub const CHANNEL: &str = "gatehouse_invalidate";

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::server::{error, json_response, Flavor};
+use crate::reply::{error, json_response, Flavor};
 use crate::{det, Script, Shared};
 
 #[derive(Serialize, Clone, Copy)]

@@ -42,6 +42,7 @@ use tokio::task::JoinHandle;
 
 mod chat;
 mod det;
+mod reply;
 mod retrieval;
 mod server;
 

@@ -7,7 +7,7 @@ use base64::Engine as _;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::server::{error, json_response, Flavor};
+use crate::reply::{error, json_response, Flavor};
 use crate::{det, Shared, DEFAULT_DIMS};
 
 /// Largest embedding the stub will make.

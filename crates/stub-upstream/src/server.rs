@@ -13,10 +13,10 @@ use axum::response::Response;
 use axum::serve::ListenerExt;
 use axum::Router;
 use bytes::Bytes;
-use serde::Serialize;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
+use crate::reply::{error, error_typed, json_response, Flavor};
 use crate::{Recorded, Script, Shared, DEFAULT_SCRIPT, TEI_SCRIPT_KEY};
 
 const MAX_BODY: usize = 256 * 1024 * 1024;
@@ -35,14 +35,6 @@ pub(crate) async fn serve(
             let _ = shutdown.wait_for(|stop| *stop).await;
         })
         .await;
-}
-
-/// Error body flavour: each upstream kind answers errors its own way.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Flavor {
-    OpenAi,
-    Tei,
-    Cohere,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -235,17 +227,6 @@ fn models(shared: &Shared) -> Response {
     json_response(StatusCode::OK, &json!({"object": "list", "data": data}))
 }
 
-pub(crate) fn json_response<T: Serialize + ?Sized>(status: StatusCode, value: &T) -> Response {
-    let body = serde_json::to_vec(value).expect("serialising a response cannot fail");
-    let mut resp = Response::new(Body::from(body));
-    *resp.status_mut() = status;
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    resp
-}
-
 fn garbage() -> Response {
     let mut resp = Response::new(Body::from(Bytes::from_static(b"this is not json")));
     resp.headers_mut().insert(
@@ -253,39 +234,6 @@ fn garbage() -> Response {
         HeaderValue::from_static("application/json"),
     );
     resp
-}
-
-/// An error in the route's own wire format.
-pub(crate) fn error(flavor: Flavor, status: StatusCode, message: &str) -> Response {
-    let kind = if status.is_client_error() {
-        "invalid_request_error"
-    } else {
-        "server_error"
-    };
-    error_typed(flavor, status, message, kind)
-}
-
-/// Like [`error`], with the OpenAI `type` given.
-fn error_typed(flavor: Flavor, status: StatusCode, message: &str, openai_type: &str) -> Response {
-    let body = match flavor {
-        Flavor::OpenAi => json!({"error": {
-            "message": message,
-            "type": openai_type,
-            "param": null,
-            "code": null,
-        }}),
-        Flavor::Tei => {
-            let kind = match status.as_u16() {
-                429 => "overloaded",
-                400 | 413 | 422 => "validation",
-                503 => "unhealthy",
-                _ => "backend",
-            };
-            json!({"error": message, "error_type": kind})
-        }
-        Flavor::Cohere => json!({"id": "stub-error", "message": message}),
-    };
-    json_response(status, &body)
 }
 
 fn control(

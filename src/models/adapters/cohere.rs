@@ -10,7 +10,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::{int_at, scores, vectors_in_order, Adapter, EmbedAnswer, RerankAnswer, UpstreamCall};
-use crate::models::retrieval::{EmbedRequest, RerankRequest};
+use crate::models::requests::{EmbedRequest, RerankRequest};
 
 pub struct Cohere;
 

@@ -16,7 +16,7 @@ use base64::Engine as _;
 use serde::{Serialize, Serializer};
 use serde_json::Value;
 
-use crate::models::retrieval::{EmbedRequest, RerankRequest};
+use crate::models::requests::{EmbedRequest, RerankRequest};
 use crate::models::ProviderType;
 
 /// A request for the upstream: a path under the provider's `base_url`, and a JSON body.

@@ -13,7 +13,7 @@ use super::{
     int_at, numbers, order_by_index, scores, Adapter, EmbedAnswer, RerankAnswer, UpstreamCall,
     Vector,
 };
-use crate::models::retrieval::{EmbedRequest, RerankRequest};
+use crate::models::requests::{EmbedRequest, RerankRequest};
 
 pub struct OpenAi;
 
@@ -132,7 +132,7 @@ impl Adapter for OpenAi {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::models::retrieval::Encoding;
+    use crate::models::requests::Encoding;
     use serde_json::json;
 
     fn embed_req(single: bool) -> EmbedRequest {

@@ -9,13 +9,12 @@
 //! | the upstream answered 4xx/5xx | that status | `upstream_error`, the upstream's message |
 //! | the upstream answered 2xx with something unusable | 502 | `upstream_error` |
 
-use axum::http::{header, StatusCode};
 use bytes::Bytes;
+use reqwest::header;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use crate::app::App;
-use crate::http::error::ApiError;
+use crate::error::{Error, ErrorKind};
 use crate::models::Provider;
 
 /// The longest upstream error message passed on to the client.
@@ -26,9 +25,9 @@ pub fn deadline(provider: &Provider) -> Instant {
     Instant::now() + std::time::Duration::from_secs(provider.timeout_s)
 }
 
-pub fn timeout_error(provider: &Provider) -> ApiError {
-    ApiError::new(
-        StatusCode::GATEWAY_TIMEOUT,
+pub fn timeout_error(provider: &Provider) -> Error {
+    Error::new(
+        ErrorKind::GatewayTimeout,
         "upstream_timeout",
         format!(
             "The model server did not answer within {} seconds; try again later.",
@@ -37,18 +36,18 @@ pub fn timeout_error(provider: &Provider) -> ApiError {
     )
 }
 
-pub fn unavailable_error() -> ApiError {
-    ApiError::new(
-        StatusCode::BAD_GATEWAY,
+pub fn unavailable_error() -> Error {
+    Error::new(
+        ErrorKind::BadGateway,
         "upstream_unavailable",
         "The model server cannot be reached; try again later.",
     )
 }
 
 /// A 2xx answer the gateway cannot use (not JSON, wrong shape, ...).
-pub fn bad_answer(what: impl std::fmt::Display) -> ApiError {
-    ApiError::new(
-        StatusCode::BAD_GATEWAY,
+pub fn bad_answer(what: impl std::fmt::Display) -> Error {
+    Error::new(
+        ErrorKind::BadGateway,
         "upstream_error",
         format!("The model server sent an answer the gateway cannot use: {what}."),
     )
@@ -57,15 +56,14 @@ pub fn bad_answer(what: impl std::fmt::Display) -> ApiError {
 /// POSTs `body` (JSON bytes) to `url` with the provider's key. Returns the
 /// response once its head is in and its status is 2xx.
 pub async fn post(
-    app: &App,
+    client: &reqwest::Client,
     provider: &Provider,
     url: &str,
     body: Vec<u8>,
     stream: bool,
     deadline: Instant,
-) -> Result<reqwest::Response, ApiError> {
-    let mut req = app
-        .http
+) -> Result<reqwest::Response, Error> {
+    let mut req = client
         .post(url)
         .header(header::CONTENT_TYPE, "application/json")
         .header(
@@ -105,13 +103,13 @@ pub async fn post(
 
 /// POSTs and reads the whole answer as JSON, all before the deadline.
 pub async fn post_for_json(
-    app: &App,
+    client: &reqwest::Client,
     provider: &Provider,
     url: &str,
     body: Vec<u8>,
-) -> Result<Value, ApiError> {
+) -> Result<Value, Error> {
     let deadline = deadline(provider);
-    let resp = post(app, provider, url, body, false, deadline).await?;
+    let resp = post(client, provider, url, body, false, deadline).await?;
     let bytes = read_body(provider, resp, deadline).await?;
     serde_json::from_slice(&bytes).map_err(|_| bad_answer("it is not JSON"))
 }
@@ -121,14 +119,14 @@ pub async fn read_body(
     provider: &Provider,
     resp: reqwest::Response,
     deadline: Instant,
-) -> Result<Bytes, ApiError> {
+) -> Result<Bytes, Error> {
     match tokio::time::timeout_at(deadline, resp.bytes()).await {
         Err(_) => Err(timeout_error(provider)),
         Ok(Err(e)) if e.is_timeout() => Err(timeout_error(provider)),
         Ok(Err(e)) => {
             tracing::warn!(provider = %provider.name, error = %e, "upstream answer cut off");
-            Err(ApiError::new(
-                StatusCode::BAD_GATEWAY,
+            Err(Error::new(
+                ErrorKind::BadGateway,
                 "upstream_error",
                 "The model server closed the connection before its answer was complete.",
             ))
@@ -140,17 +138,14 @@ pub async fn read_body(
 /// The error for an upstream's non-2xx status: 4xx and 5xx pass through with
 /// the upstream's message; anything else (a 3xx that was not followed, a
 /// 1xx) is a bad answer.
-pub fn status_error(status: u16, body: Option<&[u8]>) -> ApiError {
-    let Some(code) = StatusCode::from_u16(status)
-        .ok()
-        .filter(|s| s.is_client_error() || s.is_server_error())
-    else {
+pub fn status_error(status: u16, body: Option<&[u8]>) -> Error {
+    if !(400..=599).contains(&status) {
         return bad_answer(format_args!("unexpected status {status}"));
-    };
+    }
     let message = body.and_then(error_message).unwrap_or_else(|| {
         format!("The model server answered with status {status} and no message.")
     });
-    ApiError::new(code, "upstream_error", message)
+    Error::new(ErrorKind::Upstream(status), "upstream_error", message)
 }
 
 /// The message in an upstream's error body, whatever its dialect:
@@ -244,16 +239,13 @@ mod tests {
     fn error_statuses_pass_through_and_others_are_bad_answers() {
         let e = status_error(429, Some(br#"{"error":{"message":"too many"}}"#));
         assert_eq!(
-            (e.status.as_u16(), e.code.as_ref(), e.message.as_str()),
+            (e.status(), e.code.as_ref(), e.message.as_str()),
             (429, "upstream_error", "too many")
         );
         let e = status_error(503, None);
-        assert_eq!(e.status.as_u16(), 503);
+        assert_eq!(e.status(), 503);
         assert!(e.message.contains("503"), "{}", e.message);
         let e = status_error(302, None);
-        assert_eq!(
-            (e.status.as_u16(), e.code.as_ref()),
-            (502, "upstream_error")
-        );
+        assert_eq!((e.status(), e.code.as_ref()), (502, "upstream_error"));
     }
 }

@@ -1,0 +1,27 @@
+//! Users: the e-mail address type and what the hot path knows of a user.
+
+pub mod email;
+
+pub use email::Email;
+
+/// What the hot path needs to know about a user.
+#[derive(Clone, Debug)]
+pub struct UserInfo {
+    pub id: String,
+    pub email: String,
+    pub is_admin: bool,
+    pub is_active: bool,
+    pub created_at: i64,
+}
+
+impl From<&crate::store::users::UserRow> for UserInfo {
+    fn from(u: &crate::store::users::UserRow) -> Self {
+        UserInfo {
+            id: u.id.clone(),
+            email: u.email.clone(),
+            is_admin: u.admin(),
+            is_active: u.active(),
+            created_at: u.created_at,
+        }
+    }
+}
