@@ -44,6 +44,10 @@ pub struct App {
     pub usage: UsageSink,
     pub http: reqwest::Client,
     pub vaults: crate::pii::VaultStore,
+    /// Limits and budgets, counted across servers (docs/limits.md).
+    pub limiter: crate::limits::Limiter,
+    /// The login throttle, shared by every server through the database.
+    pub login_throttle: crate::limits::login::LoginThrottle,
 }
 
 pub type AppState = Arc<App>;
@@ -63,7 +67,16 @@ impl App {
             access_token: settings.access_token_ttl,
             refresh_token: settings.refresh_token_ttl,
         };
+        let limiter = crate::limits::Limiter::new(Some(store.clone()));
+        let login_throttle = crate::limits::login::LoginThrottle::new(
+            store.clone(),
+            settings.login_lockout_s,
+            settings.login_max_failures,
+            settings.login_max_failures_per_addr,
+        );
         App {
+            limiter,
+            login_throttle,
             auth: Auth::new(
                 store.clone(),
                 secret,

@@ -19,7 +19,7 @@ async fn stores(n: usize) -> (Vec<Store>, Option<tempfile::TempDir>) {
     let (url, dir) = common::fresh_database().await;
     let mut out = Vec::new();
     for _ in 0..n {
-        let s = Store::connect(&Settings::for_database(&url))
+        let s = Store::connect(&Settings::for_database(&url).db_options())
             .await
             .expect("connect");
         s.migrate().await.expect("migrate");

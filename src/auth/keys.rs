@@ -9,6 +9,7 @@ pub struct KeyInfo {
     pub user_id: String,
     pub models: Option<Vec<String>>,
     pub expires_at: Option<i64>,
+    pub limits: crate::limits::Limits,
 }
 
 impl KeyInfo {
@@ -21,6 +22,7 @@ impl KeyInfo {
                 .as_deref()
                 .and_then(|m| serde_json::from_str(m).ok()),
             expires_at: row.expires_at,
+            limits: crate::limits::Limits::from_db_or_closed(row.limits.as_deref(), &row.id),
         }
     }
 

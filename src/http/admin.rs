@@ -34,7 +34,9 @@ pub fn routes() -> OpenApiRouter<AppState> {
 }
 
 fn user_view(u: &UserRow) -> serde_json::Value {
-    json!({"id": u.id, "email": u.email, "is_admin": u.admin(), "is_active": u.active(), "created_at": rfc3339(u.created_at)})
+    let limits = crate::limits::Limits::from_db_or_closed(u.limits.as_deref(), &u.id);
+    json!({"id": u.id, "email": u.email, "is_admin": u.admin(), "is_active": u.active(),
+           "created_at": rfc3339(u.created_at), "limits": limits})
 }
 
 #[derive(Deserialize, ToSchema)]
@@ -86,6 +88,15 @@ pub struct UserPatch {
     is_admin: Option<bool>,
     #[serde(default)]
     password: Option<String>,
+    /// New limits; null removes them all; left out keeps them.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<Object>)]
+    limits: Option<serde_json::Value>,
+}
+
+/// Tells "sent as null" (Some(Null)) from "left out" (None).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<serde_json::Value>, D::Error> {
+    serde_json::Value::deserialize(d).map(Some)
 }
 
 /// Change a user; a disabled user's tokens, keys and sign-ins stop working at once.
@@ -97,6 +108,12 @@ async fn update_user(
     Path(id): Path<String>,
     ApiJson(body): ApiJson<UserPatch>,
 ) -> Result<impl IntoResponse> {
+    // Checked before anything is written.
+    let limits = body
+        .limits
+        .as_ref()
+        .map(crate::limits::Limits::from_json)
+        .transpose()?;
     let hash = match body.password {
         Some(p) => {
             passwords::check_password_rules(&p).map_err(|m| Error::validation("password", m))?;
@@ -109,6 +126,18 @@ async fn update_user(
         .update_user(&id, body.is_active, body.is_admin, hash.as_deref())
         .await?
         .ok_or_else(|| Error::not_found("user_not_found", "There is no user with this id."))?;
+    let user = match limits {
+        None => user,
+        Some(l) => {
+            app.store
+                .set_limits(crate::store::limits::LimitsOwner::User, &id, l.to_db().as_deref())
+                .await?;
+            app.store
+                .user_by_id(&id)
+                .await?
+                .ok_or_else(|| Error::not_found("user_not_found", "There is no user with this id."))?
+        }
+    };
     if body.is_active == Some(false) {
         // Ended, not merely refused, so re-enabling the user does not revive them.
         crate::auth::signins::end_all_of_user(&app.auth, &id, EndReason::UserDisabled).await?;

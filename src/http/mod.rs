@@ -8,6 +8,7 @@ pub mod agent_data;
 pub mod agents;
 pub mod error;
 pub mod extract;
+pub mod limits;
 pub mod metrics;
 pub mod signins;
 pub mod system;
@@ -50,6 +51,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .merge(agent_data::routes())
         .merge(agent_chat::routes())
         .merge(signins::routes())
+        .merge(limits::routes())
 }
 
 pub fn router(state: AppState) -> Router {

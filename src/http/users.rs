@@ -24,7 +24,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(login))
         .routes(routes!(me))
         .routes(routes!(create_key, list_keys))
-        .routes(routes!(delete_key))
+        .routes(routes!(delete_key, patch_key))
 }
 
 #[derive(Deserialize, ToSchema)]
@@ -60,14 +60,12 @@ async fn login(
         .ok_or_else(|| Error::validation("username", "'username' (your e-mail) is required."))?;
     let password =
         password.ok_or_else(|| Error::validation("password", "'password' is required."))?;
-    let acct_key = format!("acct:{email}");
-    let addr_key = format!("addr:{}", peer.ip());
     let s = &app.settings;
-    for (key, max) in [
-        (&acct_key, s.login_max_failures),
-        (&addr_key, s.login_max_failures_per_addr),
-    ] {
-        if let Some(wait) = app.auth.throttle.blocked_for(key, max) {
+    // Counted before the password is checked, in the database, so no more
+    // than the limit are checked per window however many servers there are.
+    let attempt = match app.login_throttle.attempt(&email, peer.ip()).await? {
+        Ok(a) => a,
+        Err(wait) => {
             let mut e = Error::new(
                 ErrorKind::TooManyRequests,
                 "too_many_attempts",
@@ -76,13 +74,13 @@ async fn login(
             e.retry_after = Some(wait);
             return Err(e);
         }
-    }
+    };
     let user = app.store.user_by_email(&email).await?;
     // Verify even when the user is unknown, so both cases cost the same time.
     let ok = passwords::verify(user.as_ref().map(|u| u.password_hash.clone()), password).await;
     match user {
         Some(u) if ok && u.active() => {
-            app.auth.throttle.reset(&acct_key);
+            app.login_throttle.succeeded(attempt).await?;
             let (token, _) =
                 app.auth
                     .tokens
@@ -94,8 +92,7 @@ async fn login(
             }))
         }
         _ => {
-            app.auth.throttle.record_failure(&acct_key);
-            app.auth.throttle.record_failure(&addr_key);
+            // The attempt stays counted as a failure.
             Err(Error::bad_request(
                 "login_bad_credentials",
                 "The e-mail or password is wrong.",
@@ -119,6 +116,24 @@ pub struct NewKey {
     expires_at: Option<String>,
     #[serde(default)]
     models: Option<Vec<String>>,
+    /// `{requests_per_minute, tokens_per_minute, tokens_per_day, max_parallel}`.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    limits: Option<serde_json::Value>,
+}
+
+/// The body of `PATCH /api/api-keys/{id}`.
+#[derive(Deserialize, ToSchema)]
+pub struct KeyPatch {
+    /// New limits; null removes them all; left out keeps them.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<Object>)]
+    limits: Option<serde_json::Value>,
+}
+
+/// Tells "sent as null" (Some(Null)) from "left out" (None).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<serde_json::Value>, D::Error> {
+    serde_json::Value::deserialize(d).map(Some)
 }
 
 fn key_view(row: &ApiKeyRow, secret: Option<&str>) -> serde_json::Value {
@@ -133,6 +148,7 @@ fn key_view(row: &ApiKeyRow, secret: Option<&str>) -> serde_json::Value {
         "expires_at": row.expires_at.map(rfc3339),
         "models": models,
         "last_used_at": row.last_used_at.map(rfc3339),
+        "limits": crate::limits::Limits::from_db_or_closed(row.limits.as_deref(), &row.id),
     });
     if let Some(k) = secret {
         v["key"] = json!(k);
@@ -180,6 +196,10 @@ async fn create_key(
             ));
         }
     }
+    let limits = match &body.limits {
+        None => crate::limits::Limits::default(),
+        Some(v) => crate::limits::Limits::from_json(v)?,
+    };
     let secret = crate::auth::new_secret("gtk_");
     let row = ApiKeyRow {
         id: new_id(),
@@ -193,6 +213,7 @@ async fn create_key(
         created_at: now,
         expires_at,
         last_used_at: None,
+        limits: limits.to_db(),
     };
     app.store.insert_api_key(&row).await?;
     Ok((StatusCode::CREATED, Json(key_view(&row, Some(&secret)))))
@@ -208,6 +229,37 @@ async fn list_keys(
     Ok(Json(
         rows.iter().map(|r| key_view(r, None)).collect::<Vec<_>>(),
     ))
+}
+
+/// Change one of the caller's keys: its `limits` (null removes them).
+#[utoipa::path(patch, path = "/api/api-keys/{id}", tag = "api-keys", request_body = KeyPatch,
+    params(("id" = String, Path)), responses((status = 200, description = "The key, without its secret"),
+        (status = 400, description = "validation_error"), (status = 404, description = "api_key_not_found")))]
+async fn patch_key(
+    State(app): State<AppState>,
+    LoginUser(u): LoginUser,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<KeyPatch>,
+) -> Result<impl IntoResponse> {
+    let not_found = || Error::not_found("api_key_not_found", "You have no API key with this id.");
+    if let Some(v) = &body.limits {
+        let limits = crate::limits::Limits::from_json(v)?;
+        let hash = app
+            .store
+            .set_api_key_limits(&u.id, &id, limits.to_db().as_deref())
+            .await?
+            .ok_or_else(not_found)?;
+        app.invalidate(crate::runtime::Invalidation::ApiKey(hash))
+            .await;
+    }
+    let row = app
+        .store
+        .list_api_keys(&u.id)
+        .await?
+        .into_iter()
+        .find(|r| r.id == id)
+        .ok_or_else(not_found)?;
+    Ok(Json(key_view(&row, None)))
 }
 
 /// Revoke one of the caller's keys; it stops working at once.

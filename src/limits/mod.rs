@@ -42,6 +42,12 @@ pub struct InvalidLimits {
     pub message: String,
 }
 
+impl From<InvalidLimits> for crate::error::Error {
+    fn from(e: InvalidLimits) -> Self {
+        crate::error::Error::validation(e.field, e.message)
+    }
+}
+
 impl Limits {
     /// Limits that admit nothing: what a stored value that cannot be read
     /// turns into, so a damaged row never widens access.

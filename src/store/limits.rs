@@ -76,6 +76,42 @@ impl Store {
         Ok(done.rows_affected() > 0)
     }
 
+    /// Sets (or clears) the limits of the caller's live key; returns its hash
+    /// (to evict from caches), or None when the caller has no such key.
+    pub async fn set_api_key_limits(
+        &self,
+        user_id: &str,
+        id: &str,
+        limits: Option<&str>,
+    ) -> Result<Option<String>, sqlx::Error> {
+        sqlx::query_scalar(
+            "UPDATE api_keys SET limits = $3 WHERE id = $1 AND user_id = $2 AND revoked_at IS NULL
+             RETURNING key_hash",
+        )
+        .bind(id)
+        .bind(user_id)
+        .bind(limits)
+        .fetch_optional(&self.pool)
+        .await
+    }
+
+    /// The stored limits of the caller's live key: `None` when there is no
+    /// such key, `Some(None)` when it has no limits.
+    pub async fn api_key_limits(
+        &self,
+        user_id: &str,
+        id: &str,
+    ) -> Result<Option<Option<String>>, sqlx::Error> {
+        let row: Option<(Option<String>,)> = sqlx::query_as(
+            "SELECT limits FROM api_keys WHERE id = $1 AND user_id = $2 AND revoked_at IS NULL",
+        )
+        .bind(id)
+        .bind(user_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.map(|r| r.0))
+    }
+
     /// Adds `delta` to one counter; returns the counter's new total (every
     /// server's share).
     pub async fn limit_add(

@@ -10,6 +10,8 @@ pub struct UserRow {
     pub is_admin: i64,
     pub is_active: i64,
     pub created_at: i64,
+    /// The `limits` object as JSON text; NULL for none.
+    pub limits: Option<String>,
 }
 
 impl UserRow {
@@ -21,7 +23,7 @@ impl UserRow {
     }
 }
 
-const COLS: &str = "id, email, password_hash, is_admin, is_active, created_at";
+const COLS: &str = "id, email, password_hash, is_admin, is_active, created_at, limits";
 
 pub fn is_unique_violation(e: &sqlx::Error) -> bool {
     match e {
@@ -50,6 +52,7 @@ impl Store {
             is_admin: b(is_admin),
             is_active: 1,
             created_at: now,
+            limits: None,
         };
         let res = sqlx::query(
             "INSERT INTO users (id, email, password_hash, is_admin, is_active, created_at, updated_at)
