@@ -87,7 +87,11 @@ impl EndHook {
 
 impl std::fmt::Debug for EndHook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.0.is_some() { "EndHook(set)" } else { "EndHook(none)" })
+        f.write_str(if self.0.is_some() {
+            "EndHook(set)"
+        } else {
+            "EndHook(none)"
+        })
     }
 }
 

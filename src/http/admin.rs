@@ -130,12 +130,15 @@ async fn update_user(
         None => user,
         Some(l) => {
             app.store
-                .set_limits(crate::store::limits::LimitsOwner::User, &id, l.to_db().as_deref())
+                .set_limits(
+                    crate::store::limits::LimitsOwner::User,
+                    &id,
+                    l.to_db().as_deref(),
+                )
                 .await?;
-            app.store
-                .user_by_id(&id)
-                .await?
-                .ok_or_else(|| Error::not_found("user_not_found", "There is no user with this id."))?
+            app.store.user_by_id(&id).await?.ok_or_else(|| {
+                Error::not_found("user_not_found", "There is no user with this id.")
+            })?
         }
     };
     if body.is_active == Some(false) {

@@ -33,7 +33,8 @@ pub fn add_headers(resp: &mut Response, h: &RateHeaders) {
 /// The 429 answer: the contract's error (OpenAI shape on /v1), `Retry-After`
 /// and the caller's `x-ratelimit-*` headers.
 pub fn refused(r: &Refusal) -> Response {
-    let mut e = Error::new(ErrorKind::TooManyRequests, r.code, r.message.clone()).with_param(r.field);
+    let mut e =
+        Error::new(ErrorKind::TooManyRequests, r.code, r.message.clone()).with_param(r.field);
     e.retry_after = Some(r.retry_after);
     let mut resp = e.into_response();
     add_headers(&mut resp, &r.headers);
@@ -42,7 +43,10 @@ pub fn refused(r: &Refusal) -> Response {
 
 /// Admits a request that must fit every subject's limits; `Err` is the
 /// finished 429 answer.
-pub async fn admit(app: &App, subjects: &[Subject]) -> std::result::Result<Admission, Box<Response>> {
+pub async fn admit(
+    app: &App,
+    subjects: &[Subject],
+) -> std::result::Result<Admission, Box<Response>> {
     app.limiter
         .admit(subjects)
         .await
@@ -71,11 +75,9 @@ async fn key_limits(
     LoginUser(u): LoginUser,
     Path(id): Path<String>,
 ) -> Result<impl IntoResponse> {
-    let stored = app
-        .store
-        .api_key_limits(&u.id, &id)
-        .await?
-        .ok_or_else(|| Error::not_found("api_key_not_found", "You have no API key with this id."))?;
+    let stored = app.store.api_key_limits(&u.id, &id).await?.ok_or_else(|| {
+        Error::not_found("api_key_not_found", "You have no API key with this id.")
+    })?;
     let limits = Limits::from_db_or_closed(stored.as_deref(), &id);
     let used = app.limiter.used(&Subject::api_key(&id, limits).key).await;
     Ok(Json(view(&limits, used)))

@@ -260,11 +260,7 @@ fn recorded_failure<T>(ticket: &mut UsageTicket, r: Result<T>) -> Result<T> {
         (status = 404, description = "model_not_found"),
         (status = 502, description = "upstream_unavailable, upstream_error"),
         (status = 504, description = "upstream_timeout")))]
-async fn rerank(
-    State(app): State<AppState>,
-    auth: ApiKeyAuth,
-    req: Request,
-) -> Result<Response> {
+async fn rerank(State(app): State<AppState>, auth: ApiKeyAuth, req: Request) -> Result<Response> {
     let mut ticket = UsageTicket::new(&app.usage, key_context(&auth), "scoring");
     let prepared = async {
         let (model, body) =
