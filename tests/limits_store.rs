@@ -278,3 +278,43 @@ async fn a_right_password_uncounts_itself_and_forgives_the_account() {
         .expect_err("address locked");
     assert!((299..=300).contains(&wait), "{wait}");
 }
+
+#[tokio::test]
+async fn a_server_cut_off_from_the_database_keeps_enforcing_without_waiting() {
+    let (s, _dir) = stores(1).await;
+    let l = Limiter::new(Some(s[0].clone()));
+    s[0].pool.close().await;
+    let key = [Subject::api_key("k1", rpm(3))];
+    let started = std::time::Instant::now();
+    for _ in 0..3 {
+        drop(l.admit(&key).await.expect("admitted from what it knows"));
+    }
+    let r = l.admit(&key).await.err().expect("still limited");
+    assert_eq!(r.code, "rate_limited");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn three_servers_cut_off_from_the_database_each_take_only_their_part() {
+    let (limiters, tasks, _dir) = cluster(3).await;
+    for t in &tasks {
+        t.abort();
+    }
+    let subject = Subject::api_key("shared", rpm(30));
+    // Known to all: 6 used, on every server, before the database went away.
+    let admitted = burst(&limiters, &subject, 6).await;
+    assert_eq!(admitted, 6);
+    for l in &limiters {
+        l.sync_once().await.expect("sync");
+    }
+    for l in &limiters {
+        l.close_store_for_tests().await;
+    }
+    let admitted = burst(&limiters, &subject, 90).await;
+    // 24 left, split three ways: nobody can overshoot the cluster's limit.
+    assert!((1..=24).contains(&admitted), "admitted {admitted}");
+}

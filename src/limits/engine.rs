@@ -730,6 +730,13 @@ impl Limiter {
         }
     }
 
+    /// Closes the database pool (tests of a server cut off from it).
+    pub async fn close_store_for_tests(&self) {
+        if let Some(store) = &self.0.store {
+            store.pool.close().await;
+        }
+    }
+
     /// What `key`'s caller uses now, as fresh as the database allows.
     pub async fn used(&self, key: &str) -> Used {
         let now = crate::store::now_ms();
