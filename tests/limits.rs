@@ -620,3 +620,58 @@ async fn the_login_throttle_counts_across_three_servers() {
         assert!(header(&r, "retry-after").is_some());
     }
 }
+
+const CONFIG: &str = r#"
+[[providers]]
+name = "local"
+type = "openai"
+base_url = "http://127.0.0.1:9/v1"
+
+[[models]]
+id = "chat-1"
+kind = "chat"
+provider = "local"
+upstream_model = "up"
+
+[[agents]]
+address = "helpdesk"
+name = "Helpdesk"
+model = "chat-1"
+"#;
+
+#[tokio::test]
+async fn an_agents_limits_can_be_set_in_the_config_file_and_bad_ones_stop_the_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("gatehouse.toml");
+    std::fs::write(
+        &path,
+        format!("{CONFIG}limits = {{ requests_per_minute = 30, max_parallel = 2 }}\n"),
+    )
+    .expect("write");
+    let p = path.clone();
+    let app = spawn_app_with(move |s| s.config_file = Some(p)).await;
+    let admin = app.admin_token().await;
+    let v: Value = app
+        .get("/api/admin/agents/helpdesk", &admin)
+        .await
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(
+        v["limits"],
+        json!({"requests_per_minute": 30, "tokens_per_minute": null, "tokens_per_day": null, "max_parallel": 2})
+    );
+
+    std::fs::write(&path, format!("{CONFIG}limits = {{ max_parallel = 0 }}\n")).expect("write");
+    let (db, _db_dir) = fresh_database().await;
+    let mut settings = gatehouse::config::Settings::for_database(&db);
+    settings.config_file = Some(path);
+    let err = match gatehouse::start(settings).await {
+        Ok(_) => panic!("the start must fail"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains("agent helpdesk") && err.contains("limits.max_parallel"),
+        "{err}"
+    );
+}
