@@ -336,10 +336,11 @@ impl Limiter {
         // Subjects whose reservation found the minute full: refused even if
         // a stale local view would let the request through.
         let mut full = vec![false; list.len()];
-        for round in 0..4 {
+        let mut round = 0;
+        loop {
             let now = crate::store::now_ms();
             let servers = self.servers();
-            // The last round decides on what is known, whatever happens.
+            // The last round (3) decides on what is known, whatever happens.
             let cluster = round < 3 && servers > 1 && self.0.store.is_some() && !self.degraded(now);
             let mut need_sync: Vec<String> = Vec::new();
             let mut need_reserve: Vec<usize> = Vec::new();
@@ -454,8 +455,8 @@ impl Limiter {
                     Err(e) => self.database_failed("reserving a request", &e),
                 }
             }
+            round += 1;
         }
-        unreachable!("the last round always decides")
     }
 
     /// Undoes the database reservations of a request refused after all: a
