@@ -675,3 +675,43 @@ async fn an_agents_limits_can_be_set_in_the_config_file_and_bad_ones_stop_the_st
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn a_streamed_answer_holds_its_place_until_it_ends_and_then_counts_its_tokens() {
+    let env = chat_env().await;
+    env.stub.script(
+        "up-gpt",
+        Script {
+            usage: Some((10, 5)),
+            chunk_interval_ms: 100,
+            ..Script::content("one two three four five six seven eight")
+        },
+    );
+    let (id, key) = key_with(&env, json!({"max_parallel": 1, "tokens_per_minute": 1000})).await;
+    let mut body = chat_body();
+    body["stream"] = json!(true);
+    body["stream_options"] = json!({"include_usage": true});
+    let r = env.post_with("/v1/chat/completions", &key, &body).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(
+        header(&r, "x-ratelimit-limit-tokens").as_deref(),
+        Some("1000")
+    );
+    // While the stream runs, its place is taken.
+    assert_refused(chat_with(&env, &key).await, "rate_limited").await;
+    let events = sse_events(r).await;
+    assert!(!events.is_empty());
+    let used = poll(5, || async {
+        let v: Value = env
+            .app
+            .get(&format!("/api/api-keys/{id}/limits"), &env.admin)
+            .await
+            .json()
+            .await
+            .expect("json");
+        (v["used"]["in_flight"] == 0).then_some(v["used"].clone())
+    })
+    .await;
+    assert_eq!(used["tokens_this_minute"], 15, "{used}");
+    assert_eq!(chat_with(&env, &key).await.status(), StatusCode::OK);
+}
