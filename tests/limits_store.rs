@@ -191,7 +191,7 @@ async fn login_attempts_arriving_at_once_on_three_servers_are_counted_up_to_the_
         tasks.push(tokio::spawn(async move {
             t.attempt("victim@example.com", addr(&format!("10.0.0.{i}")))
                 .await
-                .expect("database")
+                .unwrap_or_else(|e| panic!("database: {e}"))
         }));
     }
     let mut counted = 0;

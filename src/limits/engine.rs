@@ -33,13 +33,18 @@ use super::Limits;
 /// How often counts are settled with the database.
 const SYNC_MS: u64 = 200;
 /// How often a server says it is alive; one silent for 3 beats is gone.
-const HEARTBEAT_MS: i64 = 2000;
+const HEARTBEAT_MS: i64 = 1000;
+/// Rounds after the start in which every round is a heartbeat, so servers
+/// started together learn of each other within one round, not one beat.
+const EAGER_ROUNDS: u64 = 50;
 const ALIVE_MS: i64 = 3 * HEARTBEAT_MS;
 /// After a failed database call, the hot path stops waiting on the
 /// database for this long (the background sync keeps trying).
 const DEGRADED_MS: i64 = 2000;
 /// The longest a request waits on the database for its count.
 const HOT_PATH_DB: Duration = Duration::from_millis(1000);
+/// The longest the background task waits on one write.
+const BACKGROUND_DB: Duration = Duration::from_secs(5);
 /// Share of a limit that servers may admit between syncs, in percent.
 const SLACK_PERCENT: u64 = 10;
 /// Idle callers are forgotten after this (their counts are in the database).
@@ -512,12 +517,8 @@ impl Limiter {
         };
         let slots: Vec<(String, Slot)> = keys.iter().map(|k| (k.clone(), self.slot(k))).collect();
         let now = crate::store::now_ms();
-        let mut marks = Vec::with_capacity(slots.len());
-        for (key, slot) in &slots {
-            let n = slot.lock().admitted;
-            marks.push(n);
-            self.write_pending(store, key, slot).await?;
-        }
+        let marks: Vec<i64> = slots.iter().map(|(_, s)| s.lock().admitted).collect();
+        self.write_pending(store, &slots, HOT_PATH_DB).await?;
         let writes: Vec<u64> = slots.iter().map(|(_, s)| s.lock().writes).collect();
         let rows = db_op(
             tokio::time::timeout(
@@ -535,48 +536,49 @@ impl Limiter {
         Ok(())
     }
 
-    async fn write_pending(&self, store: &Store, key: &str, slot: &Slot) -> Result<(), String> {
-        let batches = {
+    /// Writes the pending counts of `slots` in one transaction.
+    async fn write_pending(
+        &self,
+        store: &Store,
+        slots: &[(String, Slot)],
+        limit: Duration,
+    ) -> Result<(), String> {
+        let mut items: Vec<(usize, &'static str, i64, i64)> = Vec::new();
+        for (i, (_, slot)) in slots.iter().enumerate() {
             let mut s = slot.lock();
-            [
+            for (metric, taken) in [
                 ("r", s.requests.take_pending()),
                 ("t", s.tokens.take_pending()),
                 ("d", s.days.take_pending()),
-            ]
-        };
-        let mut failed: Option<String> = None;
-        for (metric, items) in batches {
-            for (win, n) in items {
-                let r = if failed.is_some() {
-                    Err("skipped".to_string())
-                } else {
-                    db_op(
-                        tokio::time::timeout(HOT_PATH_DB, store.limit_add(key, metric, win, n))
-                            .await,
-                    )
-                };
-                let mut s = slot.lock();
-                let series = match metric {
-                    "r" => &mut s.requests,
-                    "t" => &mut s.tokens,
-                    _ => &mut s.days,
-                };
-                match r {
-                    Ok(total) => {
-                        series.pushed(win, n, total);
-                        s.writes += 1;
-                    }
-                    Err(e) => {
-                        series.push_failed(win, n);
-                        failed.get_or_insert(e);
-                    }
-                }
+            ] {
+                items.extend(taken.into_iter().map(|(win, n)| (i, metric, win, n)));
             }
         }
-        match failed {
-            Some(e) => Err(e),
-            None => Ok(()),
+        if items.is_empty() {
+            return Ok(());
         }
+        let rows: Vec<(&str, &str, i64, i64)> = items
+            .iter()
+            .map(|(i, m, w, n)| (slots[*i].0.as_str(), *m, *w, *n))
+            .collect();
+        let result = db_op(tokio::time::timeout(limit, store.limit_add_many(&rows)).await);
+        let totals = result.as_ref().ok();
+        for (j, (i, metric, win, n)) in items.iter().enumerate() {
+            let mut s = slots[*i].1.lock();
+            let series = match *metric {
+                "r" => &mut s.requests,
+                "t" => &mut s.tokens,
+                _ => &mut s.days,
+            };
+            match totals.and_then(|t| t.get(j)) {
+                Some(total) => series.pushed(*win, *n, *total),
+                None => series.push_failed(*win, *n),
+            }
+            if totals.is_some() {
+                s.writes += 1;
+            }
+        }
+        result.map(|_| ())
     }
 
     /// One background round: heartbeat, write counts, read the others'.
@@ -586,7 +588,7 @@ impl Limiter {
         };
         let now = crate::store::now_ms();
         let round = self.0.syncs.fetch_add(1, Ordering::Relaxed);
-        if round.is_multiple_of(HEARTBEAT_MS as u64 / SYNC_MS) {
+        if round < EAGER_ROUNDS || round.is_multiple_of(HEARTBEAT_MS as u64 / SYNC_MS) {
             let n = db_op(
                 tokio::time::timeout(
                     Duration::from_secs(2),
@@ -625,10 +627,14 @@ impl Limiter {
                 .states
                 .remove_if(&key, |_, s| s.lock().idle() && Arc::strong_count(s) == 1);
         }
-        for key in &dirty {
-            let slot = self.slot(key);
-            self.write_pending(&store, key, &slot).await?;
-        }
+        let dirty: Vec<(String, Slot)> = dirty
+            .into_iter()
+            .map(|k| {
+                let slot = self.slot(&k);
+                (k, slot)
+            })
+            .collect();
+        self.write_pending(&store, &dirty, BACKGROUND_DB).await?;
         let active_keys: Vec<String> = active.iter().map(|a| a.0.clone()).collect();
         if cluster && !active.is_empty() {
             let rows = store
@@ -647,7 +653,8 @@ impl Limiter {
                 slot.lock().synced_up_to(*mark);
             }
         }
-        if cluster || !in_flight_rows.is_empty() {
+        // Alone, nobody reads what runs here: written once there are others.
+        if cluster {
             if !in_flight_rows.is_empty() {
                 store
                     .limit_put_in_flight(&self.0.server_id, &in_flight_rows, now)
@@ -657,7 +664,7 @@ impl Limiter {
                     self.slot(key).lock().in_flight_written = *n;
                 }
             }
-            if cluster && !active.is_empty() {
+            if !active.is_empty() {
                 let elsewhere = store
                     .limit_in_flight_elsewhere(&self.0.server_id, &active_keys, now - ALIVE_MS)
                     .await
@@ -669,6 +676,10 @@ impl Limiter {
                         .map_or(0, |(_, n)| *n);
                     slot.lock().in_flight_elsewhere = n;
                 }
+            }
+        } else {
+            for (_, slot, _, _) in &active {
+                slot.lock().in_flight_elsewhere = 0;
             }
         }
         if round.is_multiple_of(300) {
@@ -718,13 +729,14 @@ impl Limiter {
         let Some(store) = self.0.store.clone() else {
             return;
         };
-        let keys: Vec<String> = self.0.states.iter().map(|e| e.key().clone()).collect();
-        for key in keys {
-            let slot = self.slot(&key);
-            if let Err(e) = self.write_pending(&store, &key, &slot).await {
-                tracing::warn!(error = %e, "limits: counts not written at stop");
-                break;
-            }
+        let all: Vec<(String, Slot)> = self
+            .0
+            .states
+            .iter()
+            .map(|e| (e.key().clone(), Arc::clone(e.value())))
+            .collect();
+        if let Err(e) = self.write_pending(&store, &all, BACKGROUND_DB).await {
+            tracing::warn!(error = %e, "limits: counts not written at stop");
         }
         if let Err(e) = store.limit_server_gone(&self.0.server_id).await {
             tracing::warn!(error = %e, "limits: could not leave the cluster cleanly");

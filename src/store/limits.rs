@@ -181,6 +181,39 @@ impl Store {
         Ok((fits, rows))
     }
 
+    /// Adds to many counters in one transaction (one commit, so one disk
+    /// flush on SQLite); `items` are (subject, metric, win, delta), written
+    /// in sorted order so two servers never lock rows in opposite orders.
+    /// Returns each counter's new total, in the order given.
+    pub async fn limit_add_many(
+        &self,
+        items: &[(&str, &str, i64, i64)],
+    ) -> Result<Vec<i64>, sqlx::Error> {
+        let mut order: Vec<usize> = (0..items.len()).collect();
+        order.sort_by(|a, b| {
+            let (x, y) = (&items[*a], &items[*b]);
+            (x.0, x.1, x.2).cmp(&(y.0, y.1, y.2))
+        });
+        let mut totals = vec![0; items.len()];
+        let mut tx = self.pool.begin().await?;
+        for i in order {
+            let (subject, metric, win, delta) = items[i];
+            totals[i] = sqlx::query_scalar(
+                "INSERT INTO limit_counters (subject, metric, win, n) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (subject, metric, win) DO UPDATE SET n = limit_counters.n + excluded.n
+                 RETURNING n",
+            )
+            .bind(subject)
+            .bind(metric)
+            .bind(win)
+            .bind(delta)
+            .fetch_one(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(totals)
+    }
+
     /// The counters of `subjects`: per-second ones ('r', 't') from second
     /// `sec_from` on and daily ones ('d') from day `day_from` on.
     pub async fn limit_counters_of(
