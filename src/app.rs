@@ -15,6 +15,7 @@ use crate::auth::{Auth, Lifetimes};
 use crate::config::Settings;
 use crate::models::CatalogSnapshot;
 use crate::runtime::{Invalidation, Metrics, TtlCache};
+use crate::secrets::{Keyring, Use};
 use crate::store::Store;
 use crate::usage::UsageSink;
 
@@ -48,12 +49,14 @@ pub struct App {
     pub limiter: crate::limits::Limiter,
     /// The login throttle, shared by every server through the database.
     pub login_throttle: crate::limits::login::LoginThrottle,
+    /// Keys derived from the deployment's secret; seals provider keys.
+    pub keyring: Keyring,
 }
 
 pub type AppState = Arc<App>;
 
 impl App {
-    pub fn new(settings: Settings, store: Store, secret: &[u8], usage: UsageSink) -> App {
+    pub fn new(settings: Settings, store: Store, keyring: Keyring, usage: UsageSink) -> App {
         let ttl = Duration::from_secs(settings.cache_ttl_s.max(1));
         let http = reqwest::Client::builder()
             .tcp_nodelay(true)
@@ -66,6 +69,7 @@ impl App {
             login_token: settings.login_token_ttl,
             access_token: settings.access_token_ttl,
             refresh_token: settings.refresh_token_ttl,
+            sign_in_max_age: settings.sign_in_max_age,
         };
         let limiter = crate::limits::Limiter::new(Some(store.clone()));
         let login_throttle = crate::limits::login::LoginThrottle::new(
@@ -79,7 +83,7 @@ impl App {
             login_throttle,
             auth: Auth::new(
                 store.clone(),
-                secret,
+                &keyring.key(Use::TokenSigning),
                 lifetimes,
                 Duration::from_secs(settings.login_lockout_s.max(1)),
                 ttl,
@@ -97,7 +101,8 @@ impl App {
             metrics: Metrics::default(),
             usage,
             http,
-            vaults: crate::pii::VaultStore::new(secret),
+            vaults: crate::pii::VaultStore::new(&keyring.key(Use::PiiVault)),
+            keyring,
         }
     }
 
@@ -106,7 +111,18 @@ impl App {
     }
 
     pub async fn reload_catalog(&self) -> Result<(), sqlx::Error> {
-        let providers = self.store.list_providers().await?;
+        let mut providers = self.store.list_providers().await?;
+        for p in &mut providers {
+            if let Some(stored) = p.api_key.take() {
+                match self.keyring.open(Use::ProviderKey, &stored) {
+                    Ok(key) => p.api_key = Some(key),
+                    // Sent without a key, the upstream refuses: said once per reload.
+                    Err(e) => {
+                        tracing::error!(provider = %p.name, error = %e.message, "provider api key unreadable")
+                    }
+                }
+            }
+        }
         let models = self.store.list_models().await?;
         *self.catalog.write() = Arc::new(CatalogSnapshot::build(providers, models));
         Ok(())

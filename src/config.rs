@@ -18,6 +18,8 @@ pub struct Settings {
     pub access_token_ttl: i64,
     pub refresh_token_ttl: i64,
     pub approval_ttl: i64,
+    /// A sign-in's absolute lifetime, seconds, however often renewed.
+    pub sign_in_max_age: i64,
     pub max_body_bytes: usize,
     /// Failed logins for one account before it is locked for `login_lockout_s`.
     pub login_max_failures: u32,
@@ -30,6 +32,10 @@ pub struct Settings {
     pub db_acquire_timeout_s: u64,
     pub usage_queue: usize,
     pub pii_vault_ttl_s: i64,
+    /// How many password hashes may run at once.
+    pub password_hash_concurrency: usize,
+    /// When set, `/metrics` asks for `Authorization: Bearer <token>`.
+    pub metrics_token: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -75,7 +81,16 @@ impl Settings {
             database_url: var("GATEHOUSE_DATABASE_URL")
                 .unwrap_or_else(|| "sqlite://gatehouse.db".into()),
             config_file: var("GATEHOUSE_CONFIG").map(PathBuf::from),
-            secret: var("GATEHOUSE_SECRET"),
+            secret: match var("GATEHOUSE_SECRET") {
+                Some(s) if s.chars().count() < crate::secrets::MIN_SECRET_CHARS => {
+                    return Err(ConfigError(format!(
+                        "GATEHOUSE_SECRET must be at least {} characters (it has {}); generate one with: openssl rand -base64 48",
+                        crate::secrets::MIN_SECRET_CHARS,
+                        s.chars().count()
+                    )))
+                }
+                other => other,
+            },
             admin_email: var("GATEHOUSE_ADMIN_EMAIL"),
             admin_password: var("GATEHOUSE_ADMIN_PASSWORD"),
             login_token_ttl: positive(
@@ -94,6 +109,10 @@ impl Settings {
                 "GATEHOUSE_APPROVAL_TTL",
                 parse_var("GATEHOUSE_APPROVAL_TTL", 600)?,
             )?,
+            sign_in_max_age: positive(
+                "GATEHOUSE_SIGN_IN_MAX_AGE",
+                parse_var("GATEHOUSE_SIGN_IN_MAX_AGE", 7_776_000)?,
+            )?,
             max_body_bytes: parse_var("GATEHOUSE_MAX_BODY_BYTES", 16 * 1024 * 1024)?,
             login_max_failures: parse_var("GATEHOUSE_LOGIN_MAX_FAILURES", 5)?,
             login_max_failures_per_addr: parse_var("GATEHOUSE_LOGIN_MAX_FAILURES_PER_ADDR", 50)?,
@@ -103,6 +122,19 @@ impl Settings {
             db_acquire_timeout_s: parse_var("GATEHOUSE_DB_ACQUIRE_TIMEOUT_S", 2)?,
             usage_queue: parse_var("GATEHOUSE_USAGE_QUEUE", 10_000)?,
             pii_vault_ttl_s: parse_var("GATEHOUSE_PII_VAULT_TTL_S", 86_400)?,
+            metrics_token: var("GATEHOUSE_METRICS_TOKEN"),
+            password_hash_concurrency: {
+                let n: usize = parse_var(
+                    "GATEHOUSE_PASSWORD_HASH_CONCURRENCY",
+                    std::thread::available_parallelism().map_or(2, |n| n.get()),
+                )?;
+                if n == 0 {
+                    return Err(ConfigError(
+                        "GATEHOUSE_PASSWORD_HASH_CONCURRENCY must be a positive number".into(),
+                    ));
+                }
+                n
+            },
         })
     }
 
@@ -119,6 +151,7 @@ impl Settings {
             access_token_ttl: 900,
             refresh_token_ttl: 2_592_000,
             approval_ttl: 600,
+            sign_in_max_age: 7_776_000,
             max_body_bytes: 16 * 1024 * 1024,
             login_max_failures: 5,
             login_max_failures_per_addr: 50,
@@ -128,6 +161,8 @@ impl Settings {
             db_acquire_timeout_s: 2,
             usage_queue: 10_000,
             pii_vault_ttl_s: 86_400,
+            metrics_token: None,
+            password_hash_concurrency: 2,
         }
     }
 }

@@ -12,6 +12,7 @@ pub mod models;
 pub mod pii;
 pub mod proxy;
 pub mod runtime;
+pub mod secrets;
 pub mod store;
 pub mod time;
 pub mod usage;
@@ -71,18 +72,43 @@ impl Server {
     }
 }
 
-async fn signing_secret(settings: &Settings, store: &Store) -> Result<Vec<u8>, StartError> {
-    use sha2::Digest;
+/// The keys of this deployment, from `GATEHOUSE_SECRET`; without it (the quick
+/// start) from a secret generated once and kept in the database, so restarts
+/// and other servers on the same database accept tokens already issued.
+async fn keyring(settings: &Settings, store: &Store) -> Result<secrets::Keyring, StartError> {
     let material = match &settings.secret {
         Some(s) => s.clone(),
         None => {
-            // Generated once and kept in the database, so restarts (and other
-            // servers on the same database) accept tokens already issued.
+            tracing::warn!(
+                "GATEHOUSE_SECRET is not set: a generated secret kept in the database signs tokens and seals provider keys; production should set GATEHOUSE_SECRET (at least 32 characters)"
+            );
             let fresh = crate::auth::new_secret("");
             store.setting_insert_or_get("token_secret", &fresh).await?
         }
     };
-    Ok(sha2::Sha256::digest(material.as_bytes()).to_vec())
+    Ok(secrets::Keyring::new(&material))
+}
+
+/// Provider keys stored in plain text (before 0.6) are sealed at start.
+async fn seal_plain_provider_keys(
+    store: &Store,
+    keyring: &secrets::Keyring,
+) -> Result<(), StartError> {
+    for mut row in store.list_providers().await? {
+        let Some(key) = row.api_key.as_deref() else {
+            continue;
+        };
+        if secrets::Keyring::is_sealed(key) {
+            continue;
+        }
+        row.api_key = Some(
+            keyring
+                .seal(secrets::Use::ProviderKey, key)
+                .map_err(|e| StartError::Other(e.message))?,
+        );
+        store.put_provider(&row, true).await?;
+    }
+    Ok(())
 }
 
 async fn bootstrap_admin(settings: &Settings, store: &Store) -> Result<(), StartError> {
@@ -92,37 +118,41 @@ async fn bootstrap_admin(settings: &Settings, store: &Store) -> Result<(), Start
     let email = users::Email::parse(email)
         .map_err(|e| StartError::Other(format!("GATEHOUSE_ADMIN_EMAIL: {}", e.message)))?
         .into_string();
-    let existing = store.user_by_email(&email).await?;
+    // Only when no user has this e-mail: an existing account (disabled, or
+    // with a changed password) is left as it is.
+    if store.user_by_email(&email).await?.is_some() {
+        return Ok(());
+    }
     let hash = auth::passwords::hash(password.clone())
         .await
         .map_err(StartError::Other)?;
-    match existing {
-        None => {
-            store.create_user(&email, &hash, true).await?;
-            tracing::info!("created the admin user from GATEHOUSE_ADMIN_EMAIL");
-        }
-        Some(u) => {
-            // Keep the environment authoritative: the admin can always get in.
-            store
-                .update_user(&u.id, Some(true), Some(true), Some(&hash))
-                .await?;
-        }
+    if store.create_user(&email, &hash, true).await?.is_some() {
+        tracing::info!("created the admin user from GATEHOUSE_ADMIN_EMAIL");
     }
     Ok(())
 }
 
-async fn apply_file_config(settings: &Settings, store: &Store) -> Result<(), StartError> {
+async fn apply_file_config(
+    settings: &Settings,
+    store: &Store,
+    keyring: &secrets::Keyring,
+) -> Result<(), StartError> {
     let Some(path) = &settings.config_file else {
         return Ok(());
     };
     let file = config::FileConfig::load(path)?;
     for p in &file.providers {
-        let row = p.validate().map_err(|e| {
+        let mut row = p.validate().map_err(|e| {
             StartError::Other(format!(
                 "GATEHOUSE_CONFIG provider {}: {}",
                 p.name, e.message
             ))
         })?;
+        row.api_key = row
+            .api_key
+            .map(|k| keyring.seal(secrets::Use::ProviderKey, &k))
+            .transpose()
+            .map_err(|e| StartError::Other(e.message))?;
         store.put_provider(&row, true).await?;
     }
     for m in &file.models {
@@ -161,18 +191,20 @@ async fn flush_last_used(app: &App) {
 
 /// Connects, migrates, bootstraps and starts serving on `settings.listen`.
 pub async fn start(settings: Settings) -> Result<Server, StartError> {
+    auth::passwords::set_concurrency(settings.password_hash_concurrency);
     let store = Store::connect(&settings.db_options()).await?;
     store.migrate().await?;
-    let secret = signing_secret(&settings, &store).await?;
+    let keyring = keyring(&settings, &store).await?;
+    seal_plain_provider_keys(&store, &keyring).await?;
     bootstrap_admin(&settings, &store).await?;
-    apply_file_config(&settings, &store).await?;
+    apply_file_config(&settings, &store, &keyring).await?;
     tokio::task::spawn_blocking(auth::passwords::warm_up);
 
     let (usage_sink, usage_task) = usage::start(store.clone(), settings.usage_queue);
     let app: AppState = Arc::new(App::new(
         settings.clone(),
         store.clone(),
-        &secret,
+        keyring,
         usage_sink,
     ));
     app.reload_catalog().await?;

@@ -4,18 +4,17 @@
 //! order and content, and by the protocol's own packages (@ag-ui/core
 //! schemas, @ag-ui/client verifyEvents) through tests/agui/validate.mjs.
 
-mod agent_chat_support;
 mod common;
-mod model_support;
 
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Mutex;
 
-use agent_chat_support::*;
+use common::agent_chat::*;
+use common::models::*;
+use common::stub::tool_call;
 use gatehouse::proxy::sse::SseEvent;
 use gatehouse_stub_upstream::{Script, ScriptToolCall};
-use model_support::*;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
@@ -298,16 +297,12 @@ async fn thread_and_run_ids_are_generated_when_the_headers_are_absent() {
 
 fn two_calls() -> Vec<ScriptToolCall> {
     vec![
-        ScriptToolCall {
-            id: "call_weather".into(),
-            name: "get_weather".into(),
-            arguments: r#"{"city":"Paris","unit":"celsius"}"#.into(),
-        },
-        ScriptToolCall {
-            id: "call_time".into(),
-            name: "get_time".into(),
-            arguments: r#"{"tz":"Europe/Paris"}"#.into(),
-        },
+        tool_call(
+            "call_weather",
+            "get_weather",
+            r#"{"city":"Paris","unit":"celsius"}"#,
+        ),
+        tool_call("call_time", "get_time", r#"{"tz":"Europe/Paris"}"#),
     ]
 }
 
@@ -430,11 +425,7 @@ async fn approvals_are_announced_before_the_run_finishes() {
             content: Some("Sending.".into()),
             tool_calls: vec![
                 two_calls()[0].clone(),
-                ScriptToolCall {
-                    id: "call_mail".into(),
-                    name: "send_mail".into(),
-                    arguments: r#"{"to":"team"}"#.into(),
-                },
+                tool_call("call_mail", "send_mail", r#"{"to":"team"}"#),
             ],
             ..Script::default()
         },

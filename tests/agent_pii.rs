@@ -4,13 +4,12 @@
 //! arguments, the conversation vault, the header rules, and that found
 //! values reach neither the upstream nor the database.
 
-mod agent_chat_support;
 mod common;
-mod model_support;
 
-use agent_chat_support::*;
+use common::agent_chat::*;
+use common::models::*;
+use common::stub::tool_call;
 use gatehouse_stub_upstream::{Script, ScriptToolCall};
-use model_support::*;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
@@ -249,16 +248,12 @@ async fn streamed_answers_are_restored_wherever_the_chunks_split_the_tokens() {
 
 fn mail_calls() -> Vec<ScriptToolCall> {
     vec![
-        ScriptToolCall {
-            id: "call_mail".into(),
-            name: "send_mail".into(),
-            arguments: r#"{"to":"[EMAIL_1]","cc":["[EMAIL_2]"],"body":"Card [CARD_1] ok"}"#.into(),
-        },
-        ScriptToolCall {
-            id: "call_sms".into(),
-            name: "send_sms".into(),
-            arguments: r#"{"to":"[PHONE_1]"}"#.into(),
-        },
+        tool_call(
+            "call_mail",
+            "send_mail",
+            r#"{"to":"[EMAIL_1]","cc":["[EMAIL_2]"],"body":"Card [CARD_1] ok"}"#,
+        ),
+        tool_call("call_sms", "send_sms", r#"{"to":"[PHONE_1]"}"#),
     ]
 }
 

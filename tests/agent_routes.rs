@@ -3,13 +3,13 @@
 //! events, the X-Service-* headers, and what reaches the upstream.
 
 mod common;
-mod model_support;
 
 use std::time::Duration;
 
+use common::models::{payloads, poll, sse_events};
+use common::stub::{calling, tool_call as call};
 use common::*;
-use gatehouse_stub_upstream::{Script, ScriptToolCall, Stub};
-use model_support::{payloads, poll, sse_events};
+use gatehouse_stub_upstream::{ScriptToolCall, Stub};
 use reqwest::{Response, StatusCode};
 use serde_json::{json, Value};
 
@@ -53,14 +53,13 @@ async fn env_with(
     .await;
     let admin = app.admin_token().await;
     let address = format!("{tag}@acme");
-    let mut body = json!({"address": address, "name": format!("Agent {tag}"), "model": model_id});
+    let mut fields = json!({"name": format!("Agent {tag}")});
     for (k, v) in agent.as_object().expect("agent fields").iter() {
-        body[k] = v.clone();
+        fields[k] = v.clone();
     }
-    let r = app.post("/api/admin/agents", &admin, &body).await;
-    assert_eq!(r.status(), StatusCode::CREATED, "agent {address}");
+    app.add_agent(&admin, &address, &model_id, fields).await;
     let (_, login) = app.user("alice@example.com").await;
-    let (access, device_id) = sign_in(&app, &login, &address, "laptop").await;
+    let (access, device_id) = app.sign_in_access(&login, &address, "laptop").await;
     Env {
         app,
         stub,
@@ -74,24 +73,25 @@ async fn env_with(
     }
 }
 
-/// (access token, device id) of a new agent sign-in.
-async fn sign_in(app: &TestApp, login: &str, agent: &str, label: &str) -> (String, String) {
-    let r = app
-        .post(
-            "/api/agent-tokens",
-            login,
-            &json!({"agent": agent, "device_label": label}),
-        )
-        .await;
-    assert_eq!(r.status(), StatusCode::CREATED, "sign-in to {agent}");
-    let v: Value = r.json().await.expect("json");
-    (
-        v["access_token"].as_str().expect("access").to_string(),
-        v["device_id"].as_str().expect("device").to_string(),
-    )
-}
-
 impl Env {
+    /// Creates agent other@acme on the same model and signs the user in to
+    /// it on a laptop; returns that access token.
+    async fn other_agent(&self) -> String {
+        self.app
+            .add_agent(
+                &self.admin,
+                "other@acme",
+                &self.model_id,
+                json!({"name": "Other"}),
+            )
+            .await;
+        let (access, _) = self
+            .app
+            .sign_in_access(&self.login, "other@acme", "laptop")
+            .await;
+        access
+    }
+
     fn path(&self, rest: &str) -> String {
         format!("/v1/agents/{}/{rest}", self.address)
     }
@@ -281,22 +281,8 @@ async fn expect_error(r: Response, status: u16, code: &str) -> Value {
     e
 }
 
-fn call(id: &str, name: &str, arguments: &str) -> ScriptToolCall {
-    ScriptToolCall {
-        id: id.into(),
-        name: name.into(),
-        arguments: arguments.into(),
-    }
-}
-
 fn script_calls(env: &Env, calls: Vec<ScriptToolCall>) {
-    env.stub.script(
-        &env.upstream,
-        Script {
-            tool_calls: calls,
-            ..Script::default()
-        },
-    );
+    env.stub.script(&env.upstream, calling(calls));
 }
 
 /// A follow-up body answering `call_id` (a call of `tool`) with `result`.
@@ -361,7 +347,10 @@ async fn manifest_seen_before_ignores_key_order_and_white_space_and_spans_device
     assert_eq!(v, json!({"seen_before": true, "manifest_hash": hash}));
 
     // Another device of the same agent (and user) sends it: seen before.
-    let (access2, _) = sign_in(&env.app, &env.login, &env.address, "phone").await;
+    let (access2, _) = env
+        .app
+        .sign_in_access(&env.login, &env.address, "phone")
+        .await;
     let r = env.put_manifest_as(&access2, &std_manifest()).await;
     let v: Value = r.json().await.unwrap();
     assert_eq!(v, json!({"seen_before": true, "manifest_hash": hash}));
@@ -377,16 +366,7 @@ async fn manifest_seen_before_ignores_key_order_and_white_space_and_spans_device
 #[tokio::test]
 async fn manifest_seen_before_is_per_agent() {
     let env = env("mper", json!({})).await;
-    let r = env
-        .app
-        .post(
-            "/api/admin/agents",
-            &env.admin,
-            &json!({"address": "other@acme", "name": "Other", "model": env.model_id}),
-        )
-        .await;
-    assert_eq!(r.status(), StatusCode::CREATED);
-    let (other_access, _) = sign_in(&env.app, &env.login, "other@acme", "laptop").await;
+    let other_access = env.other_agent().await;
     assert_eq!(env.manifest_ok(&std_manifest()).await["seen_before"], false);
     let r = env
         .app
@@ -630,8 +610,14 @@ async fn classes_come_from_the_devices_latest_manifest() {
     let env = env("modeclass", json!({})).await;
     env.manifest_ok(&std_manifest()).await;
     // A second device declares write_file as read; a third declares nothing.
-    let (phone, _) = sign_in(&env.app, &env.login, &env.address, "phone").await;
-    let (tablet, _) = sign_in(&env.app, &env.login, &env.address, "tablet").await;
+    let (phone, _) = env
+        .app
+        .sign_in_access(&env.login, &env.address, "phone")
+        .await;
+    let (tablet, _) = env
+        .app
+        .sign_in_access(&env.login, &env.address, "tablet")
+        .await;
     let r = env
         .put_manifest_as(
             &phone,
@@ -660,6 +646,89 @@ async fn classes_come_from_the_devices_latest_manifest() {
 }
 
 // ----------------------------------------------------------------- holding
+
+#[tokio::test]
+async fn a_decided_tool_is_held_again_when_the_device_changes_it() {
+    let env = env("rebind", json!({"tool_contract": ["read_file"]})).await;
+    env.manifest_ok(&std_manifest()).await;
+    let body = chat_body("hi", &["write_file", "run"]);
+    for (name, verb) in [("write_file", "accept"), ("run", "reject")] {
+        let r = env
+            .app
+            .post(
+                &env.admin_path(&format!("tools/{name}/{verb}")),
+                &env.admin,
+                &json!({}),
+            )
+            .await;
+        assert_eq!(r.status(), StatusCode::OK);
+    }
+    // The same manifest again (keys reordered): decisions stand.
+    env.manifest_ok(&std_manifest()).await;
+    assert_eq!(
+        env.admin_tool_status("write_file").await.as_deref(),
+        Some("accepted")
+    );
+    assert_eq!(
+        env.admin_tool_status("run").await.as_deref(),
+        Some("rejected")
+    );
+    let (_, held) = env.chat_ok("auto", &body).await;
+    assert_eq!(held.as_deref(), Some("run"));
+
+    // A new description, a new class, new parameters: held again each time.
+    let mut described = tool("write_file", "write");
+    described["description"] = json!("Now also deletes files.");
+    env.manifest_ok(&manifest(vec![
+        tool("read_file", "read"),
+        described,
+        tool("run", "execute"),
+    ]))
+    .await;
+    assert_eq!(
+        env.admin_tool_status("write_file").await.as_deref(),
+        Some("held")
+    );
+    let tools = env.admin_get("tools").await;
+    let wf = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "write_file")
+        .unwrap();
+    assert_eq!(wf["description"], "Now also deletes files.");
+    let (_, held) = env.chat_ok("auto", &body).await;
+    assert_eq!(held.as_deref(), Some("write_file,run"));
+
+    let r = env
+        .app
+        .post(
+            &env.admin_path("tools/write_file/accept"),
+            &env.admin,
+            &json!({}),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let mut reparam = tool("write_file", "write");
+    reparam["description"] = json!("Now also deletes files.");
+    reparam["parameters"] = json!({"type": "object", "properties": {"glob": {"type": "string"}}});
+    env.manifest_ok(&manifest(vec![
+        tool("read_file", "read"),
+        reparam,
+        tool("run", "write"),
+    ]))
+    .await;
+    assert_eq!(
+        env.admin_tool_status("write_file").await.as_deref(),
+        Some("held")
+    );
+    assert_eq!(env.admin_tool_status("run").await.as_deref(), Some("held"));
+    // A contract tool stays trusted by name whatever the device says.
+    env.manifest_ok(&manifest(vec![tool("read_file", "execute")]))
+        .await;
+    let (_, held) = env.chat_ok("auto", &chat_body("hi", &["read_file"])).await;
+    assert_eq!(held, None);
+}
 
 #[tokio::test]
 async fn tools_outside_the_contract_are_held_until_an_admin_accepts_them() {
@@ -1031,7 +1100,10 @@ async fn unknown_or_another_users_approval_is_not_found() {
     expect_error(r, 404, "approval_not_found").await;
 
     let (_, bob_login) = env.app.user("bob@example.com").await;
-    let (bob, _) = sign_in(&env.app, &bob_login, &env.address, "bob-laptop").await;
+    let (bob, _) = env
+        .app
+        .sign_in_access(&bob_login, &env.address, "bob-laptop")
+        .await;
     let r = env.answer(&bob, id, &json!({"decision": "approve"})).await;
     expect_error(r, 404, "approval_not_found").await;
     // Still pending for its owner.
@@ -1088,6 +1160,80 @@ async fn a_tool_result_for_a_pending_call_is_refused_with_approval_pending() {
         .await;
     assert_eq!(r.status(), StatusCode::OK);
     assert_eq!(tool_message_content(&env.last_sent()), "contents");
+}
+
+#[tokio::test]
+async fn approvals_bind_to_their_conversation() {
+    let env = approvals_env("aprconv", |_| {}).await;
+    let in_c1 = [
+        ("X-Service-Tool-Mode", "ask"),
+        ("X-Service-Conversation-Id", "c1"),
+    ];
+    let in_c2 = [
+        ("X-Service-Tool-Mode", "ask"),
+        ("X-Service-Conversation-Id", "c2"),
+    ];
+    let r = env
+        .chat(
+            &in_c1,
+            &chat_body("do it", &["read_file", "write_file", "run"]),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let v: Value = r.json().await.unwrap();
+    env.stub.unscript(&env.upstream);
+    let w = v["approvals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["tool"] == "write_file")
+        .unwrap()
+        .clone();
+    // Pending in c1: another conversation (or none) with the same call id is not blocked.
+    let r = env
+        .chat(&in_c2, &tool_result_body("call_w", "write_file", "from c2"))
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(tool_message_content(&env.last_sent()), "from c2");
+    let r = env
+        .chat(
+            &[("X-Service-Tool-Mode", "ask")],
+            &tool_result_body("call_w", "write_file", "no conversation"),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    expect_error(
+        env.chat(&in_c1, &tool_result_body("call_w", "write_file", "x"))
+            .await,
+        409,
+        "approval_pending",
+    )
+    .await;
+    // Denied in c1 decides nothing in c2.
+    let r = env
+        .answer(
+            &env.access,
+            w["id"].as_str().unwrap(),
+            &json!({"decision": "deny"}),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let r = env
+        .chat(
+            &in_c1,
+            &tool_result_body("call_w", "write_file", "written anyway"),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(tool_message_content(&env.last_sent()), DENIED_TEXT);
+    let r = env
+        .chat(
+            &in_c2,
+            &tool_result_body("call_w", "write_file", "c2 result"),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(tool_message_content(&env.last_sent()), "c2 result");
 }
 
 #[tokio::test]
@@ -1249,7 +1395,10 @@ async fn a_retried_batch_is_counted_as_duplicates_and_not_stored_again() {
     assert_eq!(accepted(env.post_events(&anon).await).await["accepted"], 2);
     assert_eq!(env.all_events().await.len(), 17);
     // The same id from another device is that device's own event.
-    let (phone, _) = sign_in(&env.app, &env.login, &env.address, "phone").await;
+    let (phone, _) = env
+        .app
+        .sign_in_access(&env.login, &env.address, "phone")
+        .await;
     assert_eq!(
         accepted(env.post_events_as(&phone, &events(2, "r")).await).await,
         json!({"accepted": 2, "duplicates": 0})
@@ -1307,7 +1456,10 @@ async fn events_body_limit_is_2_mib() {
 #[tokio::test]
 async fn admin_event_listing_pages_with_a_cursor_and_filters_by_device() {
     let env = env("evpage", json!({})).await;
-    let (phone, phone_id) = sign_in(&env.app, &env.login, &env.address, "phone").await;
+    let (phone, phone_id) = env
+        .app
+        .sign_in_access(&env.login, &env.address, "phone")
+        .await;
     accepted(env.post_events(&events(3, "l")).await).await;
     accepted(env.post_events_as(&phone, &events(2, "p")).await).await;
     accepted(env.post_events(&events(2, "m")).await).await;
@@ -1361,6 +1513,80 @@ async fn admin_event_listing_pages_with_a_cursor_and_filters_by_device() {
         .map(|e| e["id"].as_str().unwrap())
         .collect();
     assert_eq!(ids, ["m-0", "m-1"]);
+}
+
+/// A page of events after `after`: (ids, cursors, next).
+async fn events_page(env: &Env, after: &str) -> (Vec<String>, Vec<i64>, Option<String>) {
+    let v = env
+        .admin_get(&format!("events?limit=7&after={after}"))
+        .await;
+    let page = v["events"].as_array().unwrap();
+    let ids = page
+        .iter()
+        .map(|e| e["id"].as_str().unwrap().to_string())
+        .collect();
+    let cursors = page
+        .iter()
+        .map(|e| e["cursor"].as_str().unwrap().parse::<i64>().unwrap())
+        .collect();
+    (ids, cursors, v["next"].as_str().map(str::to_string))
+}
+
+#[tokio::test]
+async fn paging_returns_every_event_once_in_stored_order_while_others_store() {
+    let env = std::sync::Arc::new(env("evrace", json!({})).await);
+    let mut writers = Vec::new();
+    for w in 0..6 {
+        let env = std::sync::Arc::clone(&env);
+        writers.push(tokio::spawn(async move {
+            let (device, _) = env
+                .app
+                .sign_in_access(&env.login, &env.address, &format!("device {w}"))
+                .await;
+            for b in 0..8 {
+                accepted(
+                    env.post_events_as(&device, &events(5, &format!("w{w}b{b}")))
+                        .await,
+                )
+                .await;
+            }
+        }));
+    }
+    // Page all along, resuming from the last event seen when caught up.
+    let mut seen: Vec<String> = Vec::new();
+    let mut cursors: Vec<i64> = Vec::new();
+    let mut after = String::new();
+    loop {
+        let done = writers.iter().all(|w| w.is_finished());
+        let (ids, cs, next) = events_page(&env, &after).await;
+        seen.extend(ids);
+        if let Some(c) = cs.last() {
+            after = c.to_string();
+        }
+        cursors.extend(cs);
+        if next.is_none() {
+            if done {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    for w in writers {
+        w.await.unwrap();
+    }
+    assert_eq!(seen.len(), 6 * 8 * 5, "every event exactly once");
+    let unique: std::collections::HashSet<&String> = seen.iter().collect();
+    assert_eq!(unique.len(), seen.len(), "no event twice");
+    assert!(cursors.windows(2).all(|w| w[0] < w[1]), "stored order");
+    // Within a batch the order of posting holds.
+    for w in 0..6 {
+        for b in 0..8 {
+            let prefix = format!("w{w}b{b}-");
+            let mine: Vec<&String> = seen.iter().filter(|id| id.starts_with(&prefix)).collect();
+            let expected: Vec<String> = (0..5).map(|i| format!("{prefix}{i}")).collect();
+            assert_eq!(mine, expected.iter().collect::<Vec<_>>());
+        }
+    }
 }
 
 #[tokio::test]
@@ -1602,16 +1828,7 @@ async fn another_agents_approval_is_not_found() {
     let env = approvals_env("aprother", |_| {}).await;
     let approvals = ask(&env).await;
     let id = approvals[0]["id"].as_str().unwrap();
-    let r = env
-        .app
-        .post(
-            "/api/admin/agents",
-            &env.admin,
-            &json!({"address": "other@acme", "name": "Other", "model": env.model_id}),
-        )
-        .await;
-    assert_eq!(r.status(), StatusCode::CREATED);
-    let (other, _) = sign_in(&env.app, &env.login, "other@acme", "laptop").await;
+    let other = env.other_agent().await;
     let r = env
         .app
         .post(
@@ -1657,16 +1874,7 @@ async fn admin_agent_data_views_need_an_admin_and_an_existing_agent() {
 #[tokio::test]
 async fn agent_routes_refuse_another_agents_token() {
     let env = env("mismatch", json!({})).await;
-    let r = env
-        .app
-        .post(
-            "/api/admin/agents",
-            &env.admin,
-            &json!({"address": "other@acme", "name": "Other", "model": env.model_id}),
-        )
-        .await;
-    assert_eq!(r.status(), StatusCode::CREATED);
-    let (other, _) = sign_in(&env.app, &env.login, "other@acme", "laptop").await;
+    let other = env.other_agent().await;
     let r = env.put_manifest_as(&other, &std_manifest()).await;
     expect_error(r, 403, "agent_mismatch").await;
     let r = env.post_events_as(&other, &events(1, "x")).await;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use base64::Engine;
 use common::*;
-use reqwest::{Response, StatusCode};
+use reqwest::StatusCode;
 use serde_json::{json, Value};
 
 const AGENT: &str = "support@acme";
@@ -33,63 +33,15 @@ async fn setup(app: &TestApp) -> String {
     .await;
     let admin = app.admin_token().await;
     for address in [AGENT, OTHER_AGENT] {
-        let r = app
-            .post(
-                "/api/admin/agents",
-                &admin,
-                &json!({"address": address, "name": format!("Agent {address}"), "model": "chat-1"}),
-            )
-            .await;
-        assert_eq!(r.status(), StatusCode::CREATED, "agent {address}");
+        app.add_agent(&admin, address, "chat-1", json!({})).await;
     }
     admin
-}
-
-async fn try_sign_in(app: &TestApp, login: &str, agent: &str, label: &str) -> Response {
-    app.post(
-        "/api/agent-tokens",
-        login,
-        &json!({"agent": agent, "device_label": label}),
-    )
-    .await
-}
-
-async fn sign_in(app: &TestApp, login: &str, agent: &str, label: &str) -> Value {
-    let r = try_sign_in(app, login, agent, label).await;
-    assert_eq!(r.status(), StatusCode::CREATED, "sign-in to {agent}");
-    r.json().await.expect("json")
-}
-
-async fn refresh(app: &TestApp, token: &str) -> Response {
-    app.client
-        .post(app.u("/api/agent-tokens/refresh"))
-        .json(&json!({"refresh_token": token}))
-        .send()
-        .await
-        .expect("refresh")
-}
-
-async fn refreshed(app: &TestApp, token: &str) -> Value {
-    let r = refresh(app, token).await;
-    assert_eq!(r.status(), StatusCode::OK, "refresh");
-    r.json().await.expect("json")
-}
-
-async fn profile(app: &TestApp, agent: &str, access: &str) -> Response {
-    app.get(&format!("/v1/agents/{agent}/profile"), access)
-        .await
 }
 
 fn s(v: &Value, k: &str) -> String {
     v[k].as_str()
         .unwrap_or_else(|| panic!("{k} in {v}"))
         .to_string()
-}
-
-async fn mine(app: &TestApp, token: &str) -> Vec<Value> {
-    let r = app.get("/api/agent-tokens/mine", token).await;
-    assert_eq!(r.status(), StatusCode::OK);
-    r.json().await.expect("json")
 }
 
 /// The `jti` claim of a JWT (read without checking: the test issued it).
@@ -107,7 +59,7 @@ async fn sign_in_answers_the_contract_shape_and_the_access_token_reads_the_profi
     let app = spawn_app().await;
     setup(&app).await;
     let (uid, login) = app.user("ann@example.com").await;
-    let r = try_sign_in(&app, &login, AGENT, "Ann's laptop").await;
+    let r = app.try_sign_in(&login, AGENT, "Ann's laptop").await;
     assert_eq!(r.status(), StatusCode::CREATED);
     assert_eq!(r.headers()["cache-control"], "no-store");
     let t: Value = r.json().await.unwrap();
@@ -131,7 +83,7 @@ async fn sign_in_answers_the_contract_shape_and_the_access_token_reads_the_profi
     assert_eq!(t["agent"], AGENT);
     assert!(s(&t, "refresh_token").starts_with("gtr_"));
 
-    let r = profile(&app, AGENT, &s(&t, "access_token")).await;
+    let r = app.profile(AGENT, &s(&t, "access_token")).await;
     assert_eq!(r.status(), StatusCode::OK);
     let p: Value = r.json().await.unwrap();
     assert_eq!(
@@ -146,7 +98,7 @@ async fn sign_in_answers_the_contract_shape_and_the_access_token_reads_the_profi
         })
     );
     // The agent's address may arrive percent-encoded.
-    let r = profile(&app, "support%40acme", &s(&t, "access_token")).await;
+    let r = app.profile("support%40acme", &s(&t, "access_token")).await;
     assert_eq!(r.status(), StatusCode::OK);
 }
 
@@ -163,8 +115,9 @@ async fn profile_offers_pii_modes_only_when_the_user_may_choose() {
         .await;
     assert_eq!(r.status(), StatusCode::OK);
     let (_, login) = app.user("ann@example.com").await;
-    let t = sign_in(&app, &login, AGENT, "phone").await;
-    let p: Value = profile(&app, AGENT, &s(&t, "access_token"))
+    let t = app.sign_in(&login, AGENT, "phone").await;
+    let p: Value = app
+        .profile(AGENT, &s(&t, "access_token"))
         .await
         .json()
         .await
@@ -183,18 +136,18 @@ async fn renewal_with_the_current_token_keeps_the_device_and_rotates_both_tokens
     let app = spawn_app().await;
     setup(&app).await;
     let (_, login) = app.user("ann@example.com").await;
-    let t1 = sign_in(&app, &login, AGENT, "laptop").await;
-    let t2 = refreshed(&app, &s(&t1, "refresh_token")).await;
+    let t1 = app.sign_in(&login, AGENT, "laptop").await;
+    let t2 = app.refreshed(&s(&t1, "refresh_token")).await;
     assert_eq!(t2["device_id"], t1["device_id"]);
     assert_eq!(t2["agent"], AGENT);
     assert_eq!(t2["token_type"], "bearer");
     assert_ne!(t2["refresh_token"], t1["refresh_token"]);
     assert_ne!(t2["access_token"], t1["access_token"]);
     assert!(s(&t2, "refresh_token").starts_with("gtr_"));
-    let r = profile(&app, AGENT, &s(&t2, "access_token")).await;
+    let r = app.profile(AGENT, &s(&t2, "access_token")).await;
     assert_eq!(r.status(), StatusCode::OK);
     // The newest token keeps rotating.
-    let t3 = refreshed(&app, &s(&t2, "refresh_token")).await;
+    let t3 = app.refreshed(&s(&t2, "refresh_token")).await;
     assert_eq!(t3["device_id"], t1["device_id"]);
 }
 
@@ -203,26 +156,26 @@ async fn reusing_a_superseded_refresh_token_ends_the_sign_in() {
     let app = spawn_app().await;
     setup(&app).await;
     let (_, login) = app.user("ann@example.com").await;
-    let t1 = sign_in(&app, &login, AGENT, "laptop").await;
-    let t2 = refreshed(&app, &s(&t1, "refresh_token")).await;
+    let t1 = app.sign_in(&login, AGENT, "laptop").await;
+    let t2 = app.refreshed(&s(&t1, "refresh_token")).await;
     assert_eq!(
-        api_code(refresh(&app, &s(&t1, "refresh_token")).await).await,
+        api_code(app.refresh(&s(&t1, "refresh_token")).await).await,
         (StatusCode::UNAUTHORIZED, "refresh_token_reused".into())
     );
     // Reported the same way when presented again.
     assert_eq!(
-        api_code(refresh(&app, &s(&t1, "refresh_token")).await).await,
+        api_code(app.refresh(&s(&t1, "refresh_token")).await).await,
         (StatusCode::UNAUTHORIZED, "refresh_token_reused".into())
     );
     assert_eq!(
-        api_code(refresh(&app, &s(&t2, "refresh_token")).await).await,
+        api_code(app.refresh(&s(&t2, "refresh_token")).await).await,
         (StatusCode::UNAUTHORIZED, "sign_in_ended".into())
     );
     assert_eq!(
-        v1_code(profile(&app, AGENT, &s(&t2, "access_token")).await).await,
+        v1_code(app.profile(AGENT, &s(&t2, "access_token")).await).await,
         (StatusCode::UNAUTHORIZED, "sign_in_ended".into())
     );
-    assert!(mine(&app, &login).await.is_empty());
+    assert!(app.mine(&login).await.is_empty());
 }
 
 #[tokio::test]
@@ -231,43 +184,43 @@ async fn reuse_ends_every_sign_in_of_that_user_on_every_device_and_agent_only() 
     setup(&app).await;
     let (_, ann) = app.user("ann@example.com").await;
     let (_, bob) = app.user("bob@example.com").await;
-    let a1 = sign_in(&app, &ann, AGENT, "laptop").await;
-    let a2 = sign_in(&app, &ann, OTHER_AGENT, "phone").await;
-    let a3 = sign_in(&app, &ann, AGENT, "tablet").await;
-    let b1 = sign_in(&app, &bob, AGENT, "bob's laptop").await;
-    assert_eq!(mine(&app, &ann).await.len(), 3);
+    let a1 = app.sign_in(&ann, AGENT, "laptop").await;
+    let a2 = app.sign_in(&ann, OTHER_AGENT, "phone").await;
+    let a3 = app.sign_in(&ann, AGENT, "tablet").await;
+    let b1 = app.sign_in(&bob, AGENT, "bob's laptop").await;
+    assert_eq!(app.mine(&ann).await.len(), 3);
     // Warm the cache of every access token first: the ending must evict them.
     for (agent, t) in [(AGENT, &a1), (OTHER_AGENT, &a2), (AGENT, &a3), (AGENT, &b1)] {
         assert_eq!(
-            profile(&app, agent, &s(t, "access_token")).await.status(),
+            app.profile(agent, &s(t, "access_token")).await.status(),
             StatusCode::OK
         );
     }
-    let a1b = refreshed(&app, &s(&a1, "refresh_token")).await;
+    let a1b = app.refreshed(&s(&a1, "refresh_token")).await;
     assert_eq!(
-        api_code(refresh(&app, &s(&a1, "refresh_token")).await).await,
+        api_code(app.refresh(&s(&a1, "refresh_token")).await).await,
         (StatusCode::UNAUTHORIZED, "refresh_token_reused".into())
     );
     for (agent, t) in [(AGENT, &a1b), (OTHER_AGENT, &a2), (AGENT, &a3)] {
         assert_eq!(
-            v1_code(profile(&app, agent, &s(t, "access_token")).await).await,
+            v1_code(app.profile(agent, &s(t, "access_token")).await).await,
             (StatusCode::UNAUTHORIZED, "sign_in_ended".into())
         );
         assert_eq!(
-            api_code(refresh(&app, &s(t, "refresh_token")).await).await,
+            api_code(app.refresh(&s(t, "refresh_token")).await).await,
             (StatusCode::UNAUTHORIZED, "sign_in_ended".into())
         );
     }
-    assert!(mine(&app, &ann).await.is_empty());
+    assert!(app.mine(&ann).await.is_empty());
     // Bob is untouched.
     assert_eq!(
-        profile(&app, AGENT, &s(&b1, "access_token")).await.status(),
+        app.profile(AGENT, &s(&b1, "access_token")).await.status(),
         StatusCode::OK
     );
-    assert_eq!(mine(&app, &bob).await.len(), 1);
-    refreshed(&app, &s(&b1, "refresh_token")).await;
+    assert_eq!(app.mine(&bob).await.len(), 1);
+    app.refreshed(&s(&b1, "refresh_token")).await;
     // Ann can sign in again.
-    sign_in(&app, &ann, AGENT, "laptop").await;
+    app.sign_in(&ann, AGENT, "laptop").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -275,7 +228,7 @@ async fn of_twenty_concurrent_renewals_with_one_token_exactly_one_succeeds() {
     let app = spawn_app().await;
     setup(&app).await;
     let (_, login) = app.user("ann@example.com").await;
-    let t = sign_in(&app, &login, AGENT, "laptop").await;
+    let t = app.sign_in(&login, AGENT, "laptop").await;
     let token = s(&t, "refresh_token");
     let url = app.u("/api/agent-tokens/refresh");
     let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(20));
@@ -324,22 +277,22 @@ async fn ending_a_sign_in_refuses_its_refresh_and_its_cached_access_token_at_onc
     let app = spawn_app().await;
     setup(&app).await;
     let (_, login) = app.user("ann@example.com").await;
-    let t = sign_in(&app, &login, AGENT, "laptop").await;
+    let t = app.sign_in(&login, AGENT, "laptop").await;
     let access = s(&t, "access_token");
-    assert_eq!(profile(&app, AGENT, &access).await.status(), StatusCode::OK);
+    assert_eq!(app.profile(AGENT, &access).await.status(), StatusCode::OK);
     let r = app
         .delete(&format!("/api/agent-tokens/{}", s(&t, "device_id")), &login)
         .await;
     assert_eq!(r.status(), StatusCode::NO_CONTENT);
     assert_eq!(
-        v1_code(profile(&app, AGENT, &access).await).await,
+        v1_code(app.profile(AGENT, &access).await).await,
         (StatusCode::UNAUTHORIZED, "sign_in_ended".into())
     );
     assert_eq!(
-        api_code(refresh(&app, &s(&t, "refresh_token")).await).await,
+        api_code(app.refresh(&s(&t, "refresh_token")).await).await,
         (StatusCode::UNAUTHORIZED, "sign_in_ended".into())
     );
-    assert!(mine(&app, &login).await.is_empty());
+    assert!(app.mine(&login).await.is_empty());
     // Ended already: nothing left to end.
     assert_eq!(
         api_code(
@@ -356,8 +309,8 @@ async fn a_device_may_end_itself_with_its_access_token_but_no_other() {
     let app = spawn_app().await;
     setup(&app).await;
     let (_, login) = app.user("ann@example.com").await;
-    let laptop = sign_in(&app, &login, AGENT, "laptop").await;
-    let phone = sign_in(&app, &login, AGENT, "phone").await;
+    let laptop = app.sign_in(&login, AGENT, "laptop").await;
+    let phone = app.sign_in(&login, AGENT, "phone").await;
     let r = app
         .delete(
             &format!("/api/agent-tokens/{}", s(&phone, "device_id")),
@@ -375,7 +328,7 @@ async fn a_device_may_end_itself_with_its_access_token_but_no_other() {
         )
         .await;
     assert_eq!(r.status(), StatusCode::NO_CONTENT);
-    let left = mine(&app, &s(&phone, "access_token")).await;
+    let left = app.mine(&s(&phone, "access_token")).await;
     assert_eq!(left.len(), 1);
     assert_eq!(left[0]["device_id"], phone["device_id"]);
 }
@@ -386,10 +339,10 @@ async fn mine_lists_live_sign_ins_with_their_fields_for_login_and_access_tokens(
     setup(&app).await;
     let (_, login) = app.user("ann@example.com").await;
     let (_, bob) = app.user("bob@example.com").await;
-    let a = sign_in(&app, &login, AGENT, "laptop").await;
-    let b = sign_in(&app, &login, OTHER_AGENT, "phone").await;
-    sign_in(&app, &bob, AGENT, "bob's").await;
-    let list = mine(&app, &login).await;
+    let a = app.sign_in(&login, AGENT, "laptop").await;
+    let b = app.sign_in(&login, OTHER_AGENT, "phone").await;
+    app.sign_in(&bob, AGENT, "bob's").await;
+    let list = app.mine(&login).await;
     assert_eq!(list.len(), 2);
     let entry = list
         .iter()
@@ -421,8 +374,8 @@ async fn mine_lists_live_sign_ins_with_their_fields_for_login_and_access_tokens(
     assert!((2_591_990..=2_592_010).contains(&days), "{days}");
     // Using the access token moves last_used_at (before it is written out too).
     tokio::time::sleep(Duration::from_millis(20)).await;
-    profile(&app, OTHER_AGENT, &s(&b, "access_token")).await;
-    let list = mine(&app, &s(&b, "access_token")).await;
+    app.profile(OTHER_AGENT, &s(&b, "access_token")).await;
+    let list = app.mine(&s(&b, "access_token")).await;
     let phone = list
         .iter()
         .find(|e| e["device_id"] == b["device_id"])
@@ -436,10 +389,10 @@ async fn sign_in_errors_have_the_contract_codes() {
     let admin = setup(&app).await;
     let (_, login) = app.user("ann@example.com").await;
     assert_eq!(
-        api_code(try_sign_in(&app, &login, "nobody", "laptop").await).await,
+        api_code(app.try_sign_in(&login, "nobody", "laptop").await).await,
         (StatusCode::NOT_FOUND, "agent_not_found".into())
     );
-    let r = try_sign_in(&app, &login, "Not An Address", "laptop").await;
+    let r = app.try_sign_in(&login, "Not An Address", "laptop").await;
     assert_eq!(r.status(), StatusCode::BAD_REQUEST);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["detail"]["code"], "validation_error");
@@ -453,13 +406,13 @@ async fn sign_in_errors_have_the_contract_codes() {
         .await;
     assert_eq!(r.status(), StatusCode::OK);
     assert_eq!(
-        api_code(try_sign_in(&app, &login, AGENT, "laptop").await).await,
+        api_code(app.try_sign_in(&login, AGENT, "laptop").await).await,
         (StatusCode::FORBIDDEN, "agent_forbidden".into())
     );
     let (_, bob) = app.user("bob@example.com").await;
-    sign_in(&app, &bob, AGENT, "laptop").await;
+    app.sign_in(&bob, AGENT, "laptop").await;
     // The label: 1 to 200 characters.
-    sign_in(&app, &login, OTHER_AGENT, &"é".repeat(200)).await;
+    app.sign_in(&login, OTHER_AGENT, &"é".repeat(200)).await;
     for bad in [json!("x".repeat(201)), json!(""), json!(null), json!(7)] {
         let r = app
             .post(
@@ -489,7 +442,7 @@ async fn only_login_tokens_start_a_sign_in_and_only_access_tokens_open_agent_rou
     setup(&app).await;
     let (_, login) = app.user("ann@example.com").await;
     let key = app.api_key(&login, json!({"name": "k"})).await;
-    let t = sign_in(&app, &login, AGENT, "laptop").await;
+    let t = app.sign_in(&login, AGENT, "laptop").await;
     let access = s(&t, "access_token");
     for token in [
         &access,
@@ -498,7 +451,7 @@ async fn only_login_tokens_start_a_sign_in_and_only_access_tokens_open_agent_rou
         &"garbage".to_string(),
     ] {
         assert_eq!(
-            api_code(try_sign_in(&app, token, AGENT, "x").await).await,
+            api_code(app.try_sign_in(token, AGENT, "x").await).await,
             (StatusCode::UNAUTHORIZED, "invalid_token".into())
         );
     }
@@ -508,7 +461,7 @@ async fn only_login_tokens_start_a_sign_in_and_only_access_tokens_open_agent_rou
         &s(&t, "refresh_token"),
         &"garbage".to_string(),
     ] {
-        let r = profile(&app, AGENT, token).await;
+        let r = app.profile(AGENT, token).await;
         assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
         let v: Value = r.json().await.unwrap();
         assert_eq!(v["error"]["code"], "invalid_token");
@@ -529,7 +482,7 @@ async fn only_login_tokens_start_a_sign_in_and_only_access_tokens_open_agent_rou
         .issue("access", "u", 60, Some(&s(&t, "device_id")), Some(AGENT))
         .0;
     assert_eq!(
-        v1_code(profile(&app, AGENT, &forged).await).await,
+        v1_code(app.profile(AGENT, &forged).await).await,
         (StatusCode::UNAUTHORIZED, "invalid_token".into())
     );
     // An access token is not accepted on the rest of /api either.
@@ -544,9 +497,9 @@ async fn an_access_token_on_another_agents_path_is_agent_mismatch() {
     let app = spawn_app().await;
     setup(&app).await;
     let (_, login) = app.user("ann@example.com").await;
-    let t = sign_in(&app, &login, AGENT, "laptop").await;
+    let t = app.sign_in(&login, AGENT, "laptop").await;
     for path_agent in [OTHER_AGENT, "no-such-agent"] {
-        let r = profile(&app, path_agent, &s(&t, "access_token")).await;
+        let r = app.profile(path_agent, &s(&t, "access_token")).await;
         assert_eq!(r.status(), StatusCode::FORBIDDEN);
         let v: Value = r.json().await.unwrap();
         assert_eq!(v["error"]["code"], "agent_mismatch");
@@ -559,11 +512,11 @@ async fn expired_access_token_is_token_expired_and_refresh_gives_a_working_one()
     let app = spawn_app_with(|s| s.access_token_ttl = 1).await;
     setup(&app).await;
     let (_, login) = app.user("ann@example.com").await;
-    let t = sign_in(&app, &login, AGENT, "laptop").await;
+    let t = app.sign_in(&login, AGENT, "laptop").await;
     assert_eq!(t["expires_in"], 1);
     tokio::time::sleep(Duration::from_millis(1100)).await;
     assert_eq!(
-        v1_code(profile(&app, AGENT, &s(&t, "access_token")).await).await,
+        v1_code(app.profile(AGENT, &s(&t, "access_token")).await).await,
         (StatusCode::UNAUTHORIZED, "token_expired".into())
     );
     assert_eq!(
@@ -574,9 +527,9 @@ async fn expired_access_token_is_token_expired_and_refresh_gives_a_working_one()
         .await,
         (StatusCode::UNAUTHORIZED, "token_expired".into())
     );
-    let t2 = refreshed(&app, &s(&t, "refresh_token")).await;
+    let t2 = app.refreshed(&s(&t, "refresh_token")).await;
     assert_eq!(
-        profile(&app, AGENT, &s(&t2, "access_token")).await.status(),
+        app.profile(AGENT, &s(&t2, "access_token")).await.status(),
         StatusCode::OK
     );
 }
@@ -586,15 +539,15 @@ async fn expired_refresh_token_is_refresh_token_expired() {
     let app = spawn_app_with(|s| s.refresh_token_ttl = 1).await;
     setup(&app).await;
     let (_, login) = app.user("ann@example.com").await;
-    let t = sign_in(&app, &login, AGENT, "laptop").await;
+    let t = app.sign_in(&login, AGENT, "laptop").await;
     assert_eq!(t["refresh_expires_in"], 1);
     tokio::time::sleep(Duration::from_millis(1100)).await;
     assert_eq!(
-        api_code(refresh(&app, &s(&t, "refresh_token")).await).await,
+        api_code(app.refresh(&s(&t, "refresh_token")).await).await,
         (StatusCode::UNAUTHORIZED, "refresh_token_expired".into())
     );
     // A sign-in that can no longer be renewed is not live.
-    assert!(mine(&app, &login).await.is_empty());
+    assert!(app.mine(&login).await.is_empty());
 }
 
 #[tokio::test]
@@ -602,7 +555,7 @@ async fn anything_else_presented_for_renewal_is_invalid_refresh_token() {
     let app = spawn_app().await;
     setup(&app).await;
     let (_, login) = app.user("ann@example.com").await;
-    let t = sign_in(&app, &login, AGENT, "laptop").await;
+    let t = app.sign_in(&login, AGENT, "laptop").await;
     let unknown = format!("gtr_{}", "A".repeat(43));
     for bad in [
         unknown.as_str(),
@@ -613,7 +566,7 @@ async fn anything_else_presented_for_renewal_is_invalid_refresh_token() {
         &s(&t, "refresh_token")[..20],
     ] {
         assert_eq!(
-            api_code(refresh(&app, bad).await).await,
+            api_code(app.refresh(bad).await).await,
             (StatusCode::UNAUTHORIZED, "invalid_refresh_token".into()),
             "{bad}"
         );
@@ -631,7 +584,7 @@ async fn anything_else_presented_for_renewal_is_invalid_refresh_token() {
         (StatusCode::BAD_REQUEST, "validation_error".into())
     );
     // The sign-in itself was not harmed by any of this.
-    refreshed(&app, &s(&t, "refresh_token")).await;
+    app.refreshed(&s(&t, "refresh_token")).await;
 }
 
 #[tokio::test]
@@ -640,7 +593,7 @@ async fn unknown_or_foreign_device_is_sign_in_not_found() {
     setup(&app).await;
     let (_, ann) = app.user("ann@example.com").await;
     let (_, bob) = app.user("bob@example.com").await;
-    let t = sign_in(&app, &ann, AGENT, "laptop").await;
+    let t = app.sign_in(&ann, AGENT, "laptop").await;
     for path in [
         "/api/agent-tokens/nope".to_string(),
         format!("/api/agent-tokens/{}", s(&t, "device_id")),
@@ -652,7 +605,7 @@ async fn unknown_or_foreign_device_is_sign_in_not_found() {
     }
     // Bob's attempt changed nothing.
     assert_eq!(
-        profile(&app, AGENT, &s(&t, "access_token")).await.status(),
+        app.profile(AGENT, &s(&t, "access_token")).await.status(),
         StatusCode::OK
     );
 }
@@ -662,8 +615,8 @@ async fn admin_lists_a_users_sign_ins_with_ended_ones_and_can_end_one() {
     let app = spawn_app().await;
     let admin = setup(&app).await;
     let (uid, ann) = app.user("ann@example.com").await;
-    let a = sign_in(&app, &ann, AGENT, "laptop").await;
-    let b = sign_in(&app, &ann, OTHER_AGENT, "phone").await;
+    let a = app.sign_in(&ann, AGENT, "laptop").await;
+    let b = app.sign_in(&ann, OTHER_AGENT, "phone").await;
     app.delete(&format!("/api/agent-tokens/{}", s(&a, "device_id")), &ann)
         .await;
     let r = app
@@ -695,11 +648,11 @@ async fn admin_lists_a_users_sign_ins_with_ended_ones_and_can_end_one() {
         .await;
     assert_eq!(r.status(), StatusCode::NO_CONTENT);
     assert_eq!(
-        api_code(refresh(&app, &s(&b, "refresh_token")).await).await,
+        api_code(app.refresh(&s(&b, "refresh_token")).await).await,
         (StatusCode::UNAUTHORIZED, "sign_in_ended".into())
     );
     assert_eq!(
-        v1_code(profile(&app, OTHER_AGENT, &s(&b, "access_token")).await).await,
+        v1_code(app.profile(OTHER_AGENT, &s(&b, "access_token")).await).await,
         (StatusCode::UNAUTHORIZED, "sign_in_ended".into())
     );
     for path in [
@@ -743,9 +696,9 @@ async fn disabling_a_user_ends_their_sign_ins_for_good() {
     let app = spawn_app().await;
     let admin = setup(&app).await;
     let (uid, ann) = app.user("ann@example.com").await;
-    let t = sign_in(&app, &ann, AGENT, "laptop").await;
+    let t = app.sign_in(&ann, AGENT, "laptop").await;
     assert_eq!(
-        profile(&app, AGENT, &s(&t, "access_token")).await.status(),
+        app.profile(AGENT, &s(&t, "access_token")).await.status(),
         StatusCode::OK
     );
     let r = app
@@ -757,11 +710,11 @@ async fn disabling_a_user_ends_their_sign_ins_for_good() {
         .await;
     assert_eq!(r.status(), StatusCode::OK);
     assert_eq!(
-        v1_code(profile(&app, AGENT, &s(&t, "access_token")).await).await,
+        v1_code(app.profile(AGENT, &s(&t, "access_token")).await).await,
         (StatusCode::UNAUTHORIZED, "sign_in_ended".into())
     );
     assert_eq!(
-        api_code(refresh(&app, &s(&t, "refresh_token")).await).await,
+        api_code(app.refresh(&s(&t, "refresh_token")).await).await,
         (StatusCode::UNAUTHORIZED, "sign_in_ended".into())
     );
     app.patch(
@@ -771,7 +724,7 @@ async fn disabling_a_user_ends_their_sign_ins_for_good() {
     )
     .await;
     assert_eq!(
-        api_code(refresh(&app, &s(&t, "refresh_token")).await).await,
+        api_code(app.refresh(&s(&t, "refresh_token")).await).await,
         (StatusCode::UNAUTHORIZED, "sign_in_ended".into())
     );
     let list: Vec<Value> = app
@@ -789,10 +742,10 @@ async fn narrowing_allowed_users_signs_out_the_users_left_out() {
     let admin = setup(&app).await;
     let (_, ann) = app.user("ann@example.com").await;
     let (_, bob) = app.user("bob@example.com").await;
-    let a = sign_in(&app, &ann, AGENT, "laptop").await;
-    let b = sign_in(&app, &bob, AGENT, "laptop").await;
-    let a_other = sign_in(&app, &ann, OTHER_AGENT, "laptop").await;
-    profile(&app, AGENT, &s(&a, "access_token")).await;
+    let a = app.sign_in(&ann, AGENT, "laptop").await;
+    let b = app.sign_in(&bob, AGENT, "laptop").await;
+    let a_other = app.sign_in(&ann, OTHER_AGENT, "laptop").await;
+    app.profile(AGENT, &s(&a, "access_token")).await;
     let r = app
         .patch(
             &format!("/api/admin/agents/{AGENT}"),
@@ -802,16 +755,16 @@ async fn narrowing_allowed_users_signs_out_the_users_left_out() {
         .await;
     assert_eq!(r.status(), StatusCode::OK);
     assert_eq!(
-        v1_code(profile(&app, AGENT, &s(&a, "access_token")).await).await,
+        v1_code(app.profile(AGENT, &s(&a, "access_token")).await).await,
         (StatusCode::UNAUTHORIZED, "sign_in_ended".into())
     );
     assert_eq!(
-        profile(&app, AGENT, &s(&b, "access_token")).await.status(),
+        app.profile(AGENT, &s(&b, "access_token")).await.status(),
         StatusCode::OK
     );
     // Another agent's sign-in of the same user is not concerned.
     assert_eq!(
-        profile(&app, OTHER_AGENT, &s(&a_other, "access_token"))
+        app.profile(OTHER_AGENT, &s(&a_other, "access_token"))
             .await
             .status(),
         StatusCode::OK
@@ -823,8 +776,9 @@ async fn agent_changes_are_seen_by_agent_routes_at_once() {
     let app = spawn_app().await;
     let admin = setup(&app).await;
     let (_, ann) = app.user("ann@example.com").await;
-    let t = sign_in(&app, &ann, AGENT, "laptop").await;
-    let p: Value = profile(&app, AGENT, &s(&t, "access_token"))
+    let t = app.sign_in(&ann, AGENT, "laptop").await;
+    let p: Value = app
+        .profile(AGENT, &s(&t, "access_token"))
         .await
         .json()
         .await
@@ -836,7 +790,8 @@ async fn agent_changes_are_seen_by_agent_routes_at_once() {
         &json!({"name": "Support"}),
     )
     .await;
-    let p: Value = profile(&app, AGENT, &s(&t, "access_token"))
+    let p: Value = app
+        .profile(AGENT, &s(&t, "access_token"))
         .await
         .json()
         .await
@@ -1035,8 +990,8 @@ async fn only_hashes_of_refresh_tokens_and_access_token_ids_are_stored() {
     let app = spawn_app().await;
     setup(&app).await;
     let (_, ann) = app.user("ann@example.com").await;
-    let t1 = sign_in(&app, &ann, AGENT, "laptop").await;
-    let t2 = refreshed(&app, &s(&t1, "refresh_token")).await;
+    let t1 = app.sign_in(&ann, AGENT, "laptop").await;
+    let t2 = app.refreshed(&s(&t1, "refresh_token")).await;
     let pool = &app.app().store.pool;
     let rows: Vec<(String, String)> =
         sqlx::query_as("SELECT token_hash, state FROM refresh_tokens ORDER BY created_at")
@@ -1093,9 +1048,9 @@ async fn sign_ins_and_tokens_survive_a_restart() {
     let mut app = spawn_app().await;
     setup(&app).await;
     let (_, ann) = app.user("ann@example.com").await;
-    let t = sign_in(&app, &ann, AGENT, "laptop").await;
-    let old = refreshed(&app, &s(&t, "refresh_token")).await;
-    profile(&app, AGENT, &s(&old, "access_token")).await;
+    let t = app.sign_in(&ann, AGENT, "laptop").await;
+    let old = app.refreshed(&s(&t, "refresh_token")).await;
+    app.profile(AGENT, &s(&old, "access_token")).await;
     app.restart().await;
     // The last use was written out on shutdown.
     let last: Option<i64> =
@@ -1106,24 +1061,20 @@ async fn sign_ins_and_tokens_survive_a_restart() {
             .unwrap();
     assert!(last.is_some());
     assert_eq!(
-        profile(&app, AGENT, &s(&old, "access_token"))
-            .await
-            .status(),
+        app.profile(AGENT, &s(&old, "access_token")).await.status(),
         StatusCode::OK
     );
-    let list = mine(&app, &ann).await;
+    let list = app.mine(&ann).await;
     assert_eq!(list.len(), 1);
-    let next = refreshed(&app, &s(&old, "refresh_token")).await;
+    let next = app.refreshed(&s(&old, "refresh_token")).await;
     assert_eq!(next["device_id"], t["device_id"]);
     assert_eq!(
-        profile(&app, AGENT, &s(&next, "access_token"))
-            .await
-            .status(),
+        app.profile(AGENT, &s(&next, "access_token")).await.status(),
         StatusCode::OK
     );
     // Reuse detection still knows the tokens issued before the restart.
     assert_eq!(
-        api_code(refresh(&app, &s(&t, "refresh_token")).await).await,
+        api_code(app.refresh(&s(&t, "refresh_token")).await).await,
         (StatusCode::UNAUTHORIZED, "refresh_token_reused".into())
     );
     // And the agent is still there, with its settings.
@@ -1184,7 +1135,7 @@ pii = { mode = "redact", user_choosable = true }
         json!({"mode": "redact", "user_choosable": true, "terms": []})
     );
     let (_, ann) = app.user("ann@example.com").await;
-    let t = sign_in(&app, &ann, "helpdesk", "laptop").await;
+    let t = app.sign_in(&ann, "helpdesk", "laptop").await;
     // The file wins on the next start: an upsert, and the narrowed list applies.
     std::fs::write(
         &path,
@@ -1203,7 +1154,7 @@ pii = { mode = "redact", user_choosable = true }
         .unwrap();
     assert_eq!(v["name"], "Help desk");
     assert_eq!(
-        api_code(refresh(&app, &s(&t, "refresh_token")).await).await,
+        api_code(app.refresh(&s(&t, "refresh_token")).await).await,
         (StatusCode::UNAUTHORIZED, "sign_in_ended".into())
     );
 }
@@ -1241,15 +1192,7 @@ async fn a_bad_agent_in_the_config_file_stops_the_start_with_its_reason() {
 #[tokio::test]
 async fn openapi_lists_the_agent_and_sign_in_routes() {
     let app = spawn_app().await;
-    let v: Value = app
-        .client
-        .get(app.u("/openapi.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v = app.openapi().await;
     for p in [
         "/api/agent-tokens",
         "/api/agent-tokens/refresh",
@@ -1273,7 +1216,7 @@ async fn renewal_races_across_two_servers_on_one_database_have_one_winner() {
         .await
         .expect("second server");
     let (_, login) = app.user("ann@example.com").await;
-    let t = sign_in(&app, &login, AGENT, "laptop").await;
+    let t = app.sign_in(&login, AGENT, "laptop").await;
     let token = s(&t, "refresh_token");
     let urls = [
         app.u("/api/agent-tokens/refresh"),
@@ -1321,7 +1264,7 @@ async fn an_ending_on_one_server_is_seen_by_another_servers_cache() {
         .await
         .expect("second server");
     let (_, login) = app.user("ann@example.com").await;
-    let t = sign_in(&app, &login, AGENT, "laptop").await;
+    let t = app.sign_in(&login, AGENT, "laptop").await;
     let on_second = format!("{}/v1/agents/{AGENT}/profile", second.url());
     let get = || {
         app.client

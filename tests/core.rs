@@ -64,15 +64,7 @@ async fn metrics_count_requests_by_route_and_status() {
 #[tokio::test]
 async fn openapi_document_is_3_1_and_lists_the_routes() {
     let app = spawn_app().await;
-    let v: Value = app
-        .client
-        .get(app.u("/openapi.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v = app.openapi().await;
     assert!(v["openapi"].as_str().unwrap().starts_with("3.1"));
     for p in [
         "/api/auth/jwt/login",
@@ -736,14 +728,8 @@ async fn a_model_an_agent_chats_with_cannot_be_deleted() {
     app.add_model("openai", "http://127.0.0.1:9/v1", "chat-a", "chat", "up-a")
         .await;
     let admin = app.admin_token().await;
-    let r = app
-        .post(
-            "/api/admin/agents",
-            &admin,
-            &json!({"address": "helper", "name": "Helper", "model": "chat-a"}),
-        )
+    app.add_agent(&admin, "helper", "chat-a", json!({"name": "Helper"}))
         .await;
-    assert_eq!(r.status(), 201);
     assert_eq!(
         api_code(app.delete("/api/admin/models/chat-a", &admin).await).await,
         (StatusCode::CONFLICT, "model_in_use".into())

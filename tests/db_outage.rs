@@ -9,7 +9,8 @@ mod common;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::procs::{eventually, spawn_server};
+use common::procs::{agent_setup, eventually, get_json, new_sign_in, spawn_server};
+use common::stub::{calling, tool_call};
 use common::*;
 use serde_json::{json, Value};
 
@@ -17,13 +18,17 @@ fn pg_port() -> String {
     std::env::var("GATEHOUSE_TEST_PG_FAULT_PORT").unwrap_or_else(|_| "54371".into())
 }
 
-fn pg(cmd: &str) -> String {
-    let out = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/pg.sh"))
-        .arg(cmd)
+/// `scripts/pg.sh cmd` on the fault test's own cluster.
+fn pg_sh(cmd: &str) -> Command {
+    let mut c = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/pg.sh"));
+    c.arg(cmd)
         .env("GATEHOUSE_PG_DIR", "/tmp/gatehouse-pg-fault")
-        .env("GATEHOUSE_PG_PORT", pg_port())
-        .output()
-        .expect("run scripts/pg.sh");
+        .env("GATEHOUSE_PG_PORT", pg_port());
+    c
+}
+
+fn pg(cmd: &str) -> String {
+    let out = pg_sh(cmd).output().expect("run scripts/pg.sh");
     assert!(
         out.status.success(),
         "pg.sh {cmd}: {}",
@@ -35,11 +40,7 @@ fn pg(cmd: &str) -> String {
 struct Cluster;
 impl Drop for Cluster {
     fn drop(&mut self) {
-        let _ = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/pg.sh"))
-            .arg("stop")
-            .env("GATEHOUSE_PG_DIR", "/tmp/gatehouse-pg-fault")
-            .env("GATEHOUSE_PG_PORT", pg_port())
-            .output();
+        let _ = pg_sh("stop").output();
     }
 }
 
@@ -49,87 +50,29 @@ async fn nothing_accepted_is_lost_when_the_database_stops_mid_load_and_service_r
         eprintln!("not applicable: set GATEHOUSE_TEST_PG_FAULT=1 (scripts/test.sh does) to run the database fault test");
         return;
     }
-    let _ = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/pg.sh"))
-        .arg("stop")
-        .env("GATEHOUSE_PG_DIR", "/tmp/gatehouse-pg-fault")
-        .output();
+    let _ = pg_sh("stop").output();
     let db = pg("start");
     let _cluster = Cluster;
     let server = spawn_server(&db, &[("GATEHOUSE_DB_ACQUIRE_TIMEOUT_S", "1")]).await;
     let url = server.url.clone();
     let c = client();
     let stub = gatehouse_stub_upstream::Stub::start().await;
-    stub.script(
-        "fault-up",
-        gatehouse_stub_upstream::Script {
-            tool_calls: vec![gatehouse_stub_upstream::ScriptToolCall {
-                id: "call_x".into(),
-                name: "run".into(),
-                arguments: "{}".into(),
-            }],
-            ..Default::default()
-        },
-    );
+    stub.script("fault-up", calling(vec![tool_call("call_x", "run", "{}")]));
 
     // Setup.
-    let login = |email: &'static str, pw: &'static str| {
-        let c = c.clone();
-        let url = url.clone();
-        async move {
-            let r = c
-                .post(format!("{url}/api/auth/jwt/login"))
-                .form(&[("username", email), ("password", pw)])
-                .send()
-                .await
-                .unwrap();
-            r.json::<Value>().await.unwrap()["access_token"]
-                .as_str()
-                .unwrap()
-                .to_string()
-        }
-    };
-    let admin = login(ADMIN_EMAIL, ADMIN_PASSWORD).await;
-    for (path, body) in [
-        (
-            "/api/admin/providers",
-            json!({"name": "stub", "type": "openai", "base_url": stub.openai_base_url()}),
-        ),
-        (
-            "/api/admin/models",
-            json!({"id": "chat-1", "kind": "chat", "provider": "stub", "upstream_model": "fault-up"}),
-        ),
-        (
-            "/api/admin/agents",
-            json!({"address": "fault", "name": "F", "model": "chat-1", "default_tool_mode": "ask"}),
-        ),
-        (
-            "/api/admin/users",
-            json!({"email": "dev@example.com", "password": "password-123"}),
-        ),
-    ] {
-        assert_eq!(
-            c.post(format!("{url}{path}"))
-                .bearer_auth(&admin)
-                .json(&body)
-                .send()
-                .await
-                .unwrap()
-                .status(),
-            201,
-            "{path}"
-        );
-    }
-    let user = login("dev@example.com", "password-123").await;
-    let r = c
-        .post(format!("{url}/api/agent-tokens"))
-        .bearer_auth(&user)
-        .json(&json!({"agent": "fault", "device_label": "main"}))
-        .send()
-        .await
-        .unwrap();
-    let access = r.json::<Value>().await.unwrap()["access_token"]
+    let setup = agent_setup(
+        &c,
+        &url,
+        &stub.openai_base_url(),
+        "fault-up",
+        "fault",
+        json!({"name": "F", "default_tool_mode": "ask"}),
+    )
+    .await;
+    let (admin, user) = (setup.admin, setup.user);
+    let access = new_sign_in(&c, &url, &user, "fault", "main").await["access_token"]
         .as_str()
-        .unwrap()
+        .expect("access token")
         .to_string();
 
     // Load: event batches, sign-ins and chats (each creating an approval) in a loop;
@@ -270,15 +213,13 @@ async fn nothing_accepted_is_lost_when_the_database_stops_mid_load_and_service_r
             .as_ref()
             .map(|a| format!("&after={a}"))
             .unwrap_or_default();
-        let v: Value = c
-            .get(format!("{url}/api/admin/agents/fault/events?limit=1000{q}"))
-            .bearer_auth(&admin)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let v = get_json(
+            &c,
+            &url,
+            &admin,
+            &format!("/api/admin/agents/fault/events?limit=1000{q}"),
+        )
+        .await;
         for e in v["events"].as_array().unwrap() {
             stored.insert(e["id"].as_str().unwrap_or_default().to_string());
         }
@@ -292,15 +233,7 @@ async fn nothing_accepted_is_lost_when_the_database_stops_mid_load_and_service_r
         .filter(|id| !stored.contains(*id))
         .collect();
     assert!(lost.is_empty(), "accepted events lost: {lost:?}");
-    let v: Value = c
-        .get(format!("{url}/api/agent-tokens/mine"))
-        .bearer_auth(&user)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v = get_json(&c, &url, &user, "/api/agent-tokens/mine").await;
     let live: Vec<&str> = v
         .as_array()
         .unwrap()
@@ -310,15 +243,7 @@ async fn nothing_accepted_is_lost_when_the_database_stops_mid_load_and_service_r
     for d in &signins_ok {
         assert!(live.contains(&d.as_str()), "accepted sign-in {d} lost");
     }
-    let v: Value = c
-        .get(format!("{url}/api/admin/agents/fault/approvals"))
-        .bearer_auth(&admin)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v = get_json(&c, &url, &admin, "/api/admin/agents/fault/approvals").await;
     let have: Vec<&str> = v
         .as_array()
         .unwrap()

@@ -3,17 +3,15 @@
 //! postgres:// URL, the same tests run on PostgreSQL and the cluster tests
 //! (three server processes on one database) run too.
 
-mod agent_chat_support;
 mod common;
-mod model_support;
 
 use std::time::Duration;
 
-use agent_chat_support::{agent, chat, sign_in};
+use common::agent_chat::{agent, chat, sign_in};
+use common::models::*;
 use common::procs::spawn_server;
 use common::*;
 use gatehouse_stub_upstream::Script;
-use model_support::*;
 use reqwest::{Response, StatusCode};
 use serde_json::{json, Value};
 

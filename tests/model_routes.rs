@@ -3,13 +3,13 @@
 //! kind checks, limits and usage records.
 
 mod common;
-mod model_support;
 
 use std::time::{Duration, Instant};
 
+use common::models::*;
+use common::stub::{calling, tool_call};
 use futures_util::StreamExt;
-use gatehouse_stub_upstream::{Script, ScriptToolCall};
-use model_support::*;
+use gatehouse_stub_upstream::Script;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
@@ -69,14 +69,11 @@ async fn tool_calls_come_back_unchanged() {
     env.model("chat-t", "chat", "openai", "up-tools").await;
     env.stub.script(
         "up-tools",
-        Script {
-            tool_calls: vec![ScriptToolCall {
-                id: "call_1".into(),
-                name: "get_weather".into(),
-                arguments: r#"{"city":"Paris"}"#.into(),
-            }],
-            ..Script::default()
-        },
+        calling(vec![tool_call(
+            "call_1",
+            "get_weather",
+            r#"{"city":"Paris"}"#,
+        )]),
     );
     let v: Value = env
         .post("/v1/chat/completions", &chat_body("chat-t", "weather?"))
@@ -579,16 +576,7 @@ async fn chat_usage_is_recorded_with_the_upstreams_tokens() {
 #[tokio::test]
 async fn openapi_lists_the_model_routes_and_usage() {
     let env = env().await;
-    let v: Value = env
-        .app
-        .client
-        .get(env.app.u("/openapi.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v = env.app.openapi().await;
     for p in [
         "/v1/chat/completions",
         "/v1/embeddings",

@@ -7,7 +7,8 @@ mod common;
 
 use std::time::Duration;
 
-use common::procs::{eventually, spawn_server};
+use common::procs::{agent_setup, eventually, get_json, login, new_sign_in, spawn_server};
+use common::stub::{calling, tool_call};
 use common::*;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -33,20 +34,6 @@ macro_rules! pg_or_skip {
             }
         }
     };
-}
-
-async fn login(c: &reqwest::Client, url: &str, email: &str, pw: &str) -> String {
-    let r = c
-        .post(format!("{url}/api/auth/jwt/login"))
-        .form(&[("username", email), ("password", pw)])
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200, "login at {url}");
-    r.json::<Value>().await.unwrap()["access_token"]
-        .as_str()
-        .unwrap()
-        .to_string()
 }
 
 #[tokio::test]
@@ -207,15 +194,7 @@ async fn a_model_added_on_one_server_is_served_by_another() {
         .await
         .unwrap();
     let took = eventually(Duration::from_secs(1), || async {
-        let v: Value = c
-            .get(format!("{}/v1/models", b.url))
-            .bearer_auth(&key)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let v = get_json(&c, &b.url, &key, "/v1/models").await;
         v["data"].as_array().is_some_and(|d| d.len() == 1)
     })
     .await;
@@ -223,75 +202,6 @@ async fn a_model_added_on_one_server_is_served_by_another() {
         took.is_some(),
         "server B does not list the model added on A"
     );
-}
-
-/// Admin setup through server `url`: a chat model on the stub, an agent, a user; returns the user's login token.
-async fn agent_setup(
-    c: &reqwest::Client,
-    url: &str,
-    stub_base: &str,
-    agent: &str,
-    extra: Value,
-) -> String {
-    let admin = login(c, url, ADMIN_EMAIL, ADMIN_PASSWORD).await;
-    let post = |path: &str, body: Value| {
-        let req = c
-            .post(format!("{url}{path}"))
-            .bearer_auth(&admin)
-            .json(&body);
-        async move { req.send().await.unwrap() }
-    };
-    assert_eq!(
-        post(
-            "/api/admin/providers",
-            json!({"name": "stub", "type": "openai", "base_url": stub_base})
-        )
-        .await
-        .status(),
-        201
-    );
-    assert_eq!(
-        post(
-            "/api/admin/models",
-            json!({"id": "chat-1", "kind": "chat", "provider": "stub", "upstream_model": "ms-up"})
-        )
-        .await
-        .status(),
-        201
-    );
-    let mut a = json!({"address": agent, "name": "A", "model": "chat-1"});
-    if let (Some(a), Some(e)) = (a.as_object_mut(), extra.as_object()) {
-        a.extend(e.clone());
-    }
-    assert_eq!(post("/api/admin/agents", a).await.status(), 201);
-    assert_eq!(
-        post(
-            "/api/admin/users",
-            json!({"email": "dev@example.com", "password": "password-123"})
-        )
-        .await
-        .status(),
-        201
-    );
-    login(c, url, "dev@example.com", "password-123").await
-}
-
-async fn new_sign_in(
-    c: &reqwest::Client,
-    url: &str,
-    login_token: &str,
-    agent: &str,
-    label: &str,
-) -> Value {
-    let r = c
-        .post(format!("{url}/api/agent-tokens"))
-        .bearer_auth(login_token)
-        .json(&json!({"agent": agent, "device_label": label}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 201);
-    r.json().await.unwrap()
 }
 
 #[tokio::test]
@@ -304,7 +214,16 @@ async fn of_concurrent_renewals_spread_over_servers_exactly_one_succeeds() {
     );
     let c = client();
     let stub = gatehouse_stub_upstream::Stub::start().await;
-    let user = agent_setup(&c, &a.url, &stub.openai_base_url(), "race", json!({})).await;
+    let user = agent_setup(
+        &c,
+        &a.url,
+        &stub.openai_base_url(),
+        "ms-up",
+        "race",
+        json!({}),
+    )
+    .await
+    .user;
     let pair = new_sign_in(&c, &a.url, &user, "race", "laptop").await;
     let refresh = pair["refresh_token"].as_str().unwrap().to_string();
     let urls = [a.url.clone(), b.url.clone(), s3.url.clone()];
@@ -338,7 +257,16 @@ async fn reuse_detected_on_one_server_ends_sign_ins_on_every_server_within_a_sec
     let (a, b) = tokio::join!(spawn_server(&db, &[]), spawn_server(&db, &[]));
     let c = client();
     let stub = gatehouse_stub_upstream::Stub::start().await;
-    let user = agent_setup(&c, &a.url, &stub.openai_base_url(), "reuse", json!({})).await;
+    let user = agent_setup(
+        &c,
+        &a.url,
+        &stub.openai_base_url(),
+        "ms-up",
+        "reuse",
+        json!({}),
+    )
+    .await
+    .user;
     let phone = new_sign_in(&c, &a.url, &user, "reuse", "phone").await;
     let laptop = new_sign_in(&c, &a.url, &user, "reuse", "laptop").await;
     let laptop_access = laptop["access_token"].as_str().unwrap().to_string();
@@ -391,7 +319,16 @@ async fn a_sign_in_ended_on_one_server_is_refused_on_another_within_a_second() {
     let (a, b) = tokio::join!(spawn_server(&db, &[]), spawn_server(&db, &[]));
     let c = client();
     let stub = gatehouse_stub_upstream::Stub::start().await;
-    let user = agent_setup(&c, &a.url, &stub.openai_base_url(), "ending", json!({})).await;
+    let user = agent_setup(
+        &c,
+        &a.url,
+        &stub.openai_base_url(),
+        "ms-up",
+        "ending",
+        json!({}),
+    )
+    .await
+    .user;
     let s = new_sign_in(&c, &a.url, &user, "ending", "tablet").await;
     let access = s["access_token"].as_str().unwrap().to_string();
     let get = || {
@@ -440,23 +377,22 @@ async fn an_approval_created_on_one_server_is_answered_on_another_and_enforced_o
     let stub = gatehouse_stub_upstream::Stub::start().await;
     stub.script(
         "ms-up",
-        gatehouse_stub_upstream::Script {
-            tool_calls: vec![gatehouse_stub_upstream::ScriptToolCall {
-                id: "call_1".into(),
-                name: "delete_file".into(),
-                arguments: "{\"path\":\"/tmp/x\"}".into(),
-            }],
-            ..Default::default()
-        },
+        calling(vec![tool_call(
+            "call_1",
+            "delete_file",
+            "{\"path\":\"/tmp/x\"}",
+        )]),
     );
     let user = agent_setup(
         &c,
         &a.url,
         &stub.openai_base_url(),
+        "ms-up",
         "appr",
         json!({"default_tool_mode": "ask"}),
     )
-    .await;
+    .await
+    .user;
     let s = new_sign_in(&c, &a.url, &user, "appr", "desk").await;
     let access = s["access_token"].as_str().unwrap().to_string();
     let tools = json!([{"type": "function", "function": {"name": "delete_file", "parameters": {"type": "object"}}}]);

@@ -3,11 +3,10 @@
 //! the usage totals of `/api/admin/usage`.
 
 mod common;
-mod model_support;
 
 use base64::Engine as _;
+use common::models::*;
 use gatehouse_stub_upstream::{embedding_for, score_for, Script, TEI_SCRIPT_KEY};
-use model_support::*;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 

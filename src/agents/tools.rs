@@ -2,9 +2,12 @@
 //! the session's tool mode, each tool's class, the agent's tool contract and
 //! the administrator's decisions.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use serde_json::{Map, Value};
+
+use crate::agents::agent::ToolName;
+use crate::error::Error;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ToolClass {
@@ -91,10 +94,12 @@ impl ToolPolicy<'_> {
 
     /// Whether a tool outside the contract is held.
     pub fn is_held(&self, name: &str) -> bool {
-        if self.allow_local_mcp
-            || self.contract.is_empty()
-            || self.contract.iter().any(|c| c == name)
-        {
+        let contract: HashSet<&str> = self.contract.iter().map(String::as_str).collect();
+        self.is_held_in(&contract, name)
+    }
+
+    fn is_held_in(&self, contract: &HashSet<&str>, name: &str) -> bool {
+        if self.allow_local_mcp || contract.is_empty() || contract.contains(name) {
             return false;
         }
         self.decisions.get(name) != Some(&ToolStatus::Accepted)
@@ -102,9 +107,11 @@ impl ToolPolicy<'_> {
 
     pub fn decide(&self, offered: &[String]) -> ToolDecision {
         let mut d = ToolDecision::default();
+        let contract: HashSet<&str> = self.contract.iter().map(String::as_str).collect();
+        let mut held_seen = HashSet::new();
         for name in offered {
-            if self.is_held(name) {
-                if !d.held.contains(name) {
+            if self.is_held_in(&contract, name) {
+                if held_seen.insert(name.as_str()) {
                     d.held.push(name.clone());
                 }
                 continue;
@@ -127,33 +134,88 @@ impl ToolPolicy<'_> {
     }
 }
 
-/// The function names of the `tools` a chat body offers, in order.
-pub fn offered_tools(body: &Map<String, Value>) -> Vec<String> {
-    body.get("tools")
-        .and_then(Value::as_array)
-        .map(|tools| {
-            tools
-                .iter()
-                .filter_map(|t| {
-                    t.get("function")
-                        .and_then(|f| f.get("name"))
-                        .and_then(Value::as_str)
+/// At most this many `tools` in one agent chat request.
+pub const MAX_REQUEST_TOOLS: usize = 128;
+
+/// The function names of the `tools` a chat body offers, in order, checked
+/// before anything else happens: at most [`MAX_REQUEST_TOOLS`] (400
+/// `too_many_tools`), each named by the tool-name rule (400 `validation_error`),
+/// so a refused list records nothing and costs nothing.
+pub fn offered_tools(body: &Map<String, Value>) -> Result<Vec<String>, Error> {
+    let tools = match body.get("tools") {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(tools)) => tools,
+        Some(_) => return Err(Error::validation("tools", "'tools' must be a list.")),
+    };
+    if tools.len() > MAX_REQUEST_TOOLS {
+        return Err(Error::bad_request(
+            "too_many_tools",
+            format!(
+                "A request may offer at most {MAX_REQUEST_TOOLS} tools; it offered {}.",
+                tools.len()
+            ),
+        )
+        .with_param("tools"));
+    }
+    tools
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            t.get("function")
+                .and_then(|f| f.get("name"))
+                .and_then(Value::as_str)
+                .and_then(ToolName::parse)
+                .map(|n| n.as_str().to_string())
+                .ok_or_else(|| {
+                    Error::validation(
+                        "tools",
+                        format!(
+                            "tools[{i}].function.name must be 1 to 64 of letters, digits, _ and -."
+                        ),
+                    )
                 })
-                .map(str::to_string)
-                .collect()
         })
-        .unwrap_or_default()
+        .collect()
+}
+
+/// Refuses the legacy `functions` / `function_call` fields and `function`
+/// messages: they would bypass tool modes, holding and approvals.
+pub fn refuse_legacy_functions(body: &Map<String, Value>) -> Result<(), Error> {
+    const ADVICE: &str = "use tools and tool_choice";
+    for field in ["functions", "function_call"] {
+        if body.contains_key(field) {
+            return Err(Error::validation(
+                field,
+                format!("'{field}' is not accepted on agent chat: {ADVICE}."),
+            ));
+        }
+    }
+    let function_message = body
+        .get("messages")
+        .and_then(Value::as_array)
+        .is_some_and(|m| {
+            m.iter()
+                .any(|m| m.get("role").and_then(Value::as_str) == Some("function"))
+        });
+    if function_message {
+        return Err(Error::validation(
+            "messages",
+            format!("Messages with role 'function' are not accepted on agent chat: {ADVICE}."),
+        ));
+    }
+    Ok(())
 }
 
 /// Removes every tool not in `keep` from the body; drops `tool_choice` when it
 /// names a removed tool (or requires a tool when none is left), and `tools`
 /// itself when nothing is left.
 pub fn apply(body: &mut Map<String, Value>, keep: &[String]) {
+    let keep: HashSet<&str> = keep.iter().map(String::as_str).collect();
     let kept = |v: &Value| {
         v.get("function")
             .and_then(|f| f.get("name"))
             .and_then(Value::as_str)
-            .is_some_and(|n| keep.iter().any(|k| k == n))
+            .is_some_and(|n| keep.contains(n))
     };
     let mut now_empty = false;
     if let Some(Value::Array(tools)) = body.get_mut("tools") {
@@ -170,7 +232,7 @@ pub fn apply(body: &mut Map<String, Value>, keep: &[String]) {
                 .get("function")
                 .and_then(|f| f.get("name"))
                 .and_then(Value::as_str);
-            name.is_some_and(|n| !keep.iter().any(|k| k == n))
+            name.is_some_and(|n| !keep.contains(n))
         }
         Some(Value::String(s)) => now_empty && (s == "required" || s == "auto"),
         _ => false,
@@ -183,6 +245,76 @@ pub fn apply(body: &mut Map<String, Value>, keep: &[String]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn body(v: Value) -> Map<String, Value> {
+        match v {
+            Value::Object(m) => m,
+            _ => unreachable!(),
+        }
+    }
+
+    fn tools(n: usize) -> Value {
+        Value::Array(
+            (0..n)
+                .map(|i| serde_json::json!({"type": "function", "function": {"name": format!("t{i}")}}))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn a_request_may_offer_up_to_128_tools_and_no_more() {
+        let at = offered_tools(&body(serde_json::json!({"tools": tools(128)}))).unwrap();
+        assert_eq!(at.len(), 128);
+        let over = offered_tools(&body(serde_json::json!({"tools": tools(129)}))).unwrap_err();
+        assert_eq!(
+            (over.code.as_ref(), over.param.as_deref()),
+            ("too_many_tools", Some("tools"))
+        );
+        assert_eq!(over.status(), 400);
+    }
+
+    #[test]
+    fn tool_names_follow_the_name_rule() {
+        for bad in ["", "has space", "<script>", &"x".repeat(65)] {
+            let b = body(
+                serde_json::json!({"tools": [{"type": "function", "function": {"name": bad}}]}),
+            );
+            let e = offered_tools(&b).unwrap_err();
+            assert_eq!(
+                (e.code.as_ref(), e.param.as_deref()),
+                ("validation_error", Some("tools")),
+                "{bad}"
+            );
+        }
+        let nameless = body(serde_json::json!({"tools": [{"type": "function"}]}));
+        assert!(offered_tools(&nameless).is_err());
+        let ok = body(
+            serde_json::json!({"tools": [{"type": "function", "function": {"name": "get_weather-2"}}]}),
+        );
+        assert_eq!(
+            offered_tools(&ok).unwrap(),
+            vec!["get_weather-2".to_string()]
+        );
+    }
+
+    #[test]
+    fn legacy_function_fields_and_messages_are_refused() {
+        let e = refuse_legacy_functions(&body(serde_json::json!({"functions": []}))).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("functions"));
+        assert!(e.message.contains("use tools and tool_choice"));
+        let e = refuse_legacy_functions(&body(serde_json::json!({"function_call": "auto"})))
+            .unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("function_call"));
+        let e = refuse_legacy_functions(&body(
+            serde_json::json!({"messages": [{"role": "function", "name": "f", "content": "x"}]}),
+        ))
+        .unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("messages"));
+        assert!(refuse_legacy_functions(&body(
+            serde_json::json!({"messages": [{"role": "user", "content": "x"}]})
+        ))
+        .is_ok());
+    }
     use serde_json::json;
 
     fn names(v: &[&str]) -> Vec<String> {

@@ -7,6 +7,7 @@ use crate::store::keys::ApiKeyRow;
 pub struct KeyInfo {
     pub id: String,
     pub user_id: String,
+    /// None: every model. An unreadable stored list allows none (fail closed).
     pub models: Option<Vec<String>>,
     pub expires_at: Option<i64>,
     pub limits: crate::limits::Limits,
@@ -17,10 +18,12 @@ impl KeyInfo {
         KeyInfo {
             id: row.id.clone(),
             user_id: row.user_id.clone(),
-            models: row
-                .models
-                .as_deref()
-                .and_then(|m| serde_json::from_str(m).ok()),
+            models: row.models.as_deref().map(|m| {
+                serde_json::from_str(m).unwrap_or_else(|e| {
+                    tracing::error!(api_key_id = %row.id, error = %e, "the key's model list cannot be read: the key allows no model");
+                    Vec::new()
+                })
+            }),
             expires_at: row.expires_at,
             limits: crate::limits::Limits::from_db_or_closed(row.limits.as_deref(), &row.id),
         }
@@ -30,5 +33,33 @@ impl KeyInfo {
         self.models
             .as_ref()
             .is_none_or(|m| m.iter().any(|x| x == model))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(models: Option<&str>) -> ApiKeyRow {
+        ApiKeyRow {
+            id: "k".into(),
+            user_id: "u".into(),
+            name: "n".into(),
+            key_hash: "h".into(),
+            models: models.map(str::to_string),
+            created_at: 0,
+            expires_at: None,
+            last_used_at: None,
+            limits: None,
+        }
+    }
+
+    #[test]
+    fn an_unreadable_model_list_allows_no_model() {
+        assert!(KeyInfo::from_row(&row(None)).allows("any"));
+        assert!(KeyInfo::from_row(&row(Some(r#"["a"]"#))).allows("a"));
+        assert!(!KeyInfo::from_row(&row(Some(r#"["a"]"#))).allows("b"));
+        assert!(!KeyInfo::from_row(&row(Some("not json"))).allows("a"));
+        assert!(!KeyInfo::from_row(&row(Some(r#"{"a":1}"#))).allows("a"));
     }
 }

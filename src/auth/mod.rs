@@ -1,6 +1,7 @@
 //! Credentials: passwords, login and access tokens, API keys, agent sign-ins,
 //! and the cache that keeps their checks off the database on the hot path.
 
+pub mod accounts;
 pub mod passwords;
 pub mod signins;
 pub mod throttle;
@@ -49,6 +50,8 @@ pub struct Lifetimes {
     pub login_token: i64,
     pub access_token: i64,
     pub refresh_token: i64,
+    /// A sign-in ends this long after its creation, however often renewed.
+    pub sign_in_max_age: i64,
 }
 
 /// The credential checks of one process: token keys, lifetimes, the login

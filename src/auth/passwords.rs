@@ -7,6 +7,23 @@ use argon2::password_hash::{
 use argon2::Argon2;
 use std::sync::OnceLock;
 
+use tokio::sync::Semaphore;
+
+/// At most this many hashes at once (`GATEHOUSE_PASSWORD_HASH_CONCURRENCY`):
+/// a flood of logins waits here instead of filling the blocking pool and
+/// memory (each Argon2id hash takes 19 MiB).
+static HASH_SLOTS: OnceLock<Semaphore> = OnceLock::new();
+
+/// Sets the number of hashes that may run at once; the first call wins.
+pub fn set_concurrency(n: usize) {
+    let _ = HASH_SLOTS.set(Semaphore::new(n.max(1)));
+}
+
+fn slots() -> &'static Semaphore {
+    HASH_SLOTS
+        .get_or_init(|| Semaphore::new(std::thread::available_parallelism().map_or(2, |n| n.get())))
+}
+
 pub fn hash_blocking(password: &str) -> Result<String, String> {
     let salt = SaltString::generate(&mut OsRng);
     Argon2::default()
@@ -32,6 +49,7 @@ fn dummy_hash() -> &'static str {
 }
 
 pub async fn hash(password: String) -> Result<String, String> {
+    let _slot = slots().acquire().await.map_err(|e| e.to_string())?;
     tokio::task::spawn_blocking(move || hash_blocking(&password))
         .await
         .map_err(|e| e.to_string())?
@@ -39,6 +57,9 @@ pub async fn hash(password: String) -> Result<String, String> {
 
 /// Verifies `password` against `hash`, or against a dummy hash when `hash` is None.
 pub async fn verify(hash: Option<String>, password: String) -> bool {
+    let Ok(_slot) = slots().acquire().await else {
+        return false;
+    };
     tokio::task::spawn_blocking(move || match hash {
         Some(h) => verify_blocking(&h, &password),
         None => {

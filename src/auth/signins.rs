@@ -57,6 +57,8 @@ pub enum EndReason {
     UserDisabled,
     /// The agent's `allowed_users` no longer lists the user.
     UserNotAllowed,
+    /// The user's password changed.
+    PasswordChanged,
 }
 
 impl EndReason {
@@ -67,6 +69,7 @@ impl EndReason {
             EndReason::RefreshTokenReused => "refresh_token_reused",
             EndReason::UserDisabled => "user_disabled",
             EndReason::UserNotAllowed => "user_not_allowed",
+            EndReason::PasswordChanged => "password_changed",
         }
     }
 }
@@ -165,11 +168,24 @@ impl RefreshRefusal {
     }
 }
 
-fn mint_access(auth: &Auth, user_id: &str, device_id: &str, agent: &str) -> (String, TokenRecord) {
-    let (token, claims) = auth.tokens.issue(
+/// Whole seconds from `now` to `until`, rounded up (as `expires_in` says them).
+fn seconds_left(until: i64, now: i64) -> i64 {
+    (until - now + 999).div_euclid(1000).max(0)
+}
+
+/// An access token for a sign-in that ends at `ends_at` (Unix ms) at the latest.
+fn mint_access(
+    auth: &Auth,
+    user_id: &str,
+    device_id: &str,
+    agent: &str,
+    ends_at: i64,
+) -> (String, TokenRecord) {
+    let (token, claims) = auth.tokens.issue_until(
         tokens::ACCESS,
         user_id,
         auth.lifetimes.access_token,
+        ends_at,
         Some(device_id),
         Some(agent),
     );
@@ -195,11 +211,13 @@ pub async fn sign_in(auth: &Auth, user: &UserInfo, agent: &Agent, label: String)
     let now = now_ms();
     let device_id = new_id();
     let refresh_token = new_secret(REFRESH_PREFIX);
+    let ends_at = now + s.sign_in_max_age * 1000;
     let refresh = TokenRecord {
         hash: sha256_hex(&refresh_token),
-        expires_at: now + s.refresh_token * 1000,
+        expires_at: (now + s.refresh_token * 1000).min(ends_at),
     };
-    let (access_token, access) = mint_access(auth, &user.id, &device_id, agent.address.as_str());
+    let (access_token, access) =
+        mint_access(auth, &user.id, &device_id, agent.address.as_str(), ends_at);
     let row = SignInRow {
         device_id: device_id.clone(),
         user_id: user.id.clone(),
@@ -217,8 +235,8 @@ pub async fn sign_in(auth: &Auth, user: &UserInfo, agent: &Agent, label: String)
     Ok(Issued {
         access_token,
         refresh_token,
-        expires_in: s.access_token,
-        refresh_expires_in: s.refresh_token,
+        expires_in: seconds_left(access.expires_at, now),
+        refresh_expires_in: seconds_left(refresh.expires_at, now),
         device_id,
         agent: row.agent,
     })
@@ -239,14 +257,18 @@ pub async fn renew(auth: &Auth, presented: &str) -> Result<Issued> {
         hash: sha256_hex(&refresh_token),
         expires_at: now + s.refresh_token * 1000,
     };
+    let max_age_ms = s.sign_in_max_age * 1000;
     let rotated = auth
         .store
-        .rotate_refresh_token(&old_hash, &refresh, now, |row| {
-            let (token, record) = mint_access(auth, &row.user_id, &row.device_id, &row.agent);
-            (record, token)
+        .rotate_refresh_token(&old_hash, refresh, now, max_age_ms, |row| {
+            let ends_at = row.created_at + max_age_ms;
+            let (token, record) =
+                mint_access(auth, &row.user_id, &row.device_id, &row.agent, ends_at);
+            let expires_at = record.expires_at;
+            (record, (token, expires_at))
         })
         .await?;
-    let Some((row, access_token)) = rotated else {
+    let Some((row, (access_token, access_expires_at))) = rotated else {
         let status = auth.store.refresh_token_status(&old_hash).await?;
         let refusal = classify(status.as_ref(), now);
         if let (RefreshRefusal::Reused { end_all: true }, Some(st)) = (refusal, &status) {
@@ -264,8 +286,9 @@ pub async fn renew(auth: &Auth, presented: &str) -> Result<Issued> {
     Ok(Issued {
         access_token,
         refresh_token,
-        expires_in: s.access_token,
-        refresh_expires_in: s.refresh_token,
+        expires_in: seconds_left(access_expires_at, now),
+        // The store capped the refresh token at the sign-in's maximum age.
+        refresh_expires_in: seconds_left(row.expires_at, now),
         device_id: row.device_id,
         agent: row.agent,
     })

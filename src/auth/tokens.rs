@@ -9,6 +9,9 @@ pub struct Claims {
     pub sub: String,
     pub typ: String,
     pub iat: i64,
+    /// Issue time in Unix milliseconds (a password change ends older login tokens).
+    #[serde(default)]
+    pub iat_ms: i64,
     /// Expiry in Unix milliseconds: tokens expire exactly at their lifetime.
     pub exp_ms: i64,
     pub exp: i64,
@@ -57,12 +60,26 @@ impl TokenKeys {
         sid: Option<&str>,
         agt: Option<&str>,
     ) -> (String, Claims) {
+        self.issue_until(typ, sub, ttl_s, i64::MAX, sid, agt)
+    }
+
+    /// Like [`TokenKeys::issue`], expiring at `cap_ms` (Unix ms) at the latest.
+    pub fn issue_until(
+        &self,
+        typ: &str,
+        sub: &str,
+        ttl_s: i64,
+        cap_ms: i64,
+        sid: Option<&str>,
+        agt: Option<&str>,
+    ) -> (String, Claims) {
         let now = crate::store::now_ms();
-        let exp_ms = now + ttl_s * 1000;
+        let exp_ms = (now + ttl_s * 1000).min(cap_ms);
         let claims = Claims {
             sub: sub.to_string(),
             typ: typ.to_string(),
             iat: now / 1000,
+            iat_ms: now,
             exp_ms,
             exp: exp_ms.div_euclid(1000),
             jti: uuid::Uuid::new_v4().simple().to_string(),

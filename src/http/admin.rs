@@ -11,8 +11,7 @@ use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::app::AppState;
-use crate::auth::passwords;
-use crate::auth::signins::EndReason;
+use crate::auth::accounts;
 use crate::error::{Error, Result};
 use crate::http::extract::{AdminUser, ApiJson, ApiKeyAuth};
 use crate::models::{NewModel, NewProvider};
@@ -20,7 +19,6 @@ use crate::runtime::Invalidation;
 use crate::store::catalog::{ModelRow, ProviderRow};
 use crate::store::users::UserRow;
 use crate::time::rfc3339;
-use crate::users::Email;
 
 pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -55,22 +53,11 @@ async fn create_user(
     _admin: AdminUser,
     ApiJson(body): ApiJson<NewUser>,
 ) -> Result<impl IntoResponse> {
-    let email = Email::parse(&body.email)?.into_string();
-    passwords::check_password_rules(&body.password)
-        .map_err(|m| Error::validation("password", m))?;
-    let hash = passwords::hash(body.password)
-        .await
-        .map_err(Error::internal)?;
-    match app.store.create_user(&email, &hash, body.is_admin).await? {
-        Some(u) => Ok((
-            StatusCode::CREATED,
-            Json(json!({"id": u.id, "email": u.email, "is_admin": u.admin()})),
-        )),
-        None => Err(Error::conflict(
-            "user_exists",
-            "A user with this e-mail already exists.",
-        )),
-    }
+    let u = accounts::create_user(&app.store, &body.email, body.password, body.is_admin).await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({"id": u.id, "email": u.email, "is_admin": u.admin()})),
+    ))
 }
 
 /// List users.
@@ -114,38 +101,30 @@ async fn update_user(
         .as_ref()
         .map(crate::limits::Limits::from_json)
         .transpose()?;
-    let hash = match body.password {
-        Some(p) => {
-            passwords::check_password_rules(&p).map_err(|m| Error::validation("password", m))?;
-            Some(passwords::hash(p).await.map_err(Error::internal)?)
+    if let Some(l) = limits {
+        // Written first: the change below drops the user's cached credentials
+        // (with their limits) here and on the other servers.
+        let found = app
+            .store
+            .set_limits(
+                crate::store::limits::LimitsOwner::User,
+                &id,
+                l.to_db().as_deref(),
+            )
+            .await?;
+        if !found {
+            return Err(Error::not_found(
+                "user_not_found",
+                "There is no user with this id.",
+            ));
         }
-        None => None,
-    };
-    let user = app
-        .store
-        .update_user(&id, body.is_active, body.is_admin, hash.as_deref())
-        .await?
-        .ok_or_else(|| Error::not_found("user_not_found", "There is no user with this id."))?;
-    let user = match limits {
-        None => user,
-        Some(l) => {
-            app.store
-                .set_limits(
-                    crate::store::limits::LimitsOwner::User,
-                    &id,
-                    l.to_db().as_deref(),
-                )
-                .await?;
-            app.store.user_by_id(&id).await?.ok_or_else(|| {
-                Error::not_found("user_not_found", "There is no user with this id.")
-            })?
-        }
-    };
-    if body.is_active == Some(false) {
-        // Ended, not merely refused, so re-enabling the user does not revive them.
-        crate::auth::signins::end_all_of_user(&app.auth, &id, EndReason::UserDisabled).await?;
     }
-    app.invalidate(Invalidation::User(id)).await;
+    let change = accounts::UserChange {
+        is_active: body.is_active,
+        is_admin: body.is_admin,
+        password: body.password,
+    };
+    let user = accounts::update_user(&app.auth, &id, change).await?;
     Ok(Json(user_view(&user)))
 }
 
@@ -165,6 +144,10 @@ async fn create_provider(
     ApiJson(body): ApiJson<NewProvider>,
 ) -> Result<impl IntoResponse> {
     let mut row = body.validate()?;
+    row.api_key = row
+        .api_key
+        .map(|k| app.keyring.seal(crate::secrets::Use::ProviderKey, &k))
+        .transpose()?;
     if !app.store.put_provider(&row, false).await? {
         return Err(Error::conflict(
             "provider_exists",

@@ -13,7 +13,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::agents::approvals::{answered_calls, enforce, ApprovalState};
 use crate::agents::chat::parse_headers;
-use crate::agents::tools::{apply, offered_tools, ToolPolicy};
+use crate::agents::tools::{apply, offered_tools, refuse_legacy_functions, ToolPolicy};
 use crate::app::AppState;
 use crate::error::{Error, ErrorKind, Result};
 use crate::http::agent_auth::AgentAccess;
@@ -72,6 +72,9 @@ async fn agent_chat(
     )?;
     let bytes = read_body(req).await?;
     let mut body: Map<String, Value> = parse_json(&bytes)?;
+    // Tool checks first: a refused list records nothing and reaches no upstream.
+    refuse_legacy_functions(&body)?;
+    let offered = offered_tools(&body)?;
     check_body(&body)?;
     let model = resolve(&app.catalog(), &agent.model, ModelKind::Chat).map_err(|_| {
         Error::new(
@@ -101,7 +104,6 @@ async fn agent_chat(
 
     // Tool rules.
     let mode = h.tool_mode.unwrap_or(agent.default_tool_mode);
-    let offered = offered_tools(&body);
     let classes = manifest_classes(&app, &address, &device).await?;
     let holding = !agent.tool_contract.is_empty() && !agent.allow_local_mcp;
     let decisions = if holding {
@@ -138,7 +140,12 @@ async fn agent_chat(
         let now = crate::store::now_ms();
         let states: HashMap<String, ApprovalState> = app
             .store
-            .approval_states(&address, &access.user.id, &answered)
+            .approval_states(
+                &address,
+                &access.user.id,
+                h.conversation_id.as_deref(),
+                &answered,
+            )
             .await?
             .into_iter()
             .filter_map(|(id, (s, exp))| Some((id, ApprovalState::parse(&s)?.effective(exp, now))))

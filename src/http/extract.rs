@@ -145,7 +145,11 @@ pub async fn login_user(state: &AppState, token: &str) -> Result<Arc<UserInfo>> 
         ));
     }
     match state.user(&claims.sub).await? {
-        Some(u) if u.is_active => Ok(u),
+        Some(u) if u.is_active && claims.iat_ms >= u.tokens_valid_after => Ok(u),
+        Some(u) if u.is_active => Err(Error::unauthorized(
+            "invalid_token",
+            "The password changed after this token was issued; log in again.",
+        )),
         _ => Err(Error::unauthorized(
             "invalid_token",
             "The token's user is disabled or gone.",

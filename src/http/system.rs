@@ -3,13 +3,14 @@
 use std::sync::atomic::Ordering;
 
 use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
 use serde_json::json;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::app::AppState;
+use crate::error::{Error, Result};
 
 pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -45,7 +46,24 @@ async fn readyz(State(app): State<AppState>) -> impl IntoResponse {
 
 /// Prometheus text.
 #[utoipa::path(get, path = "/metrics", tag = "system", responses((status = 200, description = "Prometheus text format")))]
-async fn metrics(State(app): State<AppState>) -> impl IntoResponse {
+async fn metrics(State(app): State<AppState>, headers: HeaderMap) -> Result<impl IntoResponse> {
+    if let Some(want) = &app.settings.metrics_token {
+        let given = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or("");
+        // Compared as hashes: constant time whatever the lengths.
+        if !crate::auth::ct_eq(
+            &crate::auth::sha256_hex(given),
+            &crate::auth::sha256_hex(want),
+        ) {
+            return Err(Error::unauthorized(
+                "invalid_token",
+                "/metrics needs Authorization: Bearer <GATEHOUSE_METRICS_TOKEN>.",
+            ));
+        }
+    }
     let c = &app.usage.counters;
     let body = app.metrics.render(&[
         (
@@ -64,13 +82,13 @@ async fn metrics(State(app): State<AppState>) -> impl IntoResponse {
             c.failed.load(Ordering::Relaxed),
         ),
     ]);
-    (
+    Ok((
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
         body,
-    )
+    ))
 }
 
 /// The server version; agent routes exist from 0.5.0 on.

@@ -12,11 +12,10 @@ use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::app::AppState;
-use crate::auth::{passwords, tokens};
+use crate::auth::{accounts, passwords, tokens};
 use crate::error::{Error, ErrorKind, Result};
 use crate::http::extract::{ApiForm, ApiJson, LoginUser};
 use crate::store::keys::ApiKeyRow;
-use crate::store::{new_id, now_ms};
 use crate::time::rfc3339;
 
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -60,6 +59,19 @@ async fn login(
         .ok_or_else(|| Error::validation("username", "'username' (your e-mail) is required."))?;
     let password =
         password.ok_or_else(|| Error::validation("password", "'password' is required."))?;
+    // Bounded before anything else: the name keys the throttle, the password is hashed.
+    if email.chars().count() > 320 {
+        return Err(Error::validation(
+            "username",
+            "'username' may have at most 320 characters.",
+        ));
+    }
+    if password.chars().count() > 1024 {
+        return Err(Error::validation(
+            "password",
+            "'password' may have at most 1,024 characters.",
+        ));
+    }
     let s = &app.settings;
     // Counted before the password is checked, in the database, so no more
     // than the limit are checked per window however many servers there are.
@@ -164,58 +176,17 @@ async fn create_key(
     LoginUser(u): LoginUser,
     ApiJson(body): ApiJson<NewKey>,
 ) -> Result<impl IntoResponse> {
-    let name = body.name.trim();
-    if name.is_empty() || name.chars().count() > 200 {
-        return Err(Error::validation(
-            "name",
-            "'name' must be 1 to 200 characters.",
-        ));
-    }
-    let now = now_ms();
-    let expires_at = match body.expires_at.as_deref() {
-        None => None,
-        Some(s) => {
-            let t = chrono::DateTime::parse_from_rfc3339(s).map_err(|_| {
-                Error::validation("expires_at", "'expires_at' must be an RFC 3339 timestamp.")
-            })?;
-            let ms = t.timestamp_millis();
-            if ms <= now {
-                return Err(Error::validation(
-                    "expires_at",
-                    "'expires_at' must be in the future.",
-                ));
-            }
-            Some(ms)
-        }
-    };
-    if let Some(models) = &body.models {
-        if models.is_empty() || models.iter().any(|m| m.trim().is_empty()) {
-            return Err(Error::validation(
-                "models",
-                "'models' must be a non-empty list of model ids, or left out for every model.",
-            ));
-        }
-    }
     let limits = match &body.limits {
         None => crate::limits::Limits::default(),
         Some(v) => crate::limits::Limits::from_json(v)?,
     };
-    let secret = crate::auth::new_secret("gtk_");
-    let row = ApiKeyRow {
-        id: new_id(),
-        user_id: u.id.clone(),
-        name: name.to_string(),
-        key_hash: crate::auth::sha256_hex(&secret),
-        models: body
-            .models
-            .as_ref()
-            .map(|m| serde_json::to_string(m).unwrap_or_default()),
-        created_at: now,
-        expires_at,
-        last_used_at: None,
-        limits: limits.to_db(),
+    let new = accounts::NewKey {
+        name: body.name,
+        expires_at: body.expires_at,
+        models: body.models,
+        limits,
     };
-    app.store.insert_api_key(&row).await?;
+    let (row, secret) = accounts::create_key(&app.store, &u.id, new).await?;
     Ok((StatusCode::CREATED, Json(key_view(&row, Some(&secret)))))
 }
 

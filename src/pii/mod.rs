@@ -8,7 +8,6 @@ use aes_gcm::{Aes256Gcm, Nonce};
 use base64::Engine;
 use gatehouse_pii::{Counts, Mode, Scanner, Vault};
 use serde_json::{Map, Value};
-use sha2::{Digest, Sha256};
 
 use crate::error::Error;
 use crate::store::{now_ms, Store};
@@ -59,8 +58,14 @@ fn transform(
     }
 }
 
-/// Scans everything that goes upstream: text content and text parts of every
-/// role, tool results, and tool-call arguments of earlier assistant messages.
+/// Keys whose string values are protocol, not text: never scanned.
+const NOT_TEXT: [&str; 5] = ["model", "role", "type", "tool_call_id", "id"];
+
+/// Scans every string value that goes upstream (message text and parts,
+/// `name`, tool results, tool-call arguments, `user`, `prediction`, `refusal`,
+/// tool descriptions and parameter schemas), replacing found values where
+/// they stand. Left alone: `model`, `role`, `type`, ids, and the names of
+/// tools and functions (which the relay and the tool rules match on).
 pub fn protect_body(
     body: &mut Map<String, Value>,
     scanner: &Scanner,
@@ -71,29 +76,33 @@ pub fn protect_body(
     if mode == Mode::Off {
         return;
     }
-    let Some(Value::Array(messages)) = body.get_mut("messages") else {
-        return;
-    };
-    for m in messages.iter_mut() {
-        let Some(m) = m.as_object_mut() else { continue };
-        match m.get_mut("content") {
-            Some(Value::String(s)) => *s = transform(s, scanner, mode, vault, counts),
-            Some(Value::Array(parts)) => {
-                for p in parts.iter_mut() {
-                    if let Some(Value::String(t)) = p.get_mut("text") {
-                        *t = transform(t, scanner, mode, vault, counts);
-                    }
-                }
-            }
-            _ => {}
+    let mut scan = |s: &mut String| *s = transform(s, scanner, mode, vault, counts);
+    for (k, v) in body.iter_mut() {
+        if !NOT_TEXT.contains(&k.as_str()) {
+            scan_strings(v, k, &mut scan);
         }
-        if let Some(Value::Array(calls)) = m.get_mut("tool_calls") {
-            for c in calls.iter_mut() {
-                if let Some(Value::String(args)) = c.pointer_mut("/function/arguments") {
-                    *args = transform(args, scanner, mode, vault, counts);
-                }
+    }
+}
+
+/// Applies `f` to every string below `v` (reached through the key `key`),
+/// skipping [`NOT_TEXT`] keys and a function object's `name`.
+fn scan_strings(v: &mut Value, key: &str, f: &mut impl FnMut(&mut String)) {
+    match v {
+        Value::String(s) => f(s),
+        Value::Array(items) => {
+            for item in items {
+                scan_strings(item, key, f);
             }
         }
+        Value::Object(map) => {
+            for (k, child) in map.iter_mut() {
+                let function_name = k == "name" && key == "function";
+                if !function_name && !NOT_TEXT.contains(&k.as_str()) {
+                    scan_strings(child, k, f);
+                }
+            }
+        }
+        _ => {}
     }
 }
 
@@ -130,13 +139,10 @@ pub struct VaultStore {
 }
 
 impl VaultStore {
-    pub fn new(secret: &[u8]) -> VaultStore {
-        let mut h = Sha256::new();
-        h.update(b"gatehouse-pii-vault-v1");
-        h.update(secret);
-        let key = h.finalize();
+    /// `key`: the vault key derived from the deployment's secret.
+    pub fn new(key: &[u8; 32]) -> VaultStore {
         VaultStore {
-            cipher: Aes256Gcm::new(&key),
+            cipher: Aes256Gcm::new(key.into()),
         }
     }
 
@@ -230,6 +236,51 @@ pub fn counts_json(counts: &Counts) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_text_field_is_scanned_in_place_and_protocol_fields_are_not() {
+        let scanner = Scanner::new(&[]).unwrap();
+        let mut vault = Vault::default();
+        let mut counts = Counts::default();
+        let mail = "ann@example.com";
+        let mut body = match serde_json::json!({
+            "model": "m",
+            "user": mail,
+            "prediction": {"type": "content", "content": mail},
+            "messages": [
+                {"role": "user", "name": mail, "content": [{"type": "text", "text": mail}]},
+                {"role": "assistant", "refusal": mail, "tool_calls": [
+                    {"id": "call_1", "type": "function", "function": {"name": "send_mail", "arguments": format!("{{\"to\":\"{mail}\"}}")}}
+                ]},
+                {"role": "tool", "tool_call_id": "call_1", "content": mail}
+            ],
+            "tools": [{"type": "function", "function": {
+                "name": "send_mail",
+                "description": format!("Mails {mail}"),
+                "parameters": {"type": "object", "properties": {"to": {"type": "string", "description": mail}}}
+            }}]
+        }) {
+            Value::Object(m) => m,
+            _ => unreachable!(),
+        };
+        protect_body(&mut body, &scanner, Mode::Redact, &mut vault, &mut counts);
+        let text = serde_json::to_string(&body).unwrap();
+        assert!(!text.contains(mail), "{text}");
+        assert_eq!(body["user"], "[EMAIL]");
+        assert_eq!(body["messages"][0]["name"], "[EMAIL]");
+        assert_eq!(body["messages"][1]["refusal"], "[EMAIL]");
+        assert_eq!(body["prediction"]["content"], "[EMAIL]");
+        assert_eq!(body["tools"][0]["function"]["description"], "Mails [EMAIL]");
+        // Protocol fields and names stay.
+        assert_eq!(body["model"], "m");
+        assert_eq!(body["messages"][1]["tool_calls"][0]["id"], "call_1");
+        assert_eq!(
+            body["messages"][1]["tool_calls"][0]["function"]["name"],
+            "send_mail"
+        );
+        assert_eq!(body["tools"][0]["function"]["name"], "send_mail");
+        assert_eq!(body["messages"][2]["tool_call_id"], "call_1");
+    }
     use serde_json::json;
 
     fn body() -> Map<String, Value> {
@@ -320,10 +371,10 @@ mod tests {
         let scanner = Scanner::new(&[]).unwrap();
         let mut v = Vault::new();
         v.tokenize(&scanner, "a@b.example.com", &mut Counts::new());
-        let a = VaultStore::new(b"one");
+        let a = VaultStore::new(&[1u8; 32]);
         let sealed = a.seal(&v).unwrap();
         assert!(!sealed.contains("b.example.com"));
         assert_eq!(a.open(&sealed).unwrap().len(), 1);
-        assert!(VaultStore::new(b"two").open(&sealed).is_none());
+        assert!(VaultStore::new(&[2u8; 32]).open(&sealed).is_none());
     }
 }

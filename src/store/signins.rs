@@ -83,8 +83,9 @@ impl Store {
     pub async fn rotate_refresh_token<T>(
         &self,
         old_hash: &str,
-        new_refresh: &TokenRecord,
+        mut new_refresh: TokenRecord,
         now: i64,
+        max_age_ms: i64,
         mint: impl FnOnce(&SignInRow) -> (TokenRecord, T),
     ) -> Result<Option<(SignInRow, T)>, sqlx::Error> {
         let mut tx = self.pool.begin().await?;
@@ -108,7 +109,9 @@ impl Store {
             .bind(&device)
             .fetch_one(&mut *tx)
             .await?;
-        insert_refresh(&mut tx, &device, new_refresh, now).await?;
+        // However often renewed, a sign-in ends at its maximum age.
+        new_refresh.expires_at = new_refresh.expires_at.min(row.created_at + max_age_ms);
+        insert_refresh(&mut tx, &device, &new_refresh, now).await?;
         sqlx::query("UPDATE sign_ins SET expires_at = $2 WHERE device_id = $1")
             .bind(&device)
             .bind(new_refresh.expires_at)

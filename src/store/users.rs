@@ -12,6 +12,8 @@ pub struct UserRow {
     pub created_at: i64,
     /// The `limits` object as JSON text; NULL for none.
     pub limits: Option<String>,
+    /// Login tokens issued before this (Unix ms) are refused.
+    pub tokens_valid_after: i64,
 }
 
 impl UserRow {
@@ -23,7 +25,8 @@ impl UserRow {
     }
 }
 
-const COLS: &str = "id, email, password_hash, is_admin, is_active, created_at, limits";
+const COLS: &str =
+    "id, email, password_hash, is_admin, is_active, created_at, tokens_valid_after, limits";
 
 pub fn is_unique_violation(e: &sqlx::Error) -> bool {
     match e {
@@ -53,6 +56,7 @@ impl Store {
             is_active: 1,
             created_at: now,
             limits: None,
+            tokens_valid_after: 0,
         };
         let res = sqlx::query(
             "INSERT INTO users (id, email, password_hash, is_admin, is_active, created_at, updated_at)
@@ -104,6 +108,7 @@ impl Store {
                 is_active = COALESCE($2, is_active),
                 is_admin = COALESCE($3, is_admin),
                 password_hash = COALESCE($4, password_hash),
+                tokens_valid_after = CASE WHEN $4 IS NULL THEN tokens_valid_after ELSE $5 END,
                 updated_at = $5
              WHERE id = $1",
         )

@@ -1,9 +1,23 @@
 //! Test support: a real server on a random port with a fresh database per
 //! test (SQLite by default; PostgreSQL when GATEHOUSE_TEST_DATABASE_URL is a
 //! postgres:// URL of a server we may create databases on).
+//!
+//! Every test file declares `mod common;` and takes what it needs:
+//! - here: starting a server in the test process ([`TestApp`]), users, login,
+//!   API keys, models, and reading the two error shapes;
+//! - [`agents`]: agents and agent sign-in (tokens, renewal, profile);
+//! - [`procs`]: `gatehouse serve` processes and setup through their HTTP API;
+//! - [`models`]: a gateway with providers on the stub upstream, SSE reading;
+//! - [`agent_chat`]: agent chats on the stub upstream (PII, AG-UI);
+//! - [`stub`]: scripts for the stub upstream.
+// Each test file uses a different part of this module.
 #![allow(dead_code)]
 
+pub mod agent_chat;
+pub mod agents;
+pub mod models;
 pub mod procs;
+pub mod stub;
 
 use std::time::Duration;
 
@@ -120,6 +134,18 @@ impl TestApp {
 
     pub fn u(&self, path: &str) -> String {
         format!("{}{}", self.url, path)
+    }
+
+    /// The OpenAPI document the server publishes.
+    pub async fn openapi(&self) -> Value {
+        self.client
+            .get(self.u("/openapi.json"))
+            .send()
+            .await
+            .expect("openapi request")
+            .json()
+            .await
+            .expect("openapi json")
     }
 
     pub async fn login(&self, email: &str, password: &str) -> Response {

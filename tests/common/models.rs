@@ -1,6 +1,5 @@
 //! Support for the model-route tests: a gateway and a stub upstream with
 //! providers of every type, an API key, and SSE reading.
-#![allow(dead_code)]
 
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -11,7 +10,7 @@ use gatehouse_stub_upstream::Stub;
 use reqwest::{Response, StatusCode};
 use serde_json::{json, Value};
 
-use crate::common::{spawn_app_with, TestApp};
+use super::{spawn_app_with, TestApp};
 
 pub struct Env {
     pub app: TestApp,

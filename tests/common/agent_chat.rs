@@ -1,31 +1,19 @@
 //! Support for the agent-chat tests (PII, AG-UI): an agent on the stub
 //! upstream, a signed-in user, chat requests with the agent headers, and the
 //! SSE stream split into OpenAI chunks and AG-UI events.
-#![allow(dead_code)]
 
 use gatehouse::proxy::sse::SseEvent;
 use reqwest::{Response, StatusCode};
 use serde_json::{json, Value};
 
-use crate::model_support::{payloads, sse_events, Env};
+use super::models::{payloads, sse_events, Env};
 
 /// Creates chat model `m-<address>` on the stub's `upstream` model and the
 /// agent with `extra` fields (pii, tool_contract, default_tool_mode, ...).
 pub async fn agent(env: &Env, address: &str, upstream: &str, extra: Value) {
     let model = format!("m-{address}");
     env.model(&model, "chat", "openai", upstream).await;
-    let mut body = json!({"address": address, "name": format!("Agent {address}"), "model": model});
-    for (k, v) in extra.as_object().expect("extra is an object") {
-        body[k] = v.clone();
-    }
-    let r = env.app.post("/api/admin/agents", &env.admin, &body).await;
-    let status = r.status();
-    assert_eq!(
-        status,
-        StatusCode::CREATED,
-        "agent {address}: {}",
-        r.text().await.unwrap_or_default()
-    );
+    env.app.add_agent(&env.admin, address, &model, extra).await;
 }
 
 /// A new user signed in to `address`; returns the agent access token.
@@ -35,20 +23,8 @@ pub async fn sign_in(env: &Env, email: &str, address: &str) -> String {
 }
 
 pub async fn sign_in_as(env: &Env, login: &str, address: &str) -> String {
-    let r = env
-        .app
-        .post(
-            "/api/agent-tokens",
-            login,
-            &json!({"agent": address, "device_label": "test device"}),
-        )
-        .await;
-    assert_eq!(r.status(), StatusCode::CREATED, "sign-in to {address}");
-    let v: Value = r.json().await.expect("json");
-    v["access_token"]
-        .as_str()
-        .expect("access token")
-        .to_string()
+    let (access, _) = env.app.sign_in_access(login, address, "test device").await;
+    access
 }
 
 /// POST /v1/agents/{address}/chat/completions with extra headers.

@@ -1,0 +1,206 @@
+//! Accounts: creating and changing users, and creating API keys. The admin
+//! API, the user's own API and the command line all go through these, so a
+//! rule is written once.
+
+use crate::auth::signins::{self, EndReason};
+use crate::auth::{new_secret, passwords, sha256_hex, Auth};
+use crate::error::{Error, Result};
+use crate::runtime::Invalidation;
+use crate::store::keys::ApiKeyRow;
+use crate::store::users::UserRow;
+use crate::store::{new_id, now_ms, Store};
+use crate::users::Email;
+
+/// Hashes a password that follows the rules (else `validation_error`, param `password`).
+pub async fn hash_new_password(password: String) -> Result<String> {
+    passwords::check_password_rules(&password).map_err(|m| Error::validation("password", m))?;
+    passwords::hash(password).await.map_err(Error::internal)
+}
+
+/// Sets a user's password by e-mail (the command line's `users set-password`).
+pub async fn set_password(auth: &Auth, email: &str, password: String) -> Result<UserRow> {
+    let email = Email::parse(email)?;
+    let user = auth
+        .store
+        .user_by_email(email.as_str())
+        .await?
+        .ok_or_else(|| Error::not_found("user_not_found", "There is no user with this e-mail."))?;
+    let change = UserChange {
+        password: Some(password),
+        ..UserChange::default()
+    };
+    update_user(auth, &user.id, change).await
+}
+
+/// Creates a user; a taken e-mail is 409 `user_exists`.
+pub async fn create_user(
+    store: &Store,
+    email: &str,
+    password: String,
+    is_admin: bool,
+) -> Result<UserRow> {
+    let email = Email::parse(email)?;
+    let hash = hash_new_password(password).await?;
+    store
+        .create_user(email.as_str(), &hash, is_admin)
+        .await?
+        .ok_or_else(|| Error::conflict("user_exists", "A user with this e-mail already exists."))
+}
+
+/// What an administrator may change on a user.
+#[derive(Debug, Default)]
+pub struct UserChange {
+    pub is_active: Option<bool>,
+    pub is_admin: Option<bool>,
+    pub password: Option<String>,
+}
+
+/// Changes a user. Disabling ends the user's sign-ins (ended, not merely
+/// refused, so re-enabling does not revive them); a new password ends them
+/// and every login token issued before it. Every cached credential of the
+/// user is dropped here and on the other servers.
+pub async fn update_user(auth: &Auth, id: &str, change: UserChange) -> Result<UserRow> {
+    let password_changed = change.password.is_some();
+    let hash = match change.password {
+        Some(p) => Some(hash_new_password(p).await?),
+        None => None,
+    };
+    let user = auth
+        .store
+        .update_user(id, change.is_active, change.is_admin, hash.as_deref())
+        .await?
+        .ok_or_else(|| Error::not_found("user_not_found", "There is no user with this id."))?;
+    if change.is_active == Some(false) {
+        signins::end_all_of_user(auth, id, EndReason::UserDisabled).await?;
+    } else if password_changed {
+        // Login tokens issued before now are refused (`tokens_valid_after`).
+        signins::end_all_of_user(auth, id, EndReason::PasswordChanged).await?;
+    }
+    auth.invalidate(Invalidation::User(id.to_string())).await;
+    Ok(user)
+}
+
+/// A request for a new API key, as the API and the command line take it.
+#[derive(Debug, Default)]
+pub struct NewKey {
+    pub name: String,
+    /// RFC 3339.
+    pub expires_at: Option<String>,
+    pub models: Option<Vec<String>>,
+    pub limits: crate::limits::Limits,
+}
+
+/// Checks `new` and creates the key for `user_id`. Returns the stored row and
+/// the secret (`gtk_…`), which is never stored and never shown again.
+pub async fn create_key(store: &Store, user_id: &str, new: NewKey) -> Result<(ApiKeyRow, String)> {
+    let row = new_key_row(user_id, new, now_ms())?;
+    let secret = new_secret("gtk_");
+    let row = ApiKeyRow {
+        key_hash: sha256_hex(&secret),
+        ..row
+    };
+    store.insert_api_key(&row).await?;
+    Ok((row, secret))
+}
+
+/// The rules of a new key (name, expiry in the future, a non-empty model list).
+fn new_key_row(user_id: &str, new: NewKey, now: i64) -> Result<ApiKeyRow> {
+    let name = new.name.trim();
+    if name.is_empty() || name.chars().count() > 200 {
+        return Err(Error::validation(
+            "name",
+            "'name' must be 1 to 200 characters.",
+        ));
+    }
+    let expires_at = match new.expires_at.as_deref() {
+        None => None,
+        Some(s) => {
+            let t = chrono::DateTime::parse_from_rfc3339(s).map_err(|_| {
+                Error::validation("expires_at", "'expires_at' must be an RFC 3339 timestamp.")
+            })?;
+            let ms = t.timestamp_millis();
+            if ms <= now {
+                return Err(Error::validation(
+                    "expires_at",
+                    "'expires_at' must be in the future.",
+                ));
+            }
+            Some(ms)
+        }
+    };
+    let models = match new.models {
+        None => None,
+        Some(models) => {
+            if models.is_empty() || models.iter().any(|m| m.trim().is_empty()) {
+                return Err(Error::validation(
+                    "models",
+                    "'models' must be a non-empty list of model ids, or left out for every model.",
+                ));
+            }
+            Some(serde_json::to_string(&models).map_err(Error::internal)?)
+        }
+    };
+    Ok(ApiKeyRow {
+        id: new_id(),
+        user_id: user_id.to_string(),
+        name: name.to_string(),
+        key_hash: String::new(),
+        models,
+        created_at: now,
+        expires_at,
+        last_used_at: None,
+        limits: new.limits.to_db(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(name: &str, expires_at: Option<&str>, models: Option<Vec<&str>>) -> NewKey {
+        NewKey {
+            name: name.into(),
+            expires_at: expires_at.map(str::to_string),
+            models: models.map(|m| m.into_iter().map(str::to_string).collect()),
+            limits: crate::limits::Limits::default(),
+        }
+    }
+
+    #[test]
+    fn key_rules_name_the_field_at_fault() {
+        let now = chrono::DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z")
+            .unwrap()
+            .timestamp_millis();
+        let param = |k: NewKey| new_key_row("u", k, now).unwrap_err().param;
+        assert_eq!(param(key(" ", None, None)).as_deref(), Some("name"));
+        assert_eq!(
+            param(key(&"n".repeat(201), None, None)).as_deref(),
+            Some("name")
+        );
+        assert_eq!(
+            param(key("k", Some("yesterday"), None)).as_deref(),
+            Some("expires_at")
+        );
+        assert_eq!(
+            param(key("k", Some("2025-12-31T23:59:59Z"), None)).as_deref(),
+            Some("expires_at")
+        );
+        assert_eq!(
+            param(key("k", None, Some(vec![]))).as_deref(),
+            Some("models")
+        );
+        assert_eq!(
+            param(key("k", None, Some(vec![" "]))).as_deref(),
+            Some("models")
+        );
+        let ok = new_key_row(
+            "u",
+            key(" k ", Some("2026-02-01T00:00:00Z"), Some(vec!["m"])),
+            now,
+        )
+        .unwrap();
+        assert_eq!(ok.name, "k");
+        assert_eq!(ok.models.as_deref(), Some(r#"["m"]"#));
+        assert!(ok.expires_at.is_some());
+    }
+}
