@@ -37,7 +37,7 @@ pub struct Caches {
 pub struct App {
     pub settings: Settings,
     pub store: Store,
-    /// Credentials: token keys, throttle, and their caches.
+    /// Credentials: token keys and their caches.
     pub auth: Auth,
     pub caches: Caches,
     pub catalog: RwLock<Arc<CatalogSnapshot>>,
@@ -85,7 +85,6 @@ impl App {
                 store.clone(),
                 &keyring.key(Use::TokenSigning),
                 lifetimes,
-                Duration::from_secs(settings.login_lockout_s.max(1)),
                 ttl,
             ),
             settings,
