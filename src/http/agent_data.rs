@@ -182,7 +182,7 @@ async fn answer_approval(
     }
 }
 
-fn tool_view(t: &ToolRow, contract: &[String]) -> Value {
+pub(crate) fn tool_view(t: &ToolRow, contract: &[String]) -> Value {
     let status = if contract.iter().any(|c| c == &t.name) {
         "contract"
     } else {
@@ -227,7 +227,7 @@ async fn admin_tools(
     ))
 }
 
-async fn decide_tool(
+pub(crate) async fn decide_tool(
     app: &AppState,
     address: &str,
     name: &str,

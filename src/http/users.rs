@@ -12,8 +12,8 @@ use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::app::AppState;
-use crate::auth::{accounts, passwords, tokens};
-use crate::error::{Error, ErrorKind, Result};
+use crate::auth::{accounts, tokens};
+use crate::error::{Error, Result};
 use crate::http::extract::{ApiForm, ApiJson, LoginUser};
 use crate::store::keys::ApiKeyRow;
 use crate::time::rfc3339;
@@ -72,45 +72,15 @@ async fn login(
             "'password' may have at most 1,024 characters.",
         ));
     }
-    let s = &app.settings;
-    // Counted before the password is checked, in the database, so no more
-    // than the limit are checked per window however many servers there are.
-    let attempt = match app.login_throttle.attempt(&email, peer.ip()).await? {
-        Ok(a) => a,
-        Err(wait) => {
-            let mut e = Error::new(
-                ErrorKind::TooManyRequests,
-                "too_many_attempts",
-                format!("Too many failed logins; try again in {wait} seconds."),
-            );
-            e.retry_after = Some(wait);
-            return Err(e);
-        }
-    };
-    let user = app.store.user_by_email(&email).await?;
-    // Verify even when the user is unknown, so both cases cost the same time.
-    let ok = passwords::verify(user.as_ref().map(|u| u.password_hash.clone()), password).await;
-    match user {
-        Some(u) if ok && u.active() => {
-            app.login_throttle.succeeded(attempt).await?;
-            let (token, _) =
-                app.auth
-                    .tokens
-                    .issue(tokens::LOGIN, &u.id, s.login_token_ttl, None, None);
-            Ok(Json(LoginResponse {
-                access_token: token,
-                token_type: "bearer",
-                expires_in: s.login_token_ttl,
-            }))
-        }
-        _ => {
-            // The attempt stays counted as a failure.
-            Err(Error::bad_request(
-                "login_bad_credentials",
-                "The e-mail or password is wrong.",
-            ))
-        }
-    }
+    let u = accounts::password_login(&app.auth, &app.login_throttle, &email, password, peer.ip())
+        .await?;
+    let ttl = app.settings.login_token_ttl;
+    let (token, _) = app.auth.tokens.issue(tokens::LOGIN, &u.id, ttl, None, None);
+    Ok(Json(LoginResponse {
+        access_token: token,
+        token_type: "bearer",
+        expires_in: ttl,
+    }))
 }
 
 /// The caller's account.
@@ -146,6 +116,12 @@ pub struct KeyPatch {
 /// Tells "sent as null" (Some(Null)) from "left out" (None).
 fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<serde_json::Value>, D::Error> {
     serde_json::Value::deserialize(d).map(Some)
+}
+
+pub(crate) fn key_models(row: &ApiKeyRow) -> Option<Vec<String>> {
+    row.models
+        .as_deref()
+        .and_then(|m| serde_json::from_str(m).ok())
 }
 
 fn key_view(row: &ApiKeyRow, secret: Option<&str>) -> serde_json::Value {
@@ -241,11 +217,17 @@ async fn delete_key(
     LoginUser(u): LoginUser,
     Path(id): Path<String>,
 ) -> Result<StatusCode> {
-    match app.store.revoke_api_key(&u.id, &id).await? {
+    revoke_key(&app, &u.id, &id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Revokes one of a user's keys: it stops working at once, on every server.
+pub(crate) async fn revoke_key(app: &AppState, user_id: &str, id: &str) -> Result<()> {
+    match app.store.revoke_api_key(user_id, id).await? {
         Some(hash) => {
             app.invalidate(crate::runtime::Invalidation::ApiKey(hash))
                 .await;
-            Ok(StatusCode::NO_CONTENT)
+            Ok(())
         }
         None => Err(Error::not_found(
             "api_key_not_found",

@@ -19,8 +19,9 @@ use crate::http::extract::{parse_json, read_body, ApiKeyAuth};
 use crate::http::limits::{add_headers, admit, end_hook};
 use crate::limits::{RateHeaders, Subject};
 use crate::models::retrieval::{self, EmbedRequest, RerankRequest};
+use crate::models::routing::Answered;
 use crate::models::{requested_model, resolve, Model, ModelKind};
-use crate::proxy::chat::{check_body, relay, ChatCall, NoHooks, Relayed};
+use crate::proxy::chat::{check_body, relay, ChatCall, NoHooks, Relayed, RelayedBody};
 use crate::usage::{Tokens, UsageContext, UsageTicket};
 
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -114,20 +115,6 @@ async fn model_request(
     Ok((model, body))
 }
 
-/// Records a failure on the ticket and passes the result on.
-fn recorded<T>(ticket: &mut UsageTicket, r: Result<(T, Tokens)>) -> Result<T> {
-    match r {
-        Ok((v, tokens)) => {
-            ticket.finish(200, tokens);
-            Ok(v)
-        }
-        Err(e) => {
-            ticket.finish(e.status(), Tokens::default());
-            Err(e)
-        }
-    }
-}
-
 /// Chat completion through the model's upstream, plain or streamed (SSE).
 #[utoipa::path(post, path = "/v1/chat/completions", tag = "v1",
     request_body = ChatCompletionRequest,
@@ -187,11 +174,20 @@ async fn chat_completions(
     Ok(with_rate_headers(relayed, &headers))
 }
 
+/// `x-gatehouse-provider` and `x-gatehouse-attempts`.
+pub fn routing_headers(resp: &mut Response, answered: &Answered) {
+    let h = resp.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&answered.provider) {
+        h.insert("x-gatehouse-provider", v);
+    }
+    h.insert("x-gatehouse-attempts", HeaderValue::from(answered.attempts));
+}
+
 /// The HTTP answer for a relayed chat: JSON, or an unbuffered event stream.
 pub fn relayed_response(relayed: Relayed) -> Response {
-    match relayed {
-        Relayed::Answer(v) => Json(v).into_response(),
-        Relayed::Stream(body) => {
+    let mut resp = match relayed.body {
+        RelayedBody::Answer(v) => Json(v).into_response(),
+        RelayedBody::Stream(body) => {
             let mut resp = Response::new(axum::body::Body::from_stream(body));
             let h = resp.headers_mut();
             h.insert(
@@ -202,6 +198,30 @@ pub fn relayed_response(relayed: Relayed) -> Response {
             // Tells nginx in front not to buffer the stream.
             h.insert("x-accel-buffering", HeaderValue::from_static("no"));
             resp
+        }
+    };
+    routing_headers(&mut resp, &relayed.answered);
+    resp
+}
+
+/// Records an embeddings or rerank result (naming the model and provider
+/// that answered) and makes its response.
+fn routed_response<T: serde::Serialize>(
+    ticket: &mut UsageTicket,
+    r: Result<(T, Tokens, Answered)>,
+) -> Result<Response> {
+    match r {
+        Ok((v, tokens, answered)) => {
+            ticket.set_model(&answered.model);
+            ticket.set_provider(&answered.provider);
+            ticket.finish(200, tokens);
+            let mut resp = Json(v).into_response();
+            routing_headers(&mut resp, &answered);
+            Ok(resp)
+        }
+        Err(e) => {
+            ticket.finish(e.status(), Tokens::default());
+            Err(e)
         }
     }
 }
@@ -240,7 +260,7 @@ async fn embeddings(
     let headers = admission.headers;
     ticket.set_on_end(end_hook(admission));
     let result = retrieval::embed(&app.http, &model, req).await;
-    let answer = recorded(&mut ticket, result).map(|v| Json(v).into_response());
+    let answer = routed_response(&mut ticket, result);
     Ok(with_rate_headers(answer, &headers))
 }
 
@@ -279,6 +299,6 @@ async fn rerank(State(app): State<AppState>, auth: ApiKeyAuth, req: Request) -> 
     let headers = admission.headers;
     ticket.set_on_end(end_hook(admission));
     let result = retrieval::rerank(&app.http, &model, req).await;
-    let answer = recorded(&mut ticket, result).map(|v| Json(v).into_response());
+    let answer = routed_response(&mut ticket, result);
     Ok(with_rate_headers(answer, &headers))
 }
