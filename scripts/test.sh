@@ -10,6 +10,8 @@ cd "$(dirname "$0")/.."
 
 echo "== npm ci (tests/agui: @ag-ui/core, @ag-ui/client)"
 (cd tests/agui && npm ci --silent --no-audit --no-fund)
+echo "== npm ci (tests/oidc: oidc-provider, the OpenID Connect provider of the SSO tests)"
+(cd tests/oidc && npm ci --silent --no-audit --no-fund)
 
 echo "== cargo test (SQLite)"
 cargo test --workspace --no-fail-fast 2>&1 | tee /tmp/gatehouse-test-sqlite.log

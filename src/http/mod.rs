@@ -13,6 +13,7 @@ pub mod extract;
 pub mod limits;
 pub mod metrics;
 pub mod signins;
+pub mod sso;
 pub mod system;
 pub mod usage;
 pub mod users;
@@ -55,6 +56,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .merge(agent_chat::routes())
         .merge(signins::routes())
         .merge(limits::routes())
+        .merge(sso::routes())
 }
 
 pub fn router(state: AppState) -> Router {
