@@ -34,7 +34,10 @@ pub fn retry_after(counts: &[KeyCount], maxes: &[u32], now_ms: i64, window_ms: i
         .filter(|((n, _), max)| *n >= i64::from(**max))
         .map(|((_, oldest), _)| oldest.map_or(window_ms, |o| o + window_ms - now_ms))
         .max()
-        .unwrap_or(0);
+        .unwrap_or(0)
+        // An attempt that waited for the key's lock may find failures
+        // stamped a moment after its own clock reading: never past a window.
+        .min(window_ms);
     retry_after_secs(wait_ms)
 }
 
@@ -146,5 +149,8 @@ mod tests {
         // Rounded up, never below one second.
         let c = [(5, Some(now - 299_999)), (0, None)];
         assert_eq!(retry_after(&c, &maxes, now, window), 1);
+        // A failure stamped just after this attempt's clock reading.
+        let c = [(5, Some(now + 40)), (0, None)];
+        assert_eq!(retry_after(&c, &maxes, now, window), 300);
     }
 }
