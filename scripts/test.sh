@@ -1,40 +1,94 @@
 #!/usr/bin/env bash
 # Runs every test: the Rust suite on SQLite, the same suite on PostgreSQL
 # (a private cluster started and stopped here), and the client tests with the
-# official openai Python SDK, and the web console's tests in a headless
-# Chromium (Playwright from PyPI). Needs: cargo, python3, chromium, node and npm (the AG-UI
-# events are checked with the protocol's own packages, tests/agui),
+# official openai Python SDK, and the web console's tests in a headless Chromium
+# (Playwright from PyPI). Needs: cargo, python3 with venv, chromium, node and npm
+# (the AG-UI events are checked with the protocol's own packages, tests/agui; the
+# single sign-on tests run a real OpenID Connect provider, tests/oidc),
 # PostgreSQL server binaries (apt-get install postgresql); .ci/run installs them.
-set -euo pipefail
+#
+# Everything it makes lives in a new temporary directory and on free ports, so
+# two runs can share a machine. Without PostgreSQL binaries the PostgreSQL run
+# is skipped, and said so; GATEHOUSE_TEST_REQUIRE_PG=1 (CI) makes that a failure.
+set -uo pipefail
 cd "$(dirname "$0")/.."
 
-echo "== npm ci (tests/agui: @ag-ui/core, @ag-ui/client)"
-(cd tests/agui && npm ci --silent --no-audit --no-fund)
-echo "== npm ci (tests/oidc: oidc-provider, the OpenID Connect provider of the SSO tests)"
-(cd tests/oidc && npm ci --silent --no-audit --no-fund)
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/gatehouse-test.XXXXXX")
+PG_DIR=
+failed=()
+skipped=()
+cleanup() {
+  if [ -n "$PG_DIR" ]; then GATEHOUSE_PG_DIR=$PG_DIR scripts/pg.sh stop || true; fi
+  if [ ${#failed[@]} -eq 0 ]; then rm -rf "$TMP"; else echo "logs kept in $TMP"; fi
+}
+trap cleanup EXIT
 
-echo "== cargo test (SQLite)"
-cargo test --workspace --no-fail-fast 2>&1 | tee /tmp/gatehouse-test-sqlite.log
+# run NAME LOG CMD...: runs CMD, its output also into $TMP/LOG, and records a failure.
+run() {
+  local name=$1 log=$2
+  shift 2
+  echo "== $name"
+  if ! "$@" 2>&1 | tee "$TMP/$log"; then
+    failed+=("$name (log: $TMP/$log)")
+  fi
+}
 
-echo "== cargo test (PostgreSQL)"
-URL=$(scripts/pg.sh start)
-trap 'scripts/pg.sh stop' EXIT
-GATEHOUSE_TEST_DATABASE_URL="$URL" GATEHOUSE_TEST_PG_FAULT=1 cargo test -p gatehouse --no-fail-fast 2>&1 | tee /tmp/gatehouse-test-pg.log
+run "npm ci (tests/agui: @ag-ui/core, @ag-ui/client)" npm.log \
+  bash -c 'cd tests/agui && npm ci --silent --no-audit --no-fund'
 
-if [ ! -x .venv/bin/python ]; then python3 -m venv .venv; fi
-# Both binaries: `--bin gatehouse` alone would skip stub-upstream.
-cargo build -q -p gatehouse -p gatehouse-stub-upstream --bins
+run "npm ci (tests/oidc: oidc-provider, the OpenID Connect provider of the SSO tests)" npm-oidc.log \
+  bash -c 'cd tests/oidc && npm ci --silent --no-audit --no-fund'
+
+run "cargo test (SQLite)" sqlite.log cargo test --workspace --no-fail-fast
+
+if why=$(scripts/pg.sh available); then
+  PG_DIR=$(mktemp -d "${TMPDIR:-/tmp}/gatehouse-pg.XXXXXX")
+  echo "== PostgreSQL cluster in $PG_DIR"
+  if URL=$(GATEHOUSE_PG_DIR=$PG_DIR scripts/pg.sh start); then
+    # The fault test (tests/db_outage.rs) starts and stops a cluster of its own,
+    # also in a temporary directory on a free port.
+    run "cargo test (PostgreSQL at $URL)" pg.log \
+      env GATEHOUSE_TEST_DATABASE_URL="$URL" GATEHOUSE_TEST_PG_FAULT=1 \
+      cargo test -p gatehouse --no-fail-fast
+  else
+    failed+=("PostgreSQL cluster did not start")
+  fi
+else
+  echo "== cargo test (PostgreSQL): SKIPPED: $why"
+  if [ "${GATEHOUSE_TEST_REQUIRE_PG:-}" = 1 ]; then
+    failed+=("PostgreSQL tests skipped but GATEHOUSE_TEST_REQUIRE_PG=1: $why")
+  else
+    skipped+=("PostgreSQL tests: $why")
+  fi
+fi
 
 if [ -d tests/python ]; then
   echo "== client tests (openai Python SDK)"
-  .venv/bin/pip install -q -r tests/python/requirements.txt
-  .venv/bin/python -m pytest -q tests/python
+  if [ ! -x .venv/bin/python ] && ! python3 -m venv .venv; then
+    failed+=("python3 -m venv .venv (apt-get install python3-venv)")
+  else
+    # Both binaries: `--bin gatehouse` alone would skip stub-upstream.
+    run "pip install" pip.log .venv/bin/pip install -q -r tests/python/requirements.txt
+    run "cargo build (binaries for the client tests)" build.log \
+      cargo build -q -p gatehouse -p gatehouse-stub-upstream --bins
+    run "pytest tests/python" pytest.log .venv/bin/python -m pytest -q tests/python
+    if [ -d tests/console ]; then
+      # Playwright drives Debian's Chromium (/usr/bin/chromium, or $CHROMIUM);
+      # it never downloads a browser of its own.
+      run "pip install (console tests)" pip-console.log \
+        .venv/bin/pip install -q -r tests/console/requirements.txt
+      run "pytest tests/console (headless Chromium)" console.log \
+        .venv/bin/python -m pytest -q tests/console
+    fi
+  fi
 fi
 
-if [ -d tests/console ]; then
-  # Playwright drives Debian's Chromium (/usr/bin/chromium, or $CHROMIUM);
-  # it never downloads a browser of its own.
-  echo "== console tests (headless Chromium through Playwright)"
-  .venv/bin/pip install -q -r tests/console/requirements.txt
-  .venv/bin/python -m pytest -q tests/console
+echo "== summary"
+for s in "${skipped[@]}"; do echo "SKIPPED: $s"; done
+for f in "${failed[@]}"; do echo "FAILED: $f"; done
+if [ ${#failed[@]} -gt 0 ]; then exit 1; fi
+if [ ${#skipped[@]} -gt 0 ]; then
+  echo "every test step that ran passed; ${#skipped[@]} skipped (above)"
+else
+  echo "all test steps passed"
 fi

@@ -70,6 +70,39 @@ fn positive(name: &str, v: i64) -> Result<i64, ConfigError> {
     Ok(v)
 }
 
+/// `GATEHOUSE_LISTEN` alone (the health check needs nothing else).
+pub fn listen_from_env() -> Result<SocketAddr, ConfigError> {
+    parse_var("GATEHOUSE_LISTEN", SocketAddr::from(([127, 0, 0, 1], 8080)))
+}
+
+/// `GATEHOUSE_CONFIG` alone (`config check` needs nothing else).
+pub fn config_file_from_env() -> Option<PathBuf> {
+    var("GATEHOUSE_CONFIG").map(PathBuf::from)
+}
+
+/// The database URL names a backend we have; the message shows only its
+/// scheme, never the rest (it may hold a password).
+pub fn check_database_url(url: String) -> Result<String, ConfigError> {
+    let u = url.trim();
+    if u.starts_with("sqlite:") || u.starts_with("postgres://") || u.starts_with("postgresql://") {
+        return Ok(u.to_string());
+    }
+    let scheme = u.split_once("://").map_or("", |(s, _)| s);
+    let shown = if !scheme.is_empty()
+        && scheme.len() <= 20
+        && scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+    {
+        format!("it starts with {scheme}://")
+    } else {
+        "it has no scheme".to_string()
+    };
+    Err(ConfigError(format!(
+        "GATEHOUSE_DATABASE_URL must start with sqlite://, postgres:// or postgresql:// ({shown})"
+    )))
+}
+
 impl Settings {
     /// How the store reaches the database.
     pub fn db_options(&self) -> crate::store::DbOptions {
@@ -82,10 +115,11 @@ impl Settings {
 
     pub fn from_env() -> Result<Settings, ConfigError> {
         Ok(Settings {
-            listen: parse_var("GATEHOUSE_LISTEN", SocketAddr::from(([127, 0, 0, 1], 8080)))?,
-            database_url: var("GATEHOUSE_DATABASE_URL")
-                .unwrap_or_else(|| "sqlite://gatehouse.db".into()),
-            config_file: var("GATEHOUSE_CONFIG").map(PathBuf::from),
+            listen: listen_from_env()?,
+            database_url: check_database_url(
+                var("GATEHOUSE_DATABASE_URL").unwrap_or_else(|| "sqlite://gatehouse.db".into()),
+            )?,
+            config_file: config_file_from_env(),
             secret: match var("GATEHOUSE_SECRET") {
                 Some(s) if s.chars().count() < crate::secrets::MIN_SECRET_CHARS => {
                     return Err(ConfigError(format!(

@@ -3,6 +3,7 @@
 pub mod agents;
 pub mod app;
 pub mod auth;
+pub mod cli;
 pub mod config;
 pub mod error;
 pub mod http;

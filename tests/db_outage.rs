@@ -14,33 +14,49 @@ use common::stub::{calling, tool_call};
 use common::*;
 use serde_json::{json, Value};
 
-fn pg_port() -> String {
-    std::env::var("GATEHOUSE_TEST_PG_FAULT_PORT").unwrap_or_else(|_| "54371".into())
+/// A private cluster of this test alone: its own temporary directory, and a
+/// free port that pg.sh picks at the first start and keeps for the restart
+/// (GATEHOUSE_TEST_PG_FAULT_PORT pins one), so parallel runs never meet.
+struct Cluster {
+    dir: std::path::PathBuf,
 }
 
-/// `scripts/pg.sh cmd` on the fault test's own cluster.
-fn pg_sh(cmd: &str) -> Command {
-    let mut c = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/pg.sh"));
-    c.arg(cmd)
-        .env("GATEHOUSE_PG_DIR", "/tmp/gatehouse-pg-fault")
-        .env("GATEHOUSE_PG_PORT", pg_port());
-    c
+impl Cluster {
+    fn new() -> Cluster {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let dir =
+            std::env::temp_dir().join(format!("gatehouse-pg-fault.{}.{nanos}", std::process::id()));
+        Cluster { dir }
+    }
+
+    /// `scripts/pg.sh cmd` on this cluster.
+    fn command(&self, cmd: &str) -> Command {
+        let mut c = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/pg.sh"));
+        c.arg(cmd).env("GATEHOUSE_PG_DIR", &self.dir);
+        match std::env::var("GATEHOUSE_TEST_PG_FAULT_PORT") {
+            Ok(port) => c.env("GATEHOUSE_PG_PORT", port),
+            Err(_) => c.env_remove("GATEHOUSE_PG_PORT"),
+        };
+        c
+    }
+
+    fn run(&self, cmd: &str) -> String {
+        let out = self.command(cmd).output().expect("run scripts/pg.sh");
+        assert!(
+            out.status.success(),
+            "pg.sh {cmd}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
 }
 
-fn pg(cmd: &str) -> String {
-    let out = pg_sh(cmd).output().expect("run scripts/pg.sh");
-    assert!(
-        out.status.success(),
-        "pg.sh {cmd}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-struct Cluster;
 impl Drop for Cluster {
     fn drop(&mut self) {
-        let _ = pg_sh("stop").output();
+        let _ = self.command("stop").output();
     }
 }
 
@@ -50,9 +66,8 @@ async fn nothing_accepted_is_lost_when_the_database_stops_mid_load_and_service_r
         eprintln!("not applicable: set GATEHOUSE_TEST_PG_FAULT=1 (scripts/test.sh does) to run the database fault test");
         return;
     }
-    let _ = pg_sh("stop").output();
-    let db = pg("start");
-    let _cluster = Cluster;
+    let cluster = Cluster::new();
+    let db = cluster.run("start");
     let server = spawn_server(&db, &[("GATEHOUSE_DB_ACQUIRE_TIMEOUT_S", "1")]).await;
     let url = server.url.clone();
     let c = client();
@@ -93,7 +108,7 @@ async fn nothing_accepted_is_lost_when_the_database_stops_mid_load_and_service_r
             "the fault test ran away"
         );
         if !stopped && start.elapsed() > Duration::from_secs(3) {
-            pg("pause");
+            cluster.run("pause");
             stopped = true;
             paused_at = Some(Instant::now());
             let ready = c
@@ -108,7 +123,7 @@ async fn nothing_accepted_is_lost_when_the_database_stops_mid_load_and_service_r
             && (unavailable >= 3
                 || paused_at.is_some_and(|t| t.elapsed() > Duration::from_secs(20)));
         if stopped && !restarted && outage_long_enough {
-            pg("start");
+            cluster.run("start");
             restarted = true;
             restarted_at = Some(Instant::now());
         }

@@ -28,6 +28,35 @@ const FIELDS: [&str; 10] = [
     "limits",
 ];
 
+/// How a problem names the `i`th `[[agents]]` table: its address, else its place.
+pub fn file_agent_label(raw: &serde_json::Value, i: usize) -> String {
+    raw.get("address")
+        .and_then(|a| a.as_str())
+        .map_or_else(|| format!("#{}", i + 1), str::to_string)
+}
+
+/// One `[[agents]]` table checked as `POST /api/admin/agents` checks its body,
+/// its model looked up in `catalog`; unknown fields, ignored in the HTTP body,
+/// are refused here: in a file they are typos.
+pub fn parse_file_agent(
+    raw: &serde_json::Value,
+    catalog: &CatalogSnapshot,
+    now: i64,
+) -> crate::error::Result<Agent> {
+    if let Some(unknown) = raw
+        .as_object()
+        .and_then(|o| o.keys().find(|k| !FIELDS.contains(&k.as_str())))
+    {
+        return Err(crate::error::Error::validation(
+            unknown.as_str(),
+            format!("unknown field `{unknown}`"),
+        ));
+    }
+    let new: NewAgent = serde_json::from_value(raw.clone())
+        .map_err(|e| crate::error::Error::validation("agent", e.to_string()))?;
+    new.validate(catalog, now)
+}
+
 /// Applies the `[[agents]]` tables of GATEHOUSE_CONFIG as upserts: the file is
 /// the source of truth for the agents it names (fields it leaves out take
 /// their defaults). Runs at start, after the file's providers and models.
@@ -45,20 +74,9 @@ pub async fn apply_file_agents(
         .map_err(|e| e.to_string())?;
     let now = crate::store::now_ms();
     for (i, raw) in agents.iter().enumerate() {
-        let label = raw
-            .get("address")
-            .and_then(|a| a.as_str())
-            .map_or_else(|| format!("#{}", i + 1), str::to_string);
+        let label = file_agent_label(raw, i);
         let fail = |m: String| format!("GATEHOUSE_CONFIG agent {label}: {m}");
-        // The HTTP body ignores unknown fields; in a file they are typos.
-        if let Some(unknown) = raw
-            .as_object()
-            .and_then(|o| o.keys().find(|k| !FIELDS.contains(&k.as_str())))
-        {
-            return Err(fail(format!("unknown field `{unknown}`")));
-        }
-        let new: NewAgent = serde_json::from_value(raw.clone()).map_err(|e| fail(e.to_string()))?;
-        let agent = new.validate(&catalog, now).map_err(|e| fail(e.message))?;
+        let agent = parse_file_agent(raw, &catalog, now).map_err(|e| fail(e.message))?;
         store
             .upsert_agent(&agent.to_row())
             .await

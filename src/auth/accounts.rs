@@ -19,12 +19,7 @@ pub async fn hash_new_password(password: String) -> Result<String> {
 
 /// Sets a user's password by e-mail (the command line's `users set-password`).
 pub async fn set_password(auth: &Auth, email: &str, password: String) -> Result<UserRow> {
-    let email = Email::parse(email)?;
-    let user = auth
-        .store
-        .user_by_email(email.as_str())
-        .await?
-        .ok_or_else(|| Error::not_found("user_not_found", "There is no user with this e-mail."))?;
+    let user = user_by_email(&auth.store, email).await?;
     let change = UserChange {
         password: Some(password),
         ..UserChange::default()
@@ -127,7 +122,7 @@ pub async fn password_login(
 }
 
 /// A request for a new API key, as the API and the command line take it.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct NewKey {
     pub name: String,
     /// RFC 3339.
@@ -147,6 +142,52 @@ pub async fn create_key(store: &Store, user_id: &str, new: NewKey) -> Result<(Ap
     };
     store.insert_api_key(&row).await?;
     Ok((row, secret))
+}
+
+/// Checks `new` without creating anything (the command line refuses bad
+/// input before it opens the database).
+pub fn check_new_key(new: &NewKey) -> Result<()> {
+    new_key_row("", new.clone(), now_ms()).map(|_| ())
+}
+
+/// The user with this e-mail; none is 404 `user_not_found`.
+pub async fn user_by_email(store: &Store, email: &str) -> Result<UserRow> {
+    let email = Email::parse(email)?;
+    store
+        .user_by_email(email.as_str())
+        .await?
+        .ok_or_else(|| Error::not_found("user_not_found", "There is no user with this e-mail."))
+}
+
+/// A user as the admin API and `gatehouse users list` show it: no password data.
+pub fn user_json(u: &UserRow) -> serde_json::Value {
+    serde_json::json!({
+        "id": u.id, "email": u.email, "is_admin": u.admin(), "is_active": u.active(),
+        "created_at": crate::time::rfc3339(u.created_at),
+        "limits": crate::limits::Limits::from_db_or_closed(u.limits.as_deref(), &u.id),
+    })
+}
+
+/// A key as `GET /api/api-keys` and `gatehouse keys list` show it; the
+/// secret only in the answer that creates it.
+pub fn key_json(row: &ApiKeyRow, secret: Option<&str>) -> serde_json::Value {
+    let models: Option<Vec<String>> = row
+        .models
+        .as_deref()
+        .and_then(|m| serde_json::from_str(m).ok());
+    let mut v = serde_json::json!({
+        "id": row.id,
+        "name": row.name,
+        "created_at": crate::time::rfc3339(row.created_at),
+        "expires_at": row.expires_at.map(crate::time::rfc3339),
+        "models": models,
+        "last_used_at": row.last_used_at.map(crate::time::rfc3339),
+        "limits": crate::limits::Limits::from_db_or_closed(row.limits.as_deref(), &row.id),
+    });
+    if let Some(k) = secret {
+        v["key"] = serde_json::json!(k);
+    }
+    v
 }
 
 /// The rules of a new key (name, expiry in the future, a non-empty model list).

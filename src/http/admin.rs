@@ -17,7 +17,6 @@ use crate::http::extract::{AdminUser, ApiJson, ApiKeyAuth};
 use crate::models::NewProvider;
 use crate::runtime::Invalidation;
 use crate::store::catalog::ProviderRow;
-use crate::store::users::UserRow;
 use crate::time::rfc3339;
 
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -27,12 +26,6 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(create_provider, list_providers))
         .routes(routes!(get_provider, delete_provider))
         .routes(routes!(v1_models))
-}
-
-fn user_view(u: &UserRow) -> serde_json::Value {
-    let limits = crate::limits::Limits::from_db_or_closed(u.limits.as_deref(), &u.id);
-    json!({"id": u.id, "email": u.email, "is_admin": u.admin(), "is_active": u.active(),
-           "created_at": rfc3339(u.created_at), "limits": limits})
 }
 
 #[derive(Deserialize, ToSchema)]
@@ -62,7 +55,9 @@ async fn create_user(
 #[utoipa::path(get, path = "/api/admin/users", tag = "admin", responses((status = 200, description = "Users")))]
 async fn list_users(State(app): State<AppState>, _admin: AdminUser) -> Result<impl IntoResponse> {
     let users = app.store.list_users().await?;
-    Ok(Json(users.iter().map(user_view).collect::<Vec<_>>()))
+    Ok(Json(
+        users.iter().map(accounts::user_json).collect::<Vec<_>>(),
+    ))
 }
 
 #[derive(Deserialize, ToSchema)]
@@ -123,7 +118,7 @@ async fn update_user(
         password: body.password,
     };
     let user = accounts::update_user(&app.auth, &id, change).await?;
-    Ok(Json(user_view(&user)))
+    Ok(Json(accounts::user_json(&user)))
 }
 
 fn provider_view(p: &ProviderRow) -> serde_json::Value {

@@ -11,6 +11,7 @@ use crate::app::AppState;
 use crate::auth::signins::{self, SignInInfo};
 use crate::auth::tokens::{self, Claims, TokenError};
 use crate::error::{Error, Result};
+use crate::http::access::AccessNote;
 use crate::http::extract::{bearer, login_user};
 use crate::users::UserInfo;
 
@@ -89,6 +90,11 @@ impl FromRequestParts<AppState> for AgentAccess {
             .last_used
             .sign_ins
             .insert(sign_in.device_id.clone(), crate::store::now_ms());
+        AccessNote::note(&parts.extensions, |f| {
+            f.user_id = Some(user.id.clone());
+            f.device_id = Some(sign_in.device_id.clone());
+            f.agent = Some(sign_in.agent.clone());
+        });
         Ok(AgentAccess {
             user,
             sign_in,
@@ -124,7 +130,11 @@ impl FromRequestParts<AppState> for Caller {
         })?;
         let claims = verify(state, token)?;
         match claims.typ.as_str() {
-            tokens::LOGIN => login_user(state, token).await.map(Caller::Login),
+            tokens::LOGIN => {
+                let u = login_user(state, token).await?;
+                AccessNote::note(&parts.extensions, |f| f.user_id = Some(u.id.clone()));
+                Ok(Caller::Login(u))
+            }
             tokens::ACCESS => {
                 let (sign_in, user) = signins::check_access(&state.auth, &claims).await?;
                 state
@@ -132,6 +142,11 @@ impl FromRequestParts<AppState> for Caller {
                     .last_used
                     .sign_ins
                     .insert(sign_in.device_id.clone(), crate::store::now_ms());
+                AccessNote::note(&parts.extensions, |f| {
+                    f.user_id = Some(user.id.clone());
+                    f.device_id = Some(sign_in.device_id.clone());
+                    f.agent = Some(sign_in.agent.clone());
+                });
                 Ok(Caller::Device { user, sign_in })
             }
             _ => Err(invalid("The token is not valid.")),

@@ -16,6 +16,7 @@ use crate::agents::chat::parse_headers;
 use crate::agents::tools::{apply, offered_tools, refuse_legacy_functions, ToolPolicy};
 use crate::app::AppState;
 use crate::error::{Error, ErrorKind, Result};
+use crate::http::access::AccessNote;
 use crate::http::agent_auth::AgentAccess;
 use crate::http::agent_data::{manifest_classes, tool_decisions};
 use crate::http::extract::{parse_json, read_body};
@@ -70,6 +71,8 @@ async fn agent_chat(
         agent.pii.user_choosable,
         h.pii_mode.as_deref(),
     )?;
+    let note = AccessNote::of(req.extensions());
+    note.set(|f| f.model = Some(agent.model.clone()));
     let bytes = read_body(req).await?;
     let mut body: Map<String, Value> = parse_json(&bytes)?;
     // Tool checks first: a refused list records nothing and reaches no upstream.

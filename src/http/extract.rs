@@ -13,6 +13,7 @@ use crate::app::AppState;
 use crate::auth::tokens::{self, TokenError};
 use crate::auth::KeyInfo;
 use crate::error::{Error, Result};
+use crate::http::access::AccessNote;
 use crate::users::UserInfo;
 
 /// The body limit of the matched route group, set by `body_limits`.
@@ -166,7 +167,9 @@ impl FromRequestParts<AppState> for LoginUser {
                 "Send the login token as Authorization: Bearer <token>.",
             )
         })?;
-        login_user(state, token).await.map(LoginUser)
+        let u = login_user(state, token).await?;
+        AccessNote::note(&parts.extensions, |f| f.user_id = Some(u.id.clone()));
+        Ok(LoginUser(u))
     }
 }
 
@@ -238,6 +241,10 @@ impl FromRequestParts<AppState> for ApiKeyAuth {
             _ => return Err(invalid_key("The API key's user is disabled.")),
         };
         state.auth.last_used.api_keys.insert(key.id.clone(), now);
+        AccessNote::note(&parts.extensions, |f| {
+            f.user_id = Some(user.id.clone());
+            f.api_key_id = Some(key.id.clone());
+        });
         Ok(ApiKeyAuth { key, user })
     }
 }

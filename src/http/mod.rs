@@ -1,6 +1,7 @@
 //! The HTTP surface: router, middleware (request ids, body limits, metrics,
 //! error shapes) and thin handlers that call into the domain modules.
 
+pub mod access;
 pub mod admin;
 pub mod admin_models;
 pub mod agent_auth;
@@ -86,6 +87,7 @@ pub fn router(state: AppState) -> Router {
         ))
         .layer(middleware::from_fn(error::render_errors))
         .layer(middleware::from_fn_with_state(state.clone(), body_limits))
+        .layer(middleware::from_fn(access::log))
         .layer(middleware::from_fn(request_id))
         .with_state(state)
 }
@@ -140,7 +142,12 @@ async fn request_id(mut req: Request, next: Next) -> Response {
     let span =
         tracing::info_span!("request", id = ?id, method = %req.method(), path = %req.uri().path());
     // Instrument the future (a guard held across .await would leak the span to other tasks).
-    let mut resp = tracing::Instrument::instrument(next.run(req), span).await;
+    let mut resp = crate::models::upstream::REQUEST_ID
+        .scope(
+            id.clone(),
+            tracing::Instrument::instrument(next.run(req), span),
+        )
+        .await;
     resp.headers_mut().insert("x-request-id", id);
     resp
 }

@@ -132,26 +132,6 @@ pub(crate) fn key_models(row: &ApiKeyRow) -> Option<Vec<String>> {
         .and_then(|m| serde_json::from_str(m).ok())
 }
 
-fn key_view(row: &ApiKeyRow, secret: Option<&str>) -> serde_json::Value {
-    let models: Option<Vec<String>> = row
-        .models
-        .as_deref()
-        .and_then(|m| serde_json::from_str(m).ok());
-    let mut v = json!({
-        "id": row.id,
-        "name": row.name,
-        "created_at": rfc3339(row.created_at),
-        "expires_at": row.expires_at.map(rfc3339),
-        "models": models,
-        "last_used_at": row.last_used_at.map(rfc3339),
-        "limits": crate::limits::Limits::from_db_or_closed(row.limits.as_deref(), &row.id),
-    });
-    if let Some(k) = secret {
-        v["key"] = json!(k);
-    }
-    v
-}
-
 /// Create an API key; the key is shown only in this answer.
 #[utoipa::path(post, path = "/api/api-keys", tag = "api-keys", request_body = NewKey,
     responses((status = 201, description = "The key, with its secret")))]
@@ -171,7 +151,10 @@ async fn create_key(
         limits,
     };
     let (row, secret) = accounts::create_key(&app.store, &u.id, new).await?;
-    Ok((StatusCode::CREATED, Json(key_view(&row, Some(&secret)))))
+    Ok((
+        StatusCode::CREATED,
+        Json(accounts::key_json(&row, Some(&secret))),
+    ))
 }
 
 /// The caller's keys, without secrets.
@@ -182,7 +165,9 @@ async fn list_keys(
 ) -> Result<impl IntoResponse> {
     let rows = app.store.list_api_keys(&u.id).await?;
     Ok(Json(
-        rows.iter().map(|r| key_view(r, None)).collect::<Vec<_>>(),
+        rows.iter()
+            .map(|r| accounts::key_json(r, None))
+            .collect::<Vec<_>>(),
     ))
 }
 
@@ -214,7 +199,7 @@ async fn patch_key(
         .into_iter()
         .find(|r| r.id == id)
         .ok_or_else(not_found)?;
-    Ok(Json(key_view(&row, None)))
+    Ok(Json(accounts::key_json(&row, None)))
 }
 
 /// Revoke one of the caller's keys; it stops working at once.

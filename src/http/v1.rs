@@ -15,6 +15,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::app::{App, AppState};
 use crate::error::{Error, Result};
+use crate::http::access::AccessNote;
 use crate::http::extract::{parse_json, read_body, ApiKeyAuth};
 use crate::http::limits::{add_headers, admit, end_hook};
 use crate::limits::{RateHeaders, Subject};
@@ -106,10 +107,12 @@ async fn model_request(
     kind: ModelKind,
     ticket: &mut UsageTicket,
 ) -> Result<(Arc<Model>, Map<String, Value>)> {
+    let note = AccessNote::of(req.extensions());
     let bytes = read_body(req).await?;
     let body: Map<String, Value> = parse_json(&bytes)?;
     let name = requested_model(&body)?;
     ticket.set_model(name);
+    note.set(|f| f.model = Some(name.to_string()));
     auth.check_model(name)?;
     let model = resolve(&app.catalog(), name, kind)?;
     Ok((model, body))

@@ -38,6 +38,13 @@ impl From<AttemptError> for Error {
     }
 }
 
+tokio::task_local! {
+    /// The `x-request-id` of the request being served. The HTTP layer sets it
+    /// around each request, so every upstream attempt made while serving it
+    /// carries the same id without threading it through every call.
+    pub static REQUEST_ID: header::HeaderValue;
+}
+
 /// The longest upstream error message passed on to the client.
 const MAX_MESSAGE_CHARS: usize = 2000;
 
@@ -100,6 +107,9 @@ pub async fn post(
         req = req.bearer_auth(key);
     }
     let timeout = || AttemptError::new(Failure::TimeoutBeforeHead, timeout_error(provider));
+    if let Ok(id) = REQUEST_ID.try_with(header::HeaderValue::clone) {
+        req = req.header("x-request-id", id);
+    }
     let resp = match tokio::time::timeout_at(deadline, req.send()).await {
         Err(_) => return Err(timeout()),
         Ok(Err(e)) if e.is_timeout() => return Err(timeout()),

@@ -1,0 +1,306 @@
+//! `gatehouse config check [FILE]`: the `GATEHOUSE_CONFIG` file checked as
+//! `serve` would apply it, without starting and without a database. Every
+//! problem is listed, each naming its entry (`name`, `id` or `address`) or
+//! the wrong value. References are resolved within the file: a model's
+//! provider and an agent's model must be defined in it.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+
+use serde_json::json;
+
+use super::{CliError, CliResult};
+use crate::config::FileConfig;
+use crate::models::{CatalogSnapshot, ModelForm, ModelKind, NewProvider, RoutingState};
+
+/// What a file holds once it has no problems.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Counts {
+    pub providers: usize,
+    pub models: usize,
+    pub agents: usize,
+}
+
+fn tables<'a>(doc: &'a toml::Table, key: &str, problems: &mut Vec<String>) -> Vec<&'a toml::Value> {
+    match doc.get(key) {
+        None => Vec::new(),
+        Some(toml::Value::Array(items)) => items.iter().collect(),
+        Some(_) => {
+            problems.push(format!("`{key}` must be an array of tables ([[{key}]])"));
+            Vec::new()
+        }
+    }
+}
+
+/// How a problem names an entry: the value of `field`, else its place.
+fn label(entry: &toml::Value, field: &str, i: usize) -> String {
+    entry
+        .get(field)
+        .and_then(|v| v.as_str())
+        .map_or_else(|| format!("#{}", i + 1), str::to_string)
+}
+
+/// Checks the text of a config file; `Err` lists every problem.
+pub fn check_text(text: &str) -> Result<Counts, Vec<String>> {
+    let doc: toml::Table = toml::from_str(text).map_err(|e| {
+        let at = e.span().map_or(String::new(), |span| {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+            format!("line {line}, column {column}: ")
+        });
+        vec![format!("not a TOML file: {at}{}", e.message().trim_end())]
+    })?;
+    let mut problems = Vec::new();
+
+    // Names an entry declares even when the entry itself is wrong: a
+    // reference to one is not reported again (one mistake, one problem).
+    let declared = |key: &str, field: &str| -> HashSet<String> {
+        doc.get(key)
+            .and_then(|v| v.as_array())
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.get(field).and_then(|v| v.as_str()).map(str::to_string))
+            .collect()
+    };
+    let declared_providers = declared("providers", "name");
+    let declared_models = declared("models", "id");
+
+    let mut providers = Vec::new();
+    let mut provider_names = HashSet::new();
+    for (i, entry) in tables(&doc, "providers", &mut problems)
+        .into_iter()
+        .enumerate()
+    {
+        let who = format!("provider {}", label(entry, "name", i));
+        match entry.clone().try_into::<NewProvider>() {
+            Err(e) => problems.push(format!("{who}: {}", e.message())),
+            Ok(p) => match p.validate() {
+                Err(e) => problems.push(format!("{who}: {}", e.message)),
+                Ok(row) if !provider_names.insert(row.name.clone()) => {
+                    problems.push(format!("{who}: this name is used twice"))
+                }
+                Ok(row) => providers.push(row),
+            },
+        }
+    }
+
+    // Fallbacks may name any model of the file, in any order: kinds first.
+    let model_tables = tables(&doc, "models", &mut problems);
+    let mut forms = Vec::new();
+    for (i, entry) in model_tables.into_iter().enumerate() {
+        let who = format!("model {}", label(entry, "id", i));
+        match entry.clone().try_into::<ModelForm>() {
+            Err(e) => problems.push(format!("{who}: {}", e.message())),
+            Ok(m) => forms.push((who, m)),
+        }
+    }
+    let kinds: HashMap<String, ModelKind> = forms
+        .iter()
+        .filter_map(|(_, m)| Some((m.id.clone(), ModelKind::parse(&m.kind)?)))
+        .collect();
+    let mut models = Vec::new();
+    let mut targets = Vec::new();
+    let mut model_ids = HashSet::new();
+    for (who, m) in forms {
+        let known = |p: &str| provider_names.contains(p) || declared_providers.contains(p);
+        match m.validate(known, |id| kinds.get(id).copied()) {
+            Err(e) => problems.push(format!("{who}: {e}")),
+            Ok(spec) if !model_ids.insert(spec.id.clone()) => {
+                problems.push(format!("{who}: this id is used twice"))
+            }
+            Ok(spec) => {
+                let (row, t) = crate::models::rows_of(&spec);
+                models.push(row);
+                targets.extend(t);
+            }
+        }
+    }
+
+    let catalog = CatalogSnapshot::build(
+        providers.clone(),
+        models.clone(),
+        targets,
+        &RoutingState::new(std::time::Duration::ZERO),
+    );
+    let now = crate::store::now_ms();
+    let mut agents = 0;
+    let mut addresses = HashSet::new();
+    for (i, entry) in tables(&doc, "agents", &mut problems)
+        .into_iter()
+        .enumerate()
+    {
+        let raw = match serde_json::to_value(entry) {
+            Ok(v) => v,
+            Err(e) => {
+                problems.push(format!("agent #{}: {e}", i + 1));
+                continue;
+            }
+        };
+        let who = format!("agent {}", crate::agents::file_agent_label(&raw, i));
+        let model = raw.get("model").and_then(|m| m.as_str()).unwrap_or("");
+        match crate::agents::parse_file_agent(&raw, &catalog, now) {
+            Err(e)
+                if e.param.as_deref() == Some("model")
+                    && declared_models.contains(model)
+                    && catalog.model(model).is_none() => {}
+            Err(e) => problems.push(format!("{who}: {}", e.message)),
+            Ok(a) if !addresses.insert(a.address.to_string()) => {
+                problems.push(format!("{who}: this address is used twice"))
+            }
+            Ok(_) => agents += 1,
+        }
+    }
+
+    // What the entries above do not cover (an unknown section, a table in
+    // the wrong place) fails here exactly as it would at start.
+    if problems.is_empty() {
+        if let Err(e) = toml::from_str::<FileConfig>(text) {
+            problems.push(e.message().to_string());
+        }
+    }
+    if problems.is_empty() {
+        Ok(Counts {
+            providers: providers.len(),
+            models: models.len(),
+            agents,
+        })
+    } else {
+        Err(problems)
+    }
+}
+
+/// Runs the check on `file`, else on `GATEHOUSE_CONFIG`.
+pub fn run(file: Option<&Path>, configured: Option<&Path>) -> CliResult {
+    let Some(path) = file.or(configured) else {
+        return Err(CliError::usage(
+            "name a config file (gatehouse config check FILE) or set GATEHOUSE_CONFIG",
+        ));
+    };
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| CliError::failed(format!("cannot read {}: {e}", path.display())))?;
+    match check_text(&text) {
+        Ok(c) => super::print_json(&json!({
+            "file": path.display().to_string(),
+            "ok": true,
+            "providers": c.providers,
+            "models": c.models,
+            "agents": c.agents,
+        })),
+        Err(problems) => {
+            super::print_json(&json!({
+                "file": path.display().to_string(),
+                "ok": false,
+                "problems": problems,
+            }))?;
+            Err(CliError::failed(format!(
+                "{}: {} problem{}: {}",
+                path.display(),
+                problems.len(),
+                if problems.len() == 1 { "" } else { "s" },
+                problems.join("; ")
+            )))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+[[providers]]
+name = "p"
+type = "openai"
+base_url = "http://127.0.0.1:9/v1"
+
+[[models]]
+id = "m"
+kind = "chat"
+provider = "p"
+upstream_model = "u"
+
+[[agents]]
+address = "a"
+name = "A"
+model = "m"
+"#;
+
+    #[test]
+    fn a_consistent_file_is_counted() {
+        assert_eq!(
+            check_text(GOOD).unwrap(),
+            Counts {
+                providers: 1,
+                models: 1,
+                agents: 1
+            }
+        );
+    }
+
+    #[test]
+    fn every_problem_is_listed_naming_its_entry() {
+        let text = r#"
+[[providers]]
+name = "p"
+type = "grpc"
+base_url = "http://x"
+
+[[models]]
+id = "m"
+kind = "chat"
+provider = "nowhere"
+upstream_model = "u"
+
+[[models]]
+kind = "chat"
+provider = "p"
+upstream_model = "u"
+
+[[agents]]
+address = "a"
+name = "A"
+model = "m"
+colour = "blue"
+"#;
+        let problems = check_text(text).unwrap_err();
+        assert_eq!(problems.len(), 4, "{problems:?}");
+        assert!(problems[0].starts_with("provider p: ") && problems[0].contains("type"));
+        assert!(problems[1].starts_with("model m: ") && problems[1].contains("nowhere"));
+        assert!(problems[2].starts_with("model #2: ") && problems[2].contains("id"));
+        assert!(problems[3].starts_with("agent a: ") && problems[3].contains("colour"));
+    }
+
+    #[test]
+    fn a_wrong_entry_is_one_problem_not_one_per_reference_to_it() {
+        let text = GOOD.replace("type = \"openai\"", "type = \"grpc\"");
+        let problems = check_text(&text).unwrap_err();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].starts_with("provider p: "), "{problems:?}");
+    }
+
+    #[test]
+    fn text_that_is_not_toml_is_one_problem_with_its_place() {
+        let problems = check_text("[[providers]]\nname = \n").unwrap_err();
+        assert_eq!(problems.len(), 1);
+        assert!(
+            problems[0].starts_with("not a TOML file: line 2, column 8: "),
+            "{problems:?}"
+        );
+    }
+
+    #[test]
+    fn an_unknown_section_is_refused_as_at_start() {
+        let problems = check_text("[[gateways]]\nname = \"x\"\n").unwrap_err();
+        assert!(problems[0].contains("gateways"), "{problems:?}");
+    }
+
+    #[test]
+    fn names_used_twice_are_problems() {
+        let text = format!(
+            "{GOOD}\n[[providers]]\nname = \"p\"\ntype = \"tei\"\nbase_url = \"http://y\"\n"
+        );
+        let problems = check_text(&text).unwrap_err();
+        assert_eq!(problems, ["provider p: this name is used twice"]);
+    }
+}

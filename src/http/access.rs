@@ -1,0 +1,94 @@
+//! One access line per request, at `info`, with `message` `request` and the
+//! fields the contract names: `request_id`, `method`, `route` (the matched
+//! template, `unmatched` when none), `status`, `latency_ms`, and where known
+//! `user_id`, `api_key_id`, `agent`, `device_id`, `model`, `provider`.
+//! Extractors and handlers note what they learn in the request's
+//! [`AccessNote`]; the line is written when the answer's head goes out (for
+//! a stream, `latency_ms` is the time to its first byte). Only ids and names:
+//! never a credential, a body or a header value besides the request id.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request};
+use axum::http::Extensions;
+use axum::middleware::Next;
+use axum::response::Response;
+use parking_lot::Mutex;
+
+/// What the handling of one request learned about who and what it served.
+#[derive(Clone, Debug, Default)]
+pub struct AccessFields {
+    pub user_id: Option<String>,
+    pub api_key_id: Option<String>,
+    pub agent: Option<String>,
+    pub device_id: Option<String>,
+    pub model: Option<String>,
+    pub provider: Option<String>,
+}
+
+/// The request's slot for [`AccessFields`], in its extensions.
+#[derive(Clone, Debug, Default)]
+pub struct AccessNote(Arc<Mutex<AccessFields>>);
+
+impl AccessNote {
+    /// Notes into the request's slot, if the access log layer made one.
+    pub fn note(extensions: &Extensions, f: impl FnOnce(&mut AccessFields)) {
+        if let Some(n) = extensions.get::<AccessNote>() {
+            f(&mut n.0.lock());
+        }
+    }
+
+    /// The slot itself, to note into after the request has been consumed.
+    pub fn of(extensions: &Extensions) -> AccessNote {
+        extensions.get::<AccessNote>().cloned().unwrap_or_default()
+    }
+
+    pub fn set(&self, f: impl FnOnce(&mut AccessFields)) {
+        f(&mut self.0.lock());
+    }
+}
+
+pub async fn log(mut req: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let note = AccessNote::default();
+    req.extensions_mut().insert(note.clone());
+    let method = req.method().clone();
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_string(), |m| m.as_str().to_string());
+    let request_id = req
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let resp = next.run(req).await;
+    let latency_ms = (started.elapsed().as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0;
+    let mut f = note.0.lock().clone();
+    if f.provider.is_none() {
+        // Set by the upstream routing where several targets can answer.
+        f.provider = resp
+            .headers()
+            .get("x-gatehouse-provider")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+    }
+    tracing::info!(
+        target: "gatehouse::access",
+        request_id = %request_id,
+        method = %method,
+        route = %route,
+        status = resp.status().as_u16(),
+        latency_ms,
+        user_id = f.user_id.as_deref(),
+        api_key_id = f.api_key_id.as_deref(),
+        agent = f.agent.as_deref(),
+        device_id = f.device_id.as_deref(),
+        model = f.model.as_deref(),
+        provider = f.provider.as_deref(),
+        "request"
+    );
+    resp
+}
