@@ -20,6 +20,10 @@
 #   BENCH_LOADGEN_THREADS=1  load generator runtime threads
 #   BENCH_NO_BUILD=1       use the release binaries already built
 #   BENCH_OUT=PATH         raw results (default bench/results/latest.jsonl)
+#   BENCH_KEY_LIMITS=JSON  `limits` of the gateway's API key (default none), e.g.
+#                          '{"requests_per_minute":100000000,"tokens_per_minute":100000000000,
+#                            "tokens_per_day":100000000000000,"max_parallel":100000}'
+#                          to measure what checking limits costs
 #   CARGO_TARGET_DIR       where the release binaries are
 set -euo pipefail
 
@@ -202,7 +206,7 @@ if [[ " $TARGETS " == *" gatehouse "* ]]; then
     api POST /api/admin/providers "{\"name\":\"stub\",\"type\":\"openai\",\"base_url\":\"$STUB/v1\"}" >/dev/null
     api POST /api/admin/models '{"id":"bench-chat","kind":"chat","provider":"stub","upstream_model":"bench-chat"}' >/dev/null
     api POST /api/admin/models '{"id":"bench-embed","kind":"embeddings","provider":"stub","upstream_model":"bench-embed"}' >/dev/null
-    KEY=$(api POST /api/api-keys '{"name":"bench"}' | jq -r .key)
+    KEY=$(api POST /api/api-keys "{\"name\":\"bench\",\"limits\":${BENCH_KEY_LIMITS:-null}}" | jq -r .key)
     [ -n "$KEY" ] && [ "$KEY" != null ] || die "no API key"
     GATEHOUSE_OK=1
 fi

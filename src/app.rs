@@ -38,7 +38,7 @@ pub struct Caches {
 pub struct App {
     pub settings: Settings,
     pub store: Store,
-    /// Credentials: token keys, throttle, and their caches.
+    /// Credentials: token keys and their caches.
     pub auth: Auth,
     pub caches: Caches,
     pub catalog: RwLock<Arc<CatalogSnapshot>>,
@@ -51,6 +51,10 @@ pub struct App {
     pub usage: UsageSink,
     pub http: reqwest::Client,
     pub vaults: crate::pii::VaultStore,
+    /// Limits and budgets, counted across servers (docs/limits.md).
+    pub limiter: crate::limits::Limiter,
+    /// The login throttle, shared by every server through the database.
+    pub login_throttle: crate::limits::login::LoginThrottle,
     /// Keys derived from the deployment's secret; seals provider keys.
     pub keyring: Keyring,
     /// Single sign-on (OpenID Connect providers and flows).
@@ -85,12 +89,20 @@ impl App {
             refresh_token: settings.refresh_token_ttl,
             sign_in_max_age: settings.sign_in_max_age,
         };
+        let limiter = crate::limits::Limiter::new(Some(store.clone()));
+        let login_throttle = crate::limits::login::LoginThrottle::new(
+            store.clone(),
+            settings.login_lockout_s,
+            settings.login_max_failures,
+            settings.login_max_failures_per_addr,
+        );
         App {
+            limiter,
+            login_throttle,
             auth: Auth::new(
                 store.clone(),
                 &keyring.key(Use::TokenSigning),
                 lifetimes,
-                Duration::from_secs(settings.login_lockout_s.max(1)),
                 ttl,
             ),
             settings,

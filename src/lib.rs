@@ -8,6 +8,7 @@ pub mod config;
 pub mod error;
 pub mod http;
 pub mod json;
+pub mod limits;
 pub mod models;
 pub mod pii;
 pub mod proxy;
@@ -65,6 +66,7 @@ impl Server {
             h.abort();
         }
         flush_last_used(&self.app).await;
+        self.app.limiter.flush().await;
     }
 
     pub async fn wait(self) {
@@ -251,6 +253,9 @@ pub async fn start(settings: Settings) -> Result<Server, StartError> {
     app.reload_catalog().await?;
 
     let mut background = vec![usage_task];
+    // Counted by the other servers before the first request is served.
+    app.limiter.announce().await?;
+    background.push(app.limiter.spawn());
     let a = Arc::clone(&app);
     background.push(tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(5));
@@ -258,6 +263,9 @@ pub async fn start(settings: Settings) -> Result<Server, StartError> {
             tick.tick().await;
             flush_last_used(&a).await;
             if n % 12 == 0 {
+                if let Err(e) = a.login_throttle.cleanup().await {
+                    tracing::warn!(error = %e, "forgetting old login failures failed");
+                }
                 // Expired PII vaults: unreadable already, now gone.
                 if let Err(e) = pii::VaultStore::purge_expired(&a.store).await {
                     tracing::warn!(error = %e, "purging expired PII vaults failed");

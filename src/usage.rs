@@ -62,6 +62,39 @@ pub struct UsageContext {
     pub device_id: Option<String>,
     pub conversation_id: Option<String>,
     pub turn_id: Option<String>,
+    /// Told the request's tokens when it ends (the limits count them).
+    pub on_end: EndHook,
+}
+
+type EndFn = Box<dyn FnOnce(Tokens) + Send>;
+
+/// Runs once, with the request's tokens, when the ticket that carries it
+/// finishes (or is dropped: then with none). Clones share the one call, so
+/// a ticket handed over to the relay still calls it exactly once.
+#[derive(Clone, Default)]
+pub struct EndHook(Option<Arc<parking_lot::Mutex<Option<EndFn>>>>);
+
+impl EndHook {
+    pub fn new(f: impl FnOnce(Tokens) + Send + 'static) -> EndHook {
+        EndHook(Some(Arc::new(parking_lot::Mutex::new(Some(Box::new(f))))))
+    }
+
+    fn fire(&self, tokens: Tokens) {
+        let f = self.0.as_ref().and_then(|m| m.lock().take());
+        if let Some(f) = f {
+            f(tokens);
+        }
+    }
+}
+
+impl std::fmt::Debug for EndHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "EndHook(set)"
+        } else {
+            "EndHook(none)"
+        })
+    }
 }
 
 /// Token counts of one request.
@@ -93,6 +126,7 @@ pub struct UsageTicket {
     sink: UsageSink,
     record: Option<UsageRecord>,
     started: Instant,
+    on_end: EndHook,
 }
 
 impl UsageTicket {
@@ -110,7 +144,13 @@ impl UsageTicket {
                 ..UsageRecord::default()
             }),
             started: Instant::now(),
+            on_end: ctx.on_end,
         }
+    }
+
+    /// Sets what to tell the request's tokens when it ends.
+    pub fn set_on_end(&mut self, hook: EndHook) {
+        self.on_end = hook;
     }
 
     /// The model the request named (the alias as the client sent it).
@@ -141,6 +181,7 @@ impl UsageTicket {
             r.completion_tokens = tokens.completion;
             r.latency_ms = i64::try_from(self.started.elapsed().as_millis()).unwrap_or(i64::MAX);
             self.sink.record(r);
+            self.on_end.fire(tokens);
         }
     }
 

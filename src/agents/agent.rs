@@ -148,6 +148,7 @@ pub struct Agent {
     pub allowed_users: Option<Vec<String>>,
     pub created_at: i64,
     pub updated_at: i64,
+    pub limits: crate::limits::Limits,
 }
 
 impl Agent {
@@ -173,6 +174,7 @@ impl Agent {
             "allow_local_mcp": self.allow_local_mcp,
             "instructions": self.instructions,
             "allowed_users": self.allowed_users,
+            "limits": self.limits,
             "created_at": rfc3339(self.created_at),
             "updated_at": rfc3339(self.updated_at),
         })
@@ -195,6 +197,7 @@ impl Agent {
                 .map(|u| serde_json::to_string(u).unwrap_or_default()),
             created_at: self.created_at,
             updated_at: self.updated_at,
+            limits: self.limits.to_db(),
         }
     }
 
@@ -218,6 +221,7 @@ impl Agent {
             instructions: row.instructions,
             created_at: row.created_at,
             updated_at: row.updated_at,
+            limits: crate::limits::Limits::from_db_or_closed(row.limits.as_deref(), &row.address),
         })
     }
 }
@@ -267,6 +271,10 @@ pub struct NewAgent {
     pub instructions: Option<String>,
     #[serde(default)]
     pub allowed_users: Option<Vec<String>>,
+    /// `{requests_per_minute, tokens_per_minute, tokens_per_day, max_parallel}`.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub limits: Option<serde_json::Value>,
 }
 
 /// The body of `PATCH /api/admin/agents/{address}`: any subset of the fields.
@@ -296,6 +304,9 @@ pub struct AgentPatch {
     #[serde(default)]
     #[schema(value_type = Option<Vec<String>>)]
     pub allowed_users: Patch<Vec<String>>,
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub limits: Patch<serde_json::Value>,
 }
 
 fn parse_name(raw: &str) -> Result<String, Error> {
@@ -459,6 +470,10 @@ impl NewAgent {
                 .transpose()?,
             created_at: now,
             updated_at: now,
+            limits: match &self.limits {
+                None => crate::limits::Limits::default(),
+                Some(v) => crate::limits::Limits::from_json(v)?,
+            },
         })
     }
 }
@@ -511,6 +526,11 @@ impl AgentPatch {
             Patch::Absent => {}
             Patch::Null => a.allowed_users = None,
             Patch::Value(v) => a.allowed_users = Some(parse_allowed_users(v)?),
+        }
+        match &self.limits {
+            Patch::Absent => {}
+            Patch::Null => a.limits = crate::limits::Limits::default(),
+            Patch::Value(v) => a.limits = crate::limits::Limits::from_json(v)?,
         }
         a.updated_at = now;
         Ok(a)

@@ -15,7 +15,7 @@ use crate::runtime::Invalidation;
 use crate::store::Store;
 
 /// The fields of an `[[agents]]` table (those of `POST /api/admin/agents`).
-const FIELDS: [&str; 9] = [
+const FIELDS: [&str; 10] = [
     "address",
     "name",
     "model",
@@ -25,6 +25,7 @@ const FIELDS: [&str; 9] = [
     "allow_local_mcp",
     "instructions",
     "allowed_users",
+    "limits",
 ];
 
 /// How a problem names the `i`th `[[agents]]` table: its address, else its place.

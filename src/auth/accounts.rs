@@ -79,33 +79,23 @@ pub async fn update_user(auth: &Auth, id: &str, change: UserChange) -> Result<Us
     Ok(user)
 }
 
-/// How many failed logins the throttle allows per account and per client
-/// address within its window.
-#[derive(Clone, Copy, Debug)]
-pub struct LoginLimits {
-    pub per_account: u32,
-    pub per_addr: u32,
-}
-
 /// Checks an e-mail and password under the login throttle: the API's login
 /// and the console's sign-in both go through here. Unknown user, wrong
 /// password and disabled user are one error (`login_bad_credentials`);
-/// past the throttle, `too_many_attempts` with the seconds to wait.
+/// past the throttle, `too_many_attempts` with the seconds to wait. The
+/// attempt is counted (in the database, for every server) before the
+/// password is checked, so no more than the limit are checked per window.
 pub async fn password_login(
     auth: &Auth,
-    limits: LoginLimits,
+    throttle: &crate::limits::login::LoginThrottle,
     email: &str,
     password: String,
     client_ip: std::net::IpAddr,
 ) -> Result<UserRow> {
     let email = email.trim().to_lowercase();
-    let acct_key = format!("acct:{email}");
-    let addr_key = format!("addr:{client_ip}");
-    for (key, max) in [
-        (&acct_key, limits.per_account),
-        (&addr_key, limits.per_addr),
-    ] {
-        if let Some(wait) = auth.throttle.blocked_for(key, max) {
+    let attempt = match throttle.attempt(&email, client_ip).await? {
+        Ok(a) => a,
+        Err(wait) => {
             let mut e = Error::new(
                 crate::error::ErrorKind::TooManyRequests,
                 "too_many_attempts",
@@ -114,23 +104,20 @@ pub async fn password_login(
             e.retry_after = Some(wait);
             return Err(e);
         }
-    }
+    };
     let user = auth.store.user_by_email(&email).await?;
     // Verify even when the user is unknown, so both cases cost the same time.
     let ok = passwords::verify(user.as_ref().map(|u| u.password_hash.clone()), password).await;
     match user {
         Some(u) if ok && u.active() => {
-            auth.throttle.reset(&acct_key);
+            throttle.succeeded(attempt).await?;
             Ok(u)
         }
-        _ => {
-            auth.throttle.record_failure(&acct_key);
-            auth.throttle.record_failure(&addr_key);
-            Err(Error::bad_request(
-                "login_bad_credentials",
-                "The e-mail or password is wrong.",
-            ))
-        }
+        // The attempt stays counted as a failure.
+        _ => Err(Error::bad_request(
+            "login_bad_credentials",
+            "The e-mail or password is wrong.",
+        )),
     }
 }
 
@@ -141,6 +128,7 @@ pub struct NewKey {
     /// RFC 3339.
     pub expires_at: Option<String>,
     pub models: Option<Vec<String>>,
+    pub limits: crate::limits::Limits,
 }
 
 /// Checks `new` and creates the key for `user_id`. Returns the stored row and
@@ -176,6 +164,7 @@ pub fn user_json(u: &UserRow) -> serde_json::Value {
     serde_json::json!({
         "id": u.id, "email": u.email, "is_admin": u.admin(), "is_active": u.active(),
         "created_at": crate::time::rfc3339(u.created_at),
+        "limits": crate::limits::Limits::from_db_or_closed(u.limits.as_deref(), &u.id),
     })
 }
 
@@ -193,6 +182,7 @@ pub fn key_json(row: &ApiKeyRow, secret: Option<&str>) -> serde_json::Value {
         "expires_at": row.expires_at.map(crate::time::rfc3339),
         "models": models,
         "last_used_at": row.last_used_at.map(crate::time::rfc3339),
+        "limits": crate::limits::Limits::from_db_or_closed(row.limits.as_deref(), &row.id),
     });
     if let Some(k) = secret {
         v["key"] = serde_json::json!(k);
@@ -246,6 +236,7 @@ fn new_key_row(user_id: &str, new: NewKey, now: i64) -> Result<ApiKeyRow> {
         created_at: now,
         expires_at,
         last_used_at: None,
+        limits: new.limits.to_db(),
     })
 }
 
@@ -258,6 +249,7 @@ mod tests {
             name: name.into(),
             expires_at: expires_at.map(str::to_string),
             models: models.map(|m| m.into_iter().map(str::to_string).collect()),
+            limits: crate::limits::Limits::default(),
         }
     }
 

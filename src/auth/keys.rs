@@ -10,6 +10,7 @@ pub struct KeyInfo {
     /// None: every model. An unreadable stored list allows none (fail closed).
     pub models: Option<Vec<String>>,
     pub expires_at: Option<i64>,
+    pub limits: crate::limits::Limits,
 }
 
 impl KeyInfo {
@@ -24,6 +25,7 @@ impl KeyInfo {
                 })
             }),
             expires_at: row.expires_at,
+            limits: crate::limits::Limits::from_db_or_closed(row.limits.as_deref(), &row.id),
         }
     }
 
@@ -48,6 +50,7 @@ mod tests {
             created_at: 0,
             expires_at: None,
             last_used_at: None,
+            limits: None,
         }
     }
 

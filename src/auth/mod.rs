@@ -5,7 +5,6 @@ pub mod accounts;
 pub mod console;
 pub mod passwords;
 pub mod signins;
-pub mod throttle;
 pub mod tokens;
 
 use sha2::{Digest, Sha256};
@@ -55,15 +54,13 @@ pub struct Lifetimes {
     pub sign_in_max_age: i64,
 }
 
-/// The credential checks of one process: token keys, lifetimes, the login
-/// throttle, and the caches that keep validated credentials off the database
+/// The credential checks of one process: token keys, lifetimes, and the caches that keep validated credentials off the database
 /// on the hot path. A revocation evicts here at once (and, through
 /// `store::notify`, on the other servers).
 pub struct Auth {
     pub store: Store,
     pub tokens: tokens::TokenKeys,
     pub lifetimes: Lifetimes,
-    pub throttle: throttle::Throttle,
     pub users: TtlCache<String, Arc<UserInfo>>,
     /// key hash -> key; a miss is not cached, so a new key works at once.
     pub api_keys: TtlCache<String, Arc<KeyInfo>>,
@@ -74,18 +71,11 @@ pub struct Auth {
 }
 
 impl Auth {
-    pub fn new(
-        store: Store,
-        secret: &[u8],
-        lifetimes: Lifetimes,
-        lockout: Duration,
-        cache_ttl: Duration,
-    ) -> Auth {
+    pub fn new(store: Store, secret: &[u8], lifetimes: Lifetimes, cache_ttl: Duration) -> Auth {
         Auth {
             store,
             tokens: tokens::TokenKeys::new(secret),
             lifetimes,
-            throttle: throttle::Throttle::new(lockout),
             users: TtlCache::new(cache_ttl, 100_000),
             api_keys: TtlCache::new(cache_ttl, 100_000),
             sign_ins: TtlCache::new(cache_ttl, 100_000),

@@ -44,6 +44,8 @@ pub async fn run(cmd: KeysCommand, settings: &Settings) -> CliResult {
                 name,
                 expires_at,
                 models: models.map(|m| m.split(',').map(|s| s.trim().to_string()).collect()),
+                // Limits are set through the API (PATCH /api/api-keys/{id}).
+                limits: crate::limits::Limits::default(),
             };
             // Bad input is refused before the database is touched.
             crate::users::Email::parse(&user)?;

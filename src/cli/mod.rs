@@ -178,7 +178,6 @@ pub fn auth_for(store: &Store, settings: &Settings) -> Auth {
             refresh_token: settings.refresh_token_ttl,
             sign_in_max_age: settings.sign_in_max_age,
         },
-        Duration::from_secs(settings.login_lockout_s.max(1)),
         Duration::from_secs(settings.cache_ttl_s.max(1)),
     )
 }

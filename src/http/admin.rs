@@ -68,6 +68,15 @@ pub struct UserPatch {
     is_admin: Option<bool>,
     #[serde(default)]
     password: Option<String>,
+    /// New limits; null removes them all; left out keeps them.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<Object>)]
+    limits: Option<serde_json::Value>,
+}
+
+/// Tells "sent as null" (Some(Null)) from "left out" (None).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<serde_json::Value>, D::Error> {
+    serde_json::Value::deserialize(d).map(Some)
 }
 
 /// Change a user; a disabled user's tokens, keys and sign-ins stop working at once.
@@ -79,6 +88,30 @@ async fn update_user(
     Path(id): Path<String>,
     ApiJson(body): ApiJson<UserPatch>,
 ) -> Result<impl IntoResponse> {
+    // Checked before anything is written.
+    let limits = body
+        .limits
+        .as_ref()
+        .map(crate::limits::Limits::from_json)
+        .transpose()?;
+    if let Some(l) = limits {
+        // Written first: the change below drops the user's cached credentials
+        // (with their limits) here and on the other servers.
+        let found = app
+            .store
+            .set_limits(
+                crate::store::limits::LimitsOwner::User,
+                &id,
+                l.to_db().as_deref(),
+            )
+            .await?;
+        if !found {
+            return Err(Error::not_found(
+                "user_not_found",
+                "There is no user with this id.",
+            ));
+        }
+    }
     let change = accounts::UserChange {
         is_active: body.is_active,
         is_admin: body.is_admin,

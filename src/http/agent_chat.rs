@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, HeaderValue};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use gatehouse_pii::{Counts, Mode as PiiMode, Scanner, Vault};
 use serde_json::{json, Map, Value};
 use utoipa_axum::{router::OpenApiRouter, routes};
@@ -20,6 +20,8 @@ use crate::http::access::AccessNote;
 use crate::http::agent_auth::AgentAccess;
 use crate::http::agent_data::{manifest_classes, tool_decisions};
 use crate::http::extract::{parse_json, read_body};
+use crate::http::limits::{add_headers, admit, end_hook};
+use crate::limits::Subject;
 use crate::models::{resolve, ModelKind};
 use crate::pii::{choose_mode, protect_body, VaultStore, TOKEN_NOTE};
 use crate::proxy::agent_hooks::{AgentChatContext, AgentHooks};
@@ -86,6 +88,16 @@ async fn agent_chat(
     })?;
     let address = agent.address.as_str().to_string();
     let device = access.sign_in.device_id.clone();
+    // The user's and the agent's limits (sign-ins have none of their own).
+    let subjects = [
+        Subject::user(&access.user.id, access.user.limits),
+        Subject::agent(&address, agent.limits),
+    ];
+    let admission = match admit(&app, &subjects).await {
+        Ok(a) => a,
+        Err(refused) => return Ok(*refused),
+    };
+    let rate_headers = admission.headers;
 
     if let (Some(instructions), Some(Value::Array(messages))) =
         (&agent.instructions, body.get_mut("messages"))
@@ -210,6 +222,7 @@ async fn agent_chat(
         device_id: Some(device),
         conversation_id: h.conversation_id,
         turn_id: h.turn_id,
+        on_end: end_hook(admission),
     };
     let relayed = relay(
         &app.http,
@@ -217,8 +230,16 @@ async fn agent_chat(
         ChatCall { model, body, usage },
         hooks,
     )
-    .await?;
-    let mut resp = crate::http::v1::relayed_response(relayed);
+    .await;
+    let mut resp = match relayed {
+        Ok(r) => crate::http::v1::relayed_response(r),
+        Err(e) => {
+            let mut resp = e.into_response();
+            add_headers(&mut resp, &rate_headers);
+            return Ok(resp);
+        }
+    };
+    add_headers(&mut resp, &rate_headers);
     if !decision.held.is_empty() {
         if let Ok(v) = HeaderValue::from_str(&decision.held.join(",")) {
             resp.headers_mut().insert("x-service-held-tools", v);

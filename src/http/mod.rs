@@ -11,6 +11,7 @@ pub mod agents;
 pub mod console;
 pub mod error;
 pub mod extract;
+pub mod limits;
 pub mod metrics;
 pub mod signins;
 pub mod sso;
@@ -55,6 +56,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .merge(agent_data::routes())
         .merge(agent_chat::routes())
         .merge(signins::routes())
+        .merge(limits::routes())
         .merge(sso::routes())
 }
 

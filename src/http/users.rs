@@ -23,7 +23,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(login))
         .routes(routes!(me))
         .routes(routes!(create_key, list_keys))
-        .routes(routes!(delete_key))
+        .routes(routes!(delete_key, patch_key))
 }
 
 #[derive(Deserialize, ToSchema)]
@@ -86,11 +86,8 @@ async fn login(
             "'password' may have at most 1,024 characters.",
         ));
     }
-    let limits = accounts::LoginLimits {
-        per_account: app.settings.login_max_failures,
-        per_addr: app.settings.login_max_failures_per_addr,
-    };
-    let u = accounts::password_login(&app.auth, limits, &email, password, peer.ip()).await?;
+    let u = accounts::password_login(&app.auth, &app.login_throttle, &email, password, peer.ip())
+        .await?;
     Ok(Json(login_response(&app, &u.id)))
 }
 
@@ -109,6 +106,24 @@ pub struct NewKey {
     expires_at: Option<String>,
     #[serde(default)]
     models: Option<Vec<String>>,
+    /// `{requests_per_minute, tokens_per_minute, tokens_per_day, max_parallel}`.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    limits: Option<serde_json::Value>,
+}
+
+/// The body of `PATCH /api/api-keys/{id}`.
+#[derive(Deserialize, ToSchema)]
+pub struct KeyPatch {
+    /// New limits; null removes them all; left out keeps them.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<Object>)]
+    limits: Option<serde_json::Value>,
+}
+
+/// Tells "sent as null" (Some(Null)) from "left out" (None).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<serde_json::Value>, D::Error> {
+    serde_json::Value::deserialize(d).map(Some)
 }
 
 pub(crate) fn key_models(row: &ApiKeyRow) -> Option<Vec<String>> {
@@ -125,10 +140,15 @@ async fn create_key(
     LoginUser(u): LoginUser,
     ApiJson(body): ApiJson<NewKey>,
 ) -> Result<impl IntoResponse> {
+    let limits = match &body.limits {
+        None => crate::limits::Limits::default(),
+        Some(v) => crate::limits::Limits::from_json(v)?,
+    };
     let new = accounts::NewKey {
         name: body.name,
         expires_at: body.expires_at,
         models: body.models,
+        limits,
     };
     let (row, secret) = accounts::create_key(&app.store, &u.id, new).await?;
     Ok((
@@ -149,6 +169,37 @@ async fn list_keys(
             .map(|r| accounts::key_json(r, None))
             .collect::<Vec<_>>(),
     ))
+}
+
+/// Change one of the caller's keys: its `limits` (null removes them).
+#[utoipa::path(patch, path = "/api/api-keys/{id}", tag = "api-keys", request_body = KeyPatch,
+    params(("id" = String, Path)), responses((status = 200, description = "The key, without its secret"),
+        (status = 400, description = "validation_error"), (status = 404, description = "api_key_not_found")))]
+async fn patch_key(
+    State(app): State<AppState>,
+    LoginUser(u): LoginUser,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<KeyPatch>,
+) -> Result<impl IntoResponse> {
+    let not_found = || Error::not_found("api_key_not_found", "You have no API key with this id.");
+    if let Some(v) = &body.limits {
+        let limits = crate::limits::Limits::from_json(v)?;
+        let hash = app
+            .store
+            .set_api_key_limits(&u.id, &id, limits.to_db().as_deref())
+            .await?
+            .ok_or_else(not_found)?;
+        app.invalidate(crate::runtime::Invalidation::ApiKey(hash))
+            .await;
+    }
+    let row = app
+        .store
+        .list_api_keys(&u.id)
+        .await?
+        .into_iter()
+        .find(|r| r.id == id)
+        .ok_or_else(not_found)?;
+    Ok(Json(accounts::key_json(&row, None)))
 }
 
 /// Revoke one of the caller's keys; it stops working at once.

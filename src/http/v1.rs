@@ -17,6 +17,8 @@ use crate::app::{App, AppState};
 use crate::error::{Error, Result};
 use crate::http::access::AccessNote;
 use crate::http::extract::{parse_json, read_body, ApiKeyAuth};
+use crate::http::limits::{add_headers, admit, end_hook};
+use crate::limits::{RateHeaders, Subject};
 use crate::models::retrieval::{self, EmbedRequest, RerankRequest};
 use crate::models::routing::Answered;
 use crate::models::{requested_model, resolve, Model, ModelKind};
@@ -82,6 +84,21 @@ fn key_context(auth: &ApiKeyAuth) -> UsageContext {
     }
 }
 
+/// The callers whose limits a request with this key must fit: the key's and its user's.
+fn key_subjects(auth: &ApiKeyAuth) -> [Subject; 2] {
+    [
+        Subject::api_key(&auth.key.id, auth.key.limits),
+        Subject::user(&auth.user.id, auth.user.limits),
+    ]
+}
+
+/// The answer, success or error, with the caller's `x-ratelimit-*` headers.
+fn with_rate_headers(r: Result<Response>, h: &RateHeaders) -> Response {
+    let mut resp = r.unwrap_or_else(IntoResponse::into_response);
+    add_headers(&mut resp, h);
+    resp
+}
+
 /// Reads the body as a JSON object and resolves its model for this route.
 async fn model_request(
     app: &App,
@@ -133,8 +150,18 @@ async fn chat_completions(
             return Err(e);
         }
     };
-    // The relay records the request from here on.
+    let admission = match admit(&app, &key_subjects(&auth)).await {
+        Ok(a) => a,
+        Err(refused) => {
+            ticket.finish(429, Tokens::default());
+            return Ok(*refused);
+        }
+    };
+    let headers = admission.headers;
+    // The relay records the request from here on, and tells the limits its tokens.
     ticket.disarm();
+    let mut ctx = ctx;
+    ctx.on_end = end_hook(admission);
     let relayed = relay(
         &app.http,
         &app.usage,
@@ -145,8 +172,9 @@ async fn chat_completions(
         },
         NoHooks,
     )
-    .await?;
-    Ok(relayed_response(relayed))
+    .await
+    .map(relayed_response);
+    Ok(with_rate_headers(relayed, &headers))
 }
 
 /// `x-gatehouse-provider` and `x-gatehouse-attempts`.
@@ -218,14 +246,30 @@ async fn embeddings(
     req: Request,
 ) -> Result<Response> {
     let mut ticket = UsageTicket::new(&app.usage, key_context(&auth), "embeddings");
-    let result = async {
+    let prepared = async {
         let (model, body) =
             model_request(&app, &auth, req, ModelKind::Embeddings, &mut ticket).await?;
-        let req = EmbedRequest::from_body(body)?;
-        retrieval::embed(&app.http, &model, req).await
+        Ok::<_, Error>((model, EmbedRequest::from_body(body)?))
     }
     .await;
-    routed_response(&mut ticket, result)
+    let (model, req) = recorded_failure(&mut ticket, prepared)?;
+    let admission = match admit(&app, &key_subjects(&auth)).await {
+        Ok(a) => a,
+        Err(refused) => {
+            ticket.finish(429, Tokens::default());
+            return Ok(*refused);
+        }
+    };
+    let headers = admission.headers;
+    ticket.set_on_end(end_hook(admission));
+    let result = retrieval::embed(&app.http, &model, req).await;
+    let answer = routed_response(&mut ticket, result);
+    Ok(with_rate_headers(answer, &headers))
+}
+
+/// Records a failure before the upstream call on the ticket.
+fn recorded_failure<T>(ticket: &mut UsageTicket, r: Result<T>) -> Result<T> {
+    r.inspect_err(|e| ticket.finish(e.status(), Tokens::default()))
 }
 
 /// Documents sorted by relevance to a query.
@@ -241,12 +285,23 @@ async fn embeddings(
         (status = 504, description = "upstream_timeout")))]
 async fn rerank(State(app): State<AppState>, auth: ApiKeyAuth, req: Request) -> Result<Response> {
     let mut ticket = UsageTicket::new(&app.usage, key_context(&auth), "scoring");
-    let result = async {
+    let prepared = async {
         let (model, body) =
             model_request(&app, &auth, req, ModelKind::Scoring, &mut ticket).await?;
-        let req = RerankRequest::from_body(body)?;
-        retrieval::rerank(&app.http, &model, req).await
+        Ok::<_, Error>((model, RerankRequest::from_body(body)?))
     }
     .await;
-    routed_response(&mut ticket, result)
+    let (model, req) = recorded_failure(&mut ticket, prepared)?;
+    let admission = match admit(&app, &key_subjects(&auth)).await {
+        Ok(a) => a,
+        Err(refused) => {
+            ticket.finish(429, Tokens::default());
+            return Ok(*refused);
+        }
+    };
+    let headers = admission.headers;
+    ticket.set_on_end(end_hook(admission));
+    let result = retrieval::rerank(&app.http, &model, req).await;
+    let answer = routed_response(&mut ticket, result);
+    Ok(with_rate_headers(answer, &headers))
 }

@@ -20,15 +20,17 @@ pub struct AgentRow {
     pub allowed_users: Option<String>,
     pub created_at: i64,
     pub updated_at: i64,
+    /// The `limits` object as JSON text; NULL for none.
+    pub limits: Option<String>,
 }
 
 const COLS: &str = "address, name, model, default_tool_mode, tool_contract, pii, allow_local_mcp, \
-                    instructions, allowed_users, created_at, updated_at";
+                    instructions, allowed_users, created_at, updated_at, limits";
 
 const INSERT: &str =
     "INSERT INTO agents (address, name, model, default_tool_mode, tool_contract, pii, \
-                      allow_local_mcp, instructions, allowed_users, created_at, updated_at) \
-                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
+                      allow_local_mcp, instructions, allowed_users, created_at, updated_at, limits) \
+                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
 
 fn bind_all<'q>(
     q: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
@@ -45,6 +47,7 @@ fn bind_all<'q>(
         .bind(&r.allowed_users)
         .bind(r.created_at)
         .bind(r.updated_at)
+        .bind(&r.limits)
 }
 
 impl Store {
@@ -63,7 +66,7 @@ impl Store {
         let sql = format!(
             "{INSERT} ON CONFLICT (address) DO UPDATE SET name = $2, model = $3, default_tool_mode = $4, \
              tool_contract = $5, pii = $6, allow_local_mcp = $7, instructions = $8, allowed_users = $9, \
-             updated_at = $11"
+             updated_at = $11, limits = $12"
         );
         bind_all(sqlx::query(&sql), row).execute(&self.pool).await?;
         Ok(())
@@ -73,8 +76,8 @@ impl Store {
     pub async fn update_agent(&self, r: &AgentRow) -> Result<bool, sqlx::Error> {
         let n = sqlx::query(
             "UPDATE agents SET name = $2, model = $3, default_tool_mode = $4, tool_contract = $5, \
-             pii = $6, allow_local_mcp = $7, instructions = $8, allowed_users = $9, updated_at = $10 \
-             WHERE address = $1",
+             pii = $6, allow_local_mcp = $7, instructions = $8, allowed_users = $9, updated_at = $10, \
+             limits = $11 WHERE address = $1",
         )
         .bind(&r.address)
         .bind(&r.name)
@@ -86,6 +89,7 @@ impl Store {
         .bind(&r.instructions)
         .bind(&r.allowed_users)
         .bind(r.updated_at)
+        .bind(&r.limits)
         .execute(&self.pool)
         .await?
         .rows_affected();

@@ -13,15 +13,18 @@ pub struct ApiKeyRow {
     pub created_at: i64,
     pub expires_at: Option<i64>,
     pub last_used_at: Option<i64>,
+    /// The `limits` object as JSON text; NULL for none.
+    pub limits: Option<String>,
 }
 
-const COLS: &str = "id, user_id, name, key_hash, models, created_at, expires_at, last_used_at";
+const COLS: &str =
+    "id, user_id, name, key_hash, models, created_at, expires_at, last_used_at, limits";
 
 impl Store {
     pub async fn insert_api_key(&self, row: &ApiKeyRow) -> Result<(), sqlx::Error> {
         sqlx::query(
-            "INSERT INTO api_keys (id, user_id, name, key_hash, models, created_at, expires_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            "INSERT INTO api_keys (id, user_id, name, key_hash, models, created_at, expires_at, limits)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
         )
         .bind(&row.id)
         .bind(&row.user_id)
@@ -30,6 +33,7 @@ impl Store {
         .bind(&row.models)
         .bind(row.created_at)
         .bind(row.expires_at)
+        .bind(&row.limits)
         .execute(&self.pool)
         .await?;
         Ok(())

@@ -7,6 +7,7 @@ pub mod agents;
 pub mod catalog;
 pub mod console;
 pub mod keys;
+pub mod limits;
 pub mod listener;
 pub mod notify;
 pub mod signins;

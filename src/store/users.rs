@@ -10,6 +10,8 @@ pub struct UserRow {
     pub is_admin: i64,
     pub is_active: i64,
     pub created_at: i64,
+    /// The `limits` object as JSON text; NULL for none.
+    pub limits: Option<String>,
     /// Login tokens issued before this (Unix ms) are refused.
     pub tokens_valid_after: i64,
 }
@@ -23,7 +25,8 @@ impl UserRow {
     }
 }
 
-const COLS: &str = "id, email, password_hash, is_admin, is_active, created_at, tokens_valid_after";
+const COLS: &str =
+    "id, email, password_hash, is_admin, is_active, created_at, tokens_valid_after, limits";
 
 pub fn is_unique_violation(e: &sqlx::Error) -> bool {
     match e {
@@ -52,6 +55,7 @@ impl Store {
             is_admin: b(is_admin),
             is_active: 1,
             created_at: now,
+            limits: None,
             tokens_valid_after: 0,
         };
         let res = sqlx::query(

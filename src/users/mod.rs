@@ -12,6 +12,7 @@ pub struct UserInfo {
     pub is_admin: bool,
     pub is_active: bool,
     pub created_at: i64,
+    pub limits: crate::limits::Limits,
     /// Login tokens issued before this (Unix ms) are refused.
     pub tokens_valid_after: i64,
 }
@@ -24,6 +25,7 @@ impl From<&crate::store::users::UserRow> for UserInfo {
             is_admin: u.admin(),
             is_active: u.active(),
             created_at: u.created_at,
+            limits: crate::limits::Limits::from_db_or_closed(u.limits.as_deref(), &u.id),
             tokens_valid_after: u.tokens_valid_after,
         }
     }

@@ -138,11 +138,9 @@ pub async fn login(
             Some("Enter your e-mail and password."),
         ));
     }
-    let limits = accounts::LoginLimits {
-        per_account: app.settings.login_max_failures,
-        per_addr: app.settings.login_max_failures_per_addr,
-    };
-    match accounts::password_login(&app.auth, limits, &email, password, peer.ip()).await {
+    match accounts::password_login(&app.auth, &app.login_throttle, &email, password, peer.ip())
+        .await
+    {
         Ok(user) => {
             let started = console::start(&app.auth, &user.id).await?;
             let mut resp = Redirect::to(&next).into_response();
@@ -253,6 +251,8 @@ pub async fn create_key(State(app): State<AppState>, posted: Posted) -> Out {
         name: posted.get("name").to_string(),
         expires_at,
         models,
+        // The console sets no limits; the API and the admin set them.
+        limits: crate::limits::Limits::default(),
     };
     let (row, secret) = accounts::create_key(&app.store, &posted.user.session.user.id, new).await?;
     let body = html! {

@@ -1,0 +1,939 @@
+//! The limiter: counts per caller in memory, admits or refuses on the hot
+//! path, and settles with the database in the background so that several
+//! servers share one count (docs/limits.md).
+//!
+//! - Alone (one live server, or SQLite), a server's own count is the whole
+//!   truth: it admits from memory and writes counts in the background only
+//!   so they survive a restart.
+//! - With `n` live servers, each may admit at most `q = floor(10% × limit / n)`
+//!   requests of a caller between two syncs with the database, so the
+//!   requests no server has seen yet stay within 10 % of the limit. Where
+//!   `q` would be 0 (a limit below 10 × n per minute), each request instead
+//!   reserves its place in the database first: exact, one round trip, and
+//!   only for callers that may make few requests anyway.
+//! - When the database does not answer, a server keeps enforcing what it
+//!   knows, and writes its counts once the database is back.
+
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use dashmap::DashMap;
+use parking_lot::Mutex;
+use serde::Serialize;
+
+use crate::store::limits::CounterRow;
+use crate::store::Store;
+
+use super::rules::{
+    self, day_of, minute_start, second_of, Buckets, Denial, RateHeaders, Refusal, Usage,
+};
+use super::Limits;
+
+/// How often counts are settled with the database.
+const SYNC_MS: u64 = 200;
+/// How often a server says it is alive; one silent for 3 beats is gone.
+const HEARTBEAT_MS: i64 = 1000;
+/// Rounds after the start in which every round is a heartbeat, so servers
+/// started together learn of each other within one round, not one beat.
+const EAGER_ROUNDS: u64 = 50;
+const ALIVE_MS: i64 = 3 * HEARTBEAT_MS;
+/// After a failed database call, the hot path stops waiting on the
+/// database for this long (the background sync keeps trying).
+const DEGRADED_MS: i64 = 2000;
+/// The longest a request waits on the database for its count.
+const HOT_PATH_DB: Duration = Duration::from_millis(1000);
+/// The longest the background task waits on one write.
+const BACKGROUND_DB: Duration = Duration::from_secs(5);
+/// Share of a limit that servers may admit between syncs, in percent.
+const SLACK_PERCENT: u64 = 10;
+/// Idle callers are forgotten after this (their counts are in the database).
+const IDLE_MS: i64 = 120_000;
+
+/// One caller whose limits apply to a request.
+#[derive(Clone, Debug)]
+pub struct Subject {
+    /// `k:<key id>`, `u:<user id>`, `a:<agent>` or `s:<device id>`.
+    pub key: String,
+    /// The caller in words, for messages: "API key", "user", "agent".
+    pub whose: &'static str,
+    pub limits: Limits,
+}
+
+impl Subject {
+    pub fn api_key(id: &str, limits: Limits) -> Subject {
+        Subject {
+            key: format!("k:{id}"),
+            whose: "API key",
+            limits,
+        }
+    }
+    pub fn user(id: &str, limits: Limits) -> Subject {
+        Subject {
+            key: format!("u:{id}"),
+            whose: "user",
+            limits,
+        }
+    }
+    pub fn agent(address: &str, limits: Limits) -> Subject {
+        Subject {
+            key: format!("a:{address}"),
+            whose: "agent",
+            limits,
+        }
+    }
+    pub fn sign_in(device_id: &str, limits: Limits) -> Subject {
+        Subject {
+            key: format!("s:{device_id}"),
+            whose: "sign-in",
+            limits,
+        }
+    }
+}
+
+/// What a caller uses now (the `…/limits` views).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Used {
+    pub requests_this_minute: i64,
+    pub tokens_this_minute: i64,
+    pub tokens_today: i64,
+    pub in_flight: i64,
+}
+
+#[derive(Default)]
+struct State {
+    requests: Buckets,
+    tokens: Buckets,
+    days: Buckets,
+    /// Requests running on this server.
+    in_flight: i64,
+    /// Requests running on the other servers, as of the last sync.
+    in_flight_elsewhere: i64,
+    /// What the database says runs here (written when it differs).
+    in_flight_written: i64,
+    /// Requests admitted here (not reserved) since the start, and how many
+    /// of them the last completed sync wrote: the difference is what the
+    /// other servers cannot know yet (the share rule).
+    admitted: i64,
+    synced_mark: i64,
+    /// Counts were read from the database at least once.
+    loaded: bool,
+    /// Bumped whenever counts are written, so an older read does not
+    /// overwrite a newer write.
+    writes: u64,
+    last_used_ms: i64,
+}
+
+impl State {
+    fn unsynced(&self) -> i64 {
+        self.admitted - self.synced_mark
+    }
+
+    fn synced_up_to(&mut self, mark: i64) {
+        self.synced_mark = self.synced_mark.max(mark);
+    }
+
+    fn usage(&self) -> Usage<'_> {
+        Usage {
+            requests: &self.requests,
+            tokens: &self.tokens,
+            days: &self.days,
+            in_flight: self.in_flight + self.in_flight_elsewhere,
+        }
+    }
+
+    fn prune(&mut self, now_ms: i64) {
+        let start = minute_start(now_ms);
+        self.requests.prune_before(start);
+        self.tokens.prune_before(start);
+        self.days.prune_before(day_of(now_ms));
+    }
+
+    fn idle(&self) -> bool {
+        self.in_flight == 0
+            && self.requests.is_idle()
+            && self.tokens.is_idle()
+            && self.days.is_idle()
+    }
+
+    /// Replaces the database's view with rows just read (all of this
+    /// subject's rows in the windows), unless a write happened meanwhile.
+    fn apply_read(&mut self, rows: &[&CounterRow], writes_before: u64, now_ms: i64) {
+        self.loaded = true;
+        if self.writes != writes_before {
+            return;
+        }
+        let (sec_from, day_from) = (minute_start(now_ms), day_of(now_ms));
+        self.requests.clear_db_from(sec_from);
+        self.tokens.clear_db_from(sec_from);
+        self.days.clear_db_from(day_from);
+        for r in rows {
+            match r.metric.as_str() {
+                "r" if r.win >= sec_from => self.requests.set_db(r.win, r.n),
+                "t" if r.win >= sec_from => self.tokens.set_db(r.win, r.n),
+                "d" if r.win >= day_from => self.days.set_db(r.win, r.n),
+                _ => {}
+            }
+        }
+    }
+}
+
+/// A caller's counts, and its turn at the database: one reservation or
+/// sync per caller and server at a time, so a burst does not queue a
+/// transaction per request behind the caller's lock row.
+#[derive(Default)]
+struct SlotInner {
+    state: Mutex<State>,
+    db_turn: tokio::sync::Mutex<()>,
+}
+
+impl SlotInner {
+    fn lock(&self) -> parking_lot::MutexGuard<'_, State> {
+        self.state.lock()
+    }
+}
+
+type Slot = Arc<SlotInner>;
+
+struct Shared {
+    store: Option<Store>,
+    server_id: String,
+    states: DashMap<String, Slot>,
+    /// Live servers sharing the database (at least 1: this one).
+    servers: AtomicI64,
+    degraded_until: AtomicI64,
+    outage_logged: AtomicBool,
+    syncs: AtomicU64,
+}
+
+/// Cheap to clone; every clone is the same limiter.
+#[derive(Clone)]
+pub struct Limiter(Arc<Shared>);
+
+/// An admitted request: keeps its place in `max_parallel` until dropped;
+/// [`Admission::finish`] counts its tokens.
+pub struct Admission {
+    limiter: Option<Limiter>,
+    held: Vec<Slot>,
+    /// `x-ratelimit-*` values, empty when no limit applies.
+    pub headers: RateHeaders,
+}
+
+impl Admission {
+    /// Counts the request's tokens (prompt plus completion) now that it ended.
+    pub fn finish(&mut self, tokens: u64) {
+        self.finish_at(tokens, crate::store::now_ms());
+    }
+
+    pub fn finish_at(&mut self, tokens: u64, now_ms: i64) {
+        let n = i64::try_from(tokens).unwrap_or(i64::MAX);
+        if n == 0 {
+            return;
+        }
+        for slot in &self.held {
+            let mut s = slot.lock();
+            s.tokens.add_pending(second_of(now_ms), n);
+            s.days.add_pending(day_of(now_ms), n);
+            s.last_used_ms = now_ms;
+        }
+    }
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        if self.limiter.is_some() {
+            for slot in &self.held {
+                slot.lock().in_flight -= 1;
+            }
+        }
+    }
+}
+
+/// `q`: requests of a caller one server may admit between syncs.
+pub fn share(limit: u64, servers: i64) -> i64 {
+    let n = u64::try_from(servers.max(1)).unwrap_or(1);
+    i64::try_from(limit.saturating_mul(SLACK_PERCENT) / 100 / n).unwrap_or(i64::MAX)
+}
+
+fn db_op<T>(r: Result<Result<T, sqlx::Error>, tokio::time::error::Elapsed>) -> Result<T, String> {
+    match r {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("the database did not answer in time".into()),
+    }
+}
+
+impl Limiter {
+    /// A limiter that settles with `store` (None: memory only, for tests).
+    pub fn new(store: Option<Store>) -> Limiter {
+        Limiter(Arc::new(Shared {
+            store,
+            server_id: crate::store::new_id(),
+            states: DashMap::new(),
+            servers: AtomicI64::new(1),
+            degraded_until: AtomicI64::new(0),
+            outage_logged: AtomicBool::new(false),
+            syncs: AtomicU64::new(0),
+        }))
+    }
+
+    pub fn servers(&self) -> i64 {
+        self.0.servers.load(Ordering::Relaxed).max(1)
+    }
+
+    fn degraded(&self, now_ms: i64) -> bool {
+        now_ms < self.0.degraded_until.load(Ordering::Relaxed)
+    }
+
+    fn database_failed(&self, what: &str, e: &str) {
+        let now = crate::store::now_ms();
+        self.0
+            .degraded_until
+            .store(now + DEGRADED_MS, Ordering::Relaxed);
+        if !self.0.outage_logged.swap(true, Ordering::Relaxed) {
+            tracing::warn!(error = %e, what, "limits: the database is unavailable; enforcing with what this server knows");
+        }
+    }
+
+    fn database_ok(&self) {
+        if self.0.outage_logged.swap(false, Ordering::Relaxed) {
+            tracing::info!("limits: the database is back; counts are written again");
+        }
+    }
+
+    fn slot(&self, key: &str) -> Slot {
+        if let Some(s) = self.0.states.get(key) {
+            return Arc::clone(&s);
+        }
+        Arc::clone(&self.0.states.entry(key.to_string()).or_default())
+    }
+
+    /// Admits a request that must fit every subject's limits, or refuses it.
+    pub async fn admit(&self, subjects: &[Subject]) -> Result<Admission, Refusal> {
+        let mut list: Vec<(&Subject, Slot)> =
+            subjects.iter().map(|s| (s, self.slot(&s.key))).collect();
+        if list.is_empty() {
+            return Ok(Admission {
+                limiter: None,
+                held: Vec::new(),
+                headers: RateHeaders::default(),
+            });
+        }
+        // One lock order for every request: no two requests wait on each other.
+        list.sort_by(|a, b| a.0.key.cmp(&b.0.key));
+        list.dedup_by(|a, b| a.0.key == b.0.key);
+
+        if self.0.store.is_some() && !self.degraded(crate::store::now_ms()) {
+            let cold: Vec<String> = list
+                .iter()
+                .filter(|(_, s)| !s.lock().loaded)
+                .map(|(s, _)| s.key.clone())
+                .collect();
+            if !cold.is_empty() {
+                // Once per caller and server: a restart must not forget the day.
+                if let Err(e) = self.sync_keys(&cold).await {
+                    self.database_failed("reading counts", &e);
+                }
+            }
+        }
+
+        let mut reserved = vec![false; list.len()];
+        // Subjects whose reservation found the minute full: refused even if
+        // a stale local view would let the request through.
+        let mut full = vec![false; list.len()];
+        let mut round = 0;
+        loop {
+            let now = crate::store::now_ms();
+            let servers = self.servers();
+            // The last round (3) decides on what is known, whatever happens.
+            let cluster = round < 3 && servers > 1 && self.0.store.is_some() && !self.degraded(now);
+            let mut need_sync: Vec<String> = Vec::new();
+            let mut need_reserve: Vec<usize> = Vec::new();
+            {
+                let mut guards: Vec<_> = list.iter().map(|(_, s)| s.lock()).collect();
+                let mut worst: Option<(Denial, &Subject)> = None;
+                for (i, ((subject, _), g)) in list.iter().zip(guards.iter_mut()).enumerate() {
+                    g.prune(now);
+                    let denial = rules::check(&subject.limits, &g.usage(), now, reserved[i])
+                        .or_else(|| {
+                            let l = subject.limits.requests_per_minute.filter(|_| full[i])?;
+                            let wait_ms = g
+                                .requests
+                                .minute_wait_ms(i64::try_from(l).unwrap_or(i64::MAX), now)
+                                .unwrap_or(rules::BUCKET_MS);
+                            Some(Denial {
+                                code: rules::RATE_LIMITED,
+                                field: "requests_per_minute",
+                                limit: l,
+                                wait_ms,
+                            })
+                        });
+                    if let Some(d) = denial {
+                        let longer = worst.as_ref().is_none_or(|(w, _)| {
+                            d.wait_ms > w.wait_ms
+                                || (d.wait_ms == w.wait_ms && d.code == rules::BUDGET_EXHAUSTED)
+                        });
+                        if longer {
+                            worst = Some((d, subject));
+                        }
+                        continue;
+                    }
+                    let Some(l) = subject.limits.requests_per_minute.filter(|_| !reserved[i])
+                    else {
+                        continue;
+                    };
+                    if cluster {
+                        let q = share(l, servers);
+                        if q == 0 {
+                            need_reserve.push(i);
+                        } else if g.unsynced() >= q {
+                            need_sync.push(subject.key.clone());
+                        }
+                    } else if servers > 1 && self.0.store.is_some() {
+                        // Cut off from the others: take only this server's
+                        // part of what was left, as each of them does.
+                        let l = i64::try_from(l).unwrap_or(i64::MAX);
+                        let base = g.requests.minute_count(now) - g.unsynced();
+                        if g.unsynced() >= (l - base).max(0) / servers {
+                            let d = Denial {
+                                code: rules::RATE_LIMITED,
+                                field: "requests_per_minute",
+                                limit: l.unsigned_abs(),
+                                wait_ms: rules::BUCKET_MS,
+                            };
+                            if worst.as_ref().is_none_or(|(w, _)| d.wait_ms > w.wait_ms) {
+                                worst = Some((d, subject));
+                            }
+                        }
+                    }
+                }
+                if let Some((d, subject)) = worst {
+                    let mut headers = RateHeaders::default();
+                    for ((s, _), g) in list.iter().zip(guards.iter()) {
+                        headers.add(&s.limits, &g.usage(), now);
+                    }
+                    drop(guards);
+                    self.give_back(&list, &reserved, now);
+                    return Err(Refusal::new(&d, subject.whose, headers));
+                }
+                if need_sync.is_empty() && need_reserve.is_empty() {
+                    let mut headers = RateHeaders::default();
+                    for (i, ((s, _), g)) in list.iter().zip(guards.iter_mut()).enumerate() {
+                        if !reserved[i] {
+                            g.requests.add_pending(second_of(now), 1);
+                            g.admitted += 1;
+                        }
+                        g.in_flight += 1;
+                        g.last_used_ms = now;
+                        headers.add(&s.limits, &g.usage(), now);
+                    }
+                    drop(guards);
+                    return Ok(Admission {
+                        limiter: Some(self.clone()),
+                        held: list.into_iter().map(|(_, s)| s).collect(),
+                        headers,
+                    });
+                }
+            }
+            for key in need_sync {
+                let Some((subject, slot)) = list.iter().find(|(s, _)| s.key == key) else {
+                    continue;
+                };
+                let _turn = slot.db_turn.lock().await;
+                let q = share(subject.limits.requests_per_minute.unwrap_or(0), servers);
+                // Another request may have synced while this one waited.
+                if slot.lock().unsynced() < q {
+                    continue;
+                }
+                if let Err(e) = self.sync_keys(std::slice::from_ref(&key)).await {
+                    self.database_failed("settling counts", &e);
+                }
+            }
+            for i in need_reserve {
+                let (subject, slot) = &list[i];
+                let limit = subject.limits.requests_per_minute.unwrap_or(0);
+                match self.reserve_one(&subject.key, slot, limit).await {
+                    Ok(ok) => {
+                        reserved[i] = ok;
+                        full[i] = !ok;
+                    }
+                    Err(e) => self.database_failed("reserving a request", &e),
+                }
+            }
+            round += 1;
+        }
+    }
+
+    /// Undoes the database reservations of a request refused after all: a
+    /// pending -1, written with the next sync (until then the others see one
+    /// request too many, which can only refuse, never admit, too much).
+    fn give_back(&self, list: &[(&Subject, Slot)], reserved: &[bool], now_ms: i64) {
+        for ((_, slot), _) in list.iter().zip(reserved).filter(|(_, r)| **r) {
+            slot.lock().requests.add_pending(second_of(now_ms), -1);
+        }
+    }
+
+    /// Reserves one request in the database (limits too small to share):
+    /// true when it fits, false when the minute is full.
+    async fn reserve_one(&self, key: &str, slot: &Slot, limit: u64) -> Result<bool, String> {
+        let Some(store) = &self.0.store else {
+            return Ok(true);
+        };
+        let _turn = slot.db_turn.lock().await;
+        let now = crate::store::now_ms();
+        let sec = second_of(now);
+        // The reservation before ours may have found the minute full.
+        if slot.lock().requests.minute_count(now) >= i64::try_from(limit).unwrap_or(i64::MAX) {
+            return Ok(false);
+        }
+        let writes = slot.lock().writes;
+        let (fits, rows) = db_op(
+            tokio::time::timeout(
+                HOT_PATH_DB,
+                store.limit_reserve(
+                    key,
+                    sec,
+                    minute_start(now),
+                    day_of(now),
+                    i64::try_from(limit).unwrap_or(i64::MAX),
+                ),
+            )
+            .await,
+        )?;
+        let mut s = slot.lock();
+        let refs: Vec<&CounterRow> = rows.iter().collect();
+        s.apply_read(&refs, writes, now);
+        s.writes += 1;
+        if fits {
+            s.requests.add_db(sec, 1);
+        }
+        Ok(fits)
+    }
+
+    /// Writes the pending counts of `keys` and reads back every server's.
+    async fn sync_keys(&self, keys: &[String]) -> Result<(), String> {
+        let Some(store) = &self.0.store else {
+            return Ok(());
+        };
+        let slots: Vec<(String, Slot)> = keys.iter().map(|k| (k.clone(), self.slot(k))).collect();
+        let now = crate::store::now_ms();
+        let marks: Vec<i64> = slots.iter().map(|(_, s)| s.lock().admitted).collect();
+        self.write_pending(store, &slots, HOT_PATH_DB).await?;
+        let writes: Vec<u64> = slots.iter().map(|(_, s)| s.lock().writes).collect();
+        let rows = db_op(
+            tokio::time::timeout(
+                HOT_PATH_DB,
+                store.limit_counters_of(keys, minute_start(now), day_of(now)),
+            )
+            .await,
+        )?;
+        for (((key, slot), w), mark) in slots.iter().zip(writes).zip(marks) {
+            let mine: Vec<&CounterRow> = rows.iter().filter(|r| &r.subject == key).collect();
+            let mut s = slot.lock();
+            s.apply_read(&mine, w, now);
+            s.synced_up_to(mark);
+        }
+        Ok(())
+    }
+
+    /// Writes the pending counts of `slots` in one transaction.
+    async fn write_pending(
+        &self,
+        store: &Store,
+        slots: &[(String, Slot)],
+        limit: Duration,
+    ) -> Result<(), String> {
+        let mut items: Vec<(usize, &'static str, i64, i64)> = Vec::new();
+        for (i, (_, slot)) in slots.iter().enumerate() {
+            let mut s = slot.lock();
+            for (metric, taken) in [
+                ("r", s.requests.take_pending()),
+                ("t", s.tokens.take_pending()),
+                ("d", s.days.take_pending()),
+            ] {
+                items.extend(taken.into_iter().map(|(win, n)| (i, metric, win, n)));
+            }
+        }
+        if items.is_empty() {
+            return Ok(());
+        }
+        let rows: Vec<(&str, &str, i64, i64)> = items
+            .iter()
+            .map(|(i, m, w, n)| (slots[*i].0.as_str(), *m, *w, *n))
+            .collect();
+        let result = db_op(tokio::time::timeout(limit, store.limit_add_many(&rows)).await);
+        let totals = result.as_ref().ok();
+        for (j, (i, metric, win, n)) in items.iter().enumerate() {
+            let mut s = slots[*i].1.lock();
+            let series = match *metric {
+                "r" => &mut s.requests,
+                "t" => &mut s.tokens,
+                _ => &mut s.days,
+            };
+            match totals.and_then(|t| t.get(j)) {
+                Some(total) => series.pushed(*win, *n, *total),
+                None => series.push_failed(*win, *n),
+            }
+            if totals.is_some() {
+                s.writes += 1;
+            }
+        }
+        result.map(|_| ())
+    }
+
+    /// One background round: heartbeat, write counts, read the others'.
+    pub async fn sync_once(&self) -> Result<(), String> {
+        let Some(store) = self.0.store.clone() else {
+            return Ok(());
+        };
+        let now = crate::store::now_ms();
+        let round = self.0.syncs.fetch_add(1, Ordering::Relaxed);
+        if round < EAGER_ROUNDS || round.is_multiple_of(HEARTBEAT_MS as u64 / SYNC_MS) {
+            let n = db_op(
+                tokio::time::timeout(
+                    Duration::from_secs(2),
+                    store.limit_heartbeat(&self.0.server_id, now, now - ALIVE_MS),
+                )
+                .await,
+            )?;
+            self.0.servers.store(n.max(1), Ordering::Relaxed);
+        }
+        let cluster = self.servers() > 1;
+        let mut dirty = Vec::new();
+        // (key, slot, writes, admitted) taken before anything is written, so
+        // a sync never claims admissions it did not write.
+        let mut active: Vec<(String, Slot, u64, i64)> = Vec::new();
+        let mut in_flight_rows = Vec::new();
+        let refresh_in_flight = round.is_multiple_of(HEARTBEAT_MS as u64 / SYNC_MS);
+        let mut idle = Vec::new();
+        for e in self.0.states.iter() {
+            let mut s = e.value().lock();
+            s.prune(now);
+            if !s.idle() {
+                dirty.push(e.key().clone());
+            }
+            if now - s.last_used_ms < 65_000 || s.in_flight > 0 {
+                active.push((e.key().clone(), Arc::clone(e.value()), s.writes, s.admitted));
+            } else if s.idle() && now - s.last_used_ms > IDLE_MS {
+                idle.push(e.key().clone());
+            }
+            if s.in_flight != s.in_flight_written || (s.in_flight > 0 && refresh_in_flight) {
+                in_flight_rows.push((e.key().clone(), s.in_flight));
+            }
+        }
+        for key in idle {
+            // Forgotten callers are read again on their next request.
+            self.0
+                .states
+                .remove_if(&key, |_, s| s.lock().idle() && Arc::strong_count(s) == 1);
+        }
+        let dirty: Vec<(String, Slot)> = dirty
+            .into_iter()
+            .map(|k| {
+                let slot = self.slot(&k);
+                (k, slot)
+            })
+            .collect();
+        self.write_pending(&store, &dirty, BACKGROUND_DB).await?;
+        let active_keys: Vec<String> = active.iter().map(|a| a.0.clone()).collect();
+        if cluster && !active.is_empty() {
+            let rows = store
+                .limit_counters_of(&active_keys, minute_start(now), day_of(now))
+                .await
+                .map_err(|e| e.to_string())?;
+            for (key, slot, w, mark) in &active {
+                let mine: Vec<&CounterRow> = rows.iter().filter(|r| &r.subject == key).collect();
+                let mut s = slot.lock();
+                s.apply_read(&mine, *w, now);
+                s.synced_up_to(*mark);
+            }
+        } else {
+            // Alone: nothing to learn from the database; the share rule is moot.
+            for (_, slot, _, mark) in &active {
+                slot.lock().synced_up_to(*mark);
+            }
+        }
+        // Alone, nobody reads what runs here: written once there are others.
+        if cluster {
+            if !in_flight_rows.is_empty() {
+                store
+                    .limit_put_in_flight(&self.0.server_id, &in_flight_rows, now)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                for (key, n) in &in_flight_rows {
+                    self.slot(key).lock().in_flight_written = *n;
+                }
+            }
+            if !active.is_empty() {
+                let elsewhere = store
+                    .limit_in_flight_elsewhere(&self.0.server_id, &active_keys, now - ALIVE_MS)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                for (key, slot, _, _) in &active {
+                    let n = elsewhere
+                        .iter()
+                        .find(|(k, _)| k == key)
+                        .map_or(0, |(_, n)| *n);
+                    slot.lock().in_flight_elsewhere = n;
+                }
+            }
+        } else {
+            for (_, slot, _, _) in &active {
+                slot.lock().in_flight_elsewhere = 0;
+            }
+        }
+        if round.is_multiple_of(300) {
+            let sec = second_of(now);
+            store
+                .limit_cleanup(
+                    sec - 2 * rules::MINUTE_BUCKETS,
+                    day_of(now) - 2,
+                    now - 60_000,
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Says this server is alive before it serves, so the others share at once.
+    pub async fn announce(&self) -> Result<(), sqlx::Error> {
+        if let Some(store) = &self.0.store {
+            let now = crate::store::now_ms();
+            let n = store
+                .limit_heartbeat(&self.0.server_id, now, now - ALIVE_MS)
+                .await?;
+            self.0.servers.store(n.max(1), Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// The background task: settles counts every 200 ms until aborted.
+    pub fn spawn(&self) -> tokio::task::JoinHandle<()> {
+        let this = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(SYNC_MS));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                match this.sync_once().await {
+                    Ok(()) => this.database_ok(),
+                    Err(e) => this.database_failed("settling counts", &e),
+                }
+            }
+        })
+    }
+
+    /// At a clean stop: writes what is pending and leaves the cluster.
+    pub async fn flush(&self) {
+        let Some(store) = self.0.store.clone() else {
+            return;
+        };
+        let all: Vec<(String, Slot)> = self
+            .0
+            .states
+            .iter()
+            .map(|e| (e.key().clone(), Arc::clone(e.value())))
+            .collect();
+        if let Err(e) = self.write_pending(&store, &all, BACKGROUND_DB).await {
+            tracing::warn!(error = %e, "limits: counts not written at stop");
+        }
+        if let Err(e) = store.limit_server_gone(&self.0.server_id).await {
+            tracing::warn!(error = %e, "limits: could not leave the cluster cleanly");
+        }
+    }
+
+    /// Closes the database pool (tests of a server cut off from it).
+    pub async fn close_store_for_tests(&self) {
+        if let Some(store) = &self.0.store {
+            store.pool.close().await;
+        }
+    }
+
+    /// What `key`'s caller uses now, as fresh as the database allows.
+    pub async fn used(&self, key: &str) -> Used {
+        let now = crate::store::now_ms();
+        if self.0.store.is_some() && !self.degraded(now) {
+            if let Err(e) = self.sync_keys(&[key.to_string()]).await {
+                self.database_failed("reading counts", &e);
+            }
+        }
+        let slot = self.slot(key);
+        let mut s = slot.lock();
+        s.prune(now);
+        Used {
+            requests_this_minute: s.requests.minute_count(now),
+            tokens_this_minute: s.tokens.minute_count(now),
+            tokens_today: s.days.total_from(day_of(now)),
+            in_flight: s.in_flight + s.in_flight_elsewhere,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(l: Limits) -> Subject {
+        Subject::api_key("k1", l)
+    }
+
+    #[test]
+    fn the_share_is_a_tenth_of_the_limit_split_between_servers() {
+        assert_eq!(share(100, 1), 10);
+        assert_eq!(share(100, 3), 3);
+        assert_eq!(share(29, 3), 0);
+        assert_eq!(share(30, 3), 1);
+        assert!(share(u64::MAX, 1) > 0);
+    }
+
+    #[tokio::test]
+    async fn requests_per_minute_admits_up_to_the_limit_and_refuses_the_next() {
+        let l = Limiter::new(None);
+        let s = [key(Limits {
+            requests_per_minute: Some(3),
+            ..Limits::default()
+        })];
+        for i in 0..3 {
+            let a = l.admit(&s).await.expect("under the limit");
+            let q = a.headers.requests.expect("requests headers");
+            assert_eq!((q.limit, q.remaining), (3, 2 - i));
+        }
+        let r = l.admit(&s).await.err().expect("over the limit");
+        assert_eq!(r.code, "rate_limited");
+        assert!((60..=61).contains(&r.retry_after), "{}", r.retry_after);
+        assert_eq!(r.headers.requests.expect("headers").remaining, 0);
+    }
+
+    #[tokio::test]
+    async fn refused_requests_are_not_counted() {
+        let l = Limiter::new(None);
+        let s = [key(Limits {
+            requests_per_minute: Some(1),
+            ..Limits::default()
+        })];
+        drop(l.admit(&s).await.expect("first"));
+        for _ in 0..5 {
+            assert!(l.admit(&s).await.is_err());
+        }
+        assert_eq!(l.used("k:k1").await.requests_this_minute, 1);
+    }
+
+    #[tokio::test]
+    async fn tokens_are_counted_when_a_request_ends_and_refuse_the_next_at_the_limit() {
+        let l = Limiter::new(None);
+        let s = [key(Limits {
+            tokens_per_minute: Some(100),
+            ..Limits::default()
+        })];
+        let mut a = l.admit(&s).await.expect("nothing used");
+        // Running requests are admitted: tokens count when they end.
+        let mut b = l.admit(&s).await.expect("still nothing counted");
+        a.finish(60);
+        b.finish(39);
+        drop((a, b));
+        let mut c = l.admit(&s).await.expect("99 of 100: below the limit");
+        assert_eq!(c.headers.tokens.expect("token headers").remaining, 1);
+        c.finish(1);
+        drop(c);
+        let r = l.admit(&s).await.err().expect("at the limit");
+        assert_eq!((r.code, r.field), ("rate_limited", "tokens_per_minute"));
+        let used = l.used("k:k1").await;
+        assert_eq!((used.tokens_this_minute, used.tokens_today), (100, 100));
+    }
+
+    #[tokio::test]
+    async fn the_day_budget_refuses_with_budget_exhausted() {
+        let l = Limiter::new(None);
+        let s = [key(Limits {
+            tokens_per_day: Some(50),
+            ..Limits::default()
+        })];
+        let mut a = l.admit(&s).await.expect("fresh");
+        a.finish(49);
+        drop(a);
+        let mut a = l.admit(&s).await.expect("49 of 50");
+        a.finish(1);
+        drop(a);
+        let r = l.admit(&s).await.err().expect("budget used up");
+        assert_eq!(r.code, "budget_exhausted");
+        assert!(r.retry_after >= 1 && r.retry_after <= 86_400);
+        assert_eq!(r.headers.tokens.expect("day quota").remaining, 0);
+    }
+
+    #[tokio::test]
+    async fn max_parallel_holds_a_place_until_the_admission_is_dropped() {
+        let l = Limiter::new(None);
+        let s = [key(Limits {
+            max_parallel: Some(2),
+            ..Limits::default()
+        })];
+        let a = l.admit(&s).await.expect("one running");
+        let b = l.admit(&s).await.expect("two running");
+        let r = l.admit(&s).await.err().expect("a third is refused");
+        assert_eq!(
+            (r.code, r.field, r.retry_after),
+            ("rate_limited", "max_parallel", 1)
+        );
+        assert_eq!(l.used("k:k1").await.in_flight, 2);
+        drop(a);
+        let c = l.admit(&s).await.expect("a place was freed");
+        drop((b, c));
+        assert_eq!(l.used("k:k1").await.in_flight, 0);
+    }
+
+    #[tokio::test]
+    async fn every_subject_must_fit_and_a_refusal_counts_against_none() {
+        let l = Limiter::new(None);
+        let k = Subject::api_key(
+            "k",
+            Limits {
+                requests_per_minute: Some(10),
+                ..Limits::default()
+            },
+        );
+        let u = Subject::user(
+            "u",
+            Limits {
+                requests_per_minute: Some(2),
+                ..Limits::default()
+            },
+        );
+        let a = Subject::agent(
+            "bot",
+            Limits {
+                max_parallel: Some(5),
+                ..Limits::default()
+            },
+        );
+        let subjects = [k.clone(), u.clone(), a.clone()];
+        for _ in 0..2 {
+            let adm = l.admit(&subjects).await.expect("fits all");
+            assert_eq!(adm.headers.requests.expect("headers").limit, 2);
+        }
+        let r = l.admit(&subjects).await.err().expect("the user is full");
+        assert!(r.message.contains("user"), "{}", r.message);
+        // The key's own count did not move for the refused request.
+        assert_eq!(l.used("k:k").await.requests_this_minute, 2);
+        // Another user on the same key still gets in.
+        let other = Subject::user("u2", Limits::default());
+        assert!(l.admit(&[k, other, a]).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn callers_without_limits_are_counted_but_never_refused() {
+        let l = Limiter::new(None);
+        let s = [key(Limits::default())];
+        for _ in 0..100 {
+            let a = l.admit(&s).await.expect("no limit");
+            assert!(a.headers.is_empty());
+        }
+        assert_eq!(l.used("k:k1").await.requests_this_minute, 100);
+    }
+
+    #[tokio::test]
+    async fn a_closed_caller_is_refused() {
+        let l = Limiter::new(None);
+        assert!(l.admit(&[key(Limits::closed())]).await.is_err());
+    }
+}

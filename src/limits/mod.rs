@@ -1,0 +1,220 @@
+//! Limits and budgets (contract: "Limits and budgets"): the `limits` object
+//! of API keys, users and agents, the rules that admit or refuse a request,
+//! the cluster-wide counters behind them, and the login throttle shared by
+//! every server. See docs/limits.md for the design and its accuracy bound.
+//!
+//! Domain code: nothing here knows about HTTP. Refusals carry the contract's
+//! codes and header values; the HTTP layer renders them.
+
+pub mod engine;
+pub mod login;
+pub mod rules;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub use engine::{Admission, Limiter, Subject};
+pub use rules::{Quota, RateHeaders, Refusal};
+
+/// The four limits; `None` is "no limit". Values are positive (the API
+/// refuses anything else); `Some(0)` appears only in [`Limits::closed`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    pub requests_per_minute: Option<u64>,
+    pub tokens_per_minute: Option<u64>,
+    pub tokens_per_day: Option<u64>,
+    pub max_parallel: Option<u64>,
+}
+
+pub const FIELDS: [&str; 4] = [
+    "requests_per_minute",
+    "tokens_per_minute",
+    "tokens_per_day",
+    "max_parallel",
+];
+
+/// A `limits` value that is not acceptable; `field` is the parameter to name
+/// (`limits` or `limits.<name>`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct InvalidLimits {
+    pub field: String,
+    pub message: String,
+}
+
+impl From<InvalidLimits> for crate::error::Error {
+    fn from(e: InvalidLimits) -> Self {
+        crate::error::Error::validation(e.field, e.message)
+    }
+}
+
+impl Limits {
+    /// Limits that admit nothing: what a stored value that cannot be read
+    /// turns into, so a damaged row never widens access.
+    pub fn closed() -> Limits {
+        Limits {
+            requests_per_minute: Some(0),
+            tokens_per_minute: Some(0),
+            tokens_per_day: Some(0),
+            max_parallel: Some(0),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.requests_per_minute.is_none()
+            && self.tokens_per_minute.is_none()
+            && self.tokens_per_day.is_none()
+            && self.max_parallel.is_none()
+    }
+
+    /// Reads a request's `limits` value: an object (fields absent or null
+    /// mean no limit; unknown fields are ignored, as in all our bodies) or
+    /// null (no limits at all).
+    pub fn from_json(v: &Value) -> Result<Limits, InvalidLimits> {
+        let obj =
+            match v {
+                Value::Null => return Ok(Limits::default()),
+                Value::Object(o) => o,
+                _ => return Err(InvalidLimits {
+                    field: "limits".into(),
+                    message:
+                        "'limits' must be an object such as {\"requests_per_minute\": 60}, or null."
+                            .into(),
+                }),
+            };
+        let mut out = Limits::default();
+        for name in FIELDS {
+            let value = match obj.get(name) {
+                None | Some(Value::Null) => None,
+                Some(x) => Some(positive(name, x)?),
+            };
+            *out.field_mut(name) = value;
+        }
+        Ok(out)
+    }
+
+    fn field_mut(&mut self, name: &str) -> &mut Option<u64> {
+        match name {
+            "requests_per_minute" => &mut self.requests_per_minute,
+            "tokens_per_minute" => &mut self.tokens_per_minute,
+            "tokens_per_day" => &mut self.tokens_per_day,
+            _ => &mut self.max_parallel,
+        }
+    }
+
+    /// The stored form: JSON text, or NULL when no limit is set.
+    pub fn to_db(&self) -> Option<String> {
+        if self.is_empty() {
+            None
+        } else {
+            serde_json::to_string(self).ok()
+        }
+    }
+
+    /// Reads the stored form. An unreadable value is an error; callers log it
+    /// and use [`Limits::closed`] (fail closed).
+    pub fn from_db(text: Option<&str>) -> Result<Limits, String> {
+        let Some(t) = text else {
+            return Ok(Limits::default());
+        };
+        let v: Value = serde_json::from_str(t).map_err(|e| format!("limits column: {e}"))?;
+        Limits::from_json(&v).map_err(|e| format!("limits column: {}", e.message))
+    }
+
+    /// Like [`Limits::from_db`], failing closed with a log line.
+    pub fn from_db_or_closed(text: Option<&str>, whose: &str) -> Limits {
+        Limits::from_db(text).unwrap_or_else(|e| {
+            tracing::error!(whose, error = %e, "stored limits cannot be read; admitting nothing");
+            Limits::closed()
+        })
+    }
+}
+
+/// Positive whole numbers only: 0, negatives, fractions, strings and
+/// booleans are refused, naming the field.
+fn positive(name: &str, v: &Value) -> Result<u64, InvalidLimits> {
+    let err = || InvalidLimits {
+        field: format!("limits.{name}"),
+        message: format!(
+            "'limits.{name}' must be a positive whole number (at least 1), or null for no limit."
+        ),
+    };
+    let n = v.as_u64().ok_or_else(err)?;
+    if n == 0 || n > i64::MAX as u64 {
+        return Err(err());
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn absent_and_null_fields_mean_no_limit() {
+        assert_eq!(Limits::from_json(&json!({})), Ok(Limits::default()));
+        assert_eq!(Limits::from_json(&Value::Null), Ok(Limits::default()));
+        let l = Limits::from_json(&json!({"requests_per_minute": 1, "tokens_per_day": null}))
+            .expect("valid");
+        assert_eq!(l.requests_per_minute, Some(1));
+        assert_eq!(l.tokens_per_day, None);
+    }
+
+    #[test]
+    fn every_field_takes_one_and_refuses_zero_negative_fraction_and_text() {
+        for name in FIELDS {
+            let ok = Limits::from_json(&json!({ name: 1 })).expect("1 is valid");
+            assert!(!ok.is_empty());
+            for bad in [
+                json!(0),
+                json!(-1),
+                json!(1.5),
+                json!("5"),
+                json!(true),
+                json!([1]),
+            ] {
+                let e = Limits::from_json(&json!({ name: bad })).expect_err("refused");
+                assert_eq!(e.field, format!("limits.{name}"), "{bad}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_limits_value_that_is_not_an_object_is_refused() {
+        for bad in [json!(5), json!("x"), json!([])] {
+            assert_eq!(
+                Limits::from_json(&bad).expect_err("refused").field,
+                "limits"
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_fields_are_ignored() {
+        assert_eq!(
+            Limits::from_json(&json!({"max_parallel": 2, "colour": "red"}))
+                .expect("valid")
+                .max_parallel,
+            Some(2)
+        );
+    }
+
+    #[test]
+    fn stored_form_round_trips_and_damaged_values_fail_closed() {
+        let l = Limits {
+            requests_per_minute: Some(60),
+            tokens_per_minute: None,
+            tokens_per_day: Some(100_000),
+            max_parallel: Some(4),
+        };
+        assert_eq!(Limits::from_db(l.to_db().as_deref()), Ok(l));
+        assert_eq!(Limits::default().to_db(), None);
+        assert_eq!(Limits::from_db(None), Ok(Limits::default()));
+        assert!(Limits::from_db(Some("{not json")).is_err());
+        assert_eq!(
+            Limits::from_db_or_closed(Some("{\"max_parallel\": 0}"), "test"),
+            Limits::closed()
+        );
+    }
+}
