@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test: the Rust suite on SQLite, the same suite on PostgreSQL
 # (a private cluster started and stopped here), and the client tests with the
-# official openai Python SDK. Needs: cargo, python3 with venv, node and npm
-# (the AG-UI events are checked with the protocol's own packages, tests/agui),
+# official openai Python SDK, and the web console's tests in a headless
+# Chromium (Playwright from PyPI). Needs: cargo, python3 with venv, chromium,
+# node and npm (the AG-UI events are checked with the protocol's own packages, tests/agui),
 # PostgreSQL server binaries (apt-get install postgresql); .ci/run installs them.
 #
 # Everything it makes lives in a new temporary directory and on free ports, so
@@ -57,16 +58,24 @@ else
   fi
 fi
 
-if [ -d tests/python ]; then
-  echo "== client tests (openai Python SDK)"
-  if [ ! -x .venv/bin/python ] && ! python3 -m venv .venv; then
-    failed+=("python3 -m venv .venv (apt-get install python3-venv)")
-  else
-    # Both binaries: `--bin gatehouse` alone would skip stub-upstream.
-    run "pip install" pip.log .venv/bin/pip install -q -r tests/python/requirements.txt
-    run "cargo build (binaries for the client tests)" build.log \
-      cargo build -q -p gatehouse -p gatehouse-stub-upstream --bins
-    run "pytest tests/python" pytest.log .venv/bin/python -m pytest -q tests/python
+# The client and console tests run the debug binaries, both of them:
+# `--bin gatehouse` alone would skip stub-upstream.
+if [ ! -x .venv/bin/python ] && ! python3 -m venv .venv; then
+  failed+=("python3 -m venv .venv (apt-get install python3-venv)")
+else
+  run "cargo build (binaries for the client tests)" build.log \
+    cargo build -q -p gatehouse -p gatehouse-stub-upstream --bins
+  if [ -d tests/python ]; then
+    run "pip install (tests/python)" pip.log .venv/bin/pip install -q -r tests/python/requirements.txt
+    run "client tests (openai Python SDK)" pytest.log .venv/bin/python -m pytest -q tests/python
+  fi
+  if [ -d tests/console ]; then
+    # Playwright drives Debian's Chromium (/usr/bin/chromium, or $CHROMIUM);
+    # it never downloads a browser of its own.
+    run "pip install (tests/console)" pip-console.log \
+      .venv/bin/pip install -q -r tests/console/requirements.txt
+    run "console tests (headless Chromium through Playwright)" console.log \
+      .venv/bin/python -m pytest -q tests/console
   fi
 fi
 

@@ -13,7 +13,7 @@ use crate::agents::tools::{ToolClass, ToolStatus};
 use crate::agents::Agent;
 use crate::auth::{Auth, Lifetimes};
 use crate::config::Settings;
-use crate::models::CatalogSnapshot;
+use crate::models::{CatalogSnapshot, RoutingState};
 use crate::runtime::{Invalidation, Metrics, TtlCache};
 use crate::secrets::{Keyring, Use};
 use crate::store::Store;
@@ -41,6 +41,8 @@ pub struct App {
     pub auth: Auth,
     pub caches: Caches,
     pub catalog: RwLock<Arc<CatalogSnapshot>>,
+    /// Every target's health and every provider's attempt counters here.
+    pub routing: RoutingState,
     pub metrics: Metrics,
     pub usage: UsageSink,
     pub http: reqwest::Client,
@@ -54,6 +56,7 @@ pub type AppState = Arc<App>;
 impl App {
     pub fn new(settings: Settings, store: Store, keyring: Keyring, usage: UsageSink) -> App {
         let ttl = Duration::from_secs(settings.cache_ttl_s.max(1));
+        let cooldown = Duration::from_secs(settings.target_cooldown_s);
         let http = reqwest::Client::builder()
             .tcp_nodelay(true)
             .pool_idle_timeout(Duration::from_secs(90))
@@ -85,6 +88,7 @@ impl App {
                 scanners: TtlCache::new(Duration::from_secs(3600), 1_000),
             },
             catalog: RwLock::new(Arc::new(CatalogSnapshot::default())),
+            routing: RoutingState::new(cooldown),
             metrics: Metrics::default(),
             usage,
             http,
@@ -111,7 +115,9 @@ impl App {
             }
         }
         let models = self.store.list_models().await?;
-        *self.catalog.write() = Arc::new(CatalogSnapshot::build(providers, models));
+        let targets = self.store.list_model_targets().await?;
+        let snapshot = CatalogSnapshot::build(providers, models, targets, &self.routing);
+        *self.catalog.write() = Arc::new(snapshot);
         Ok(())
     }
 

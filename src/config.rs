@@ -36,6 +36,8 @@ pub struct Settings {
     pub password_hash_concurrency: usize,
     /// When set, `/metrics` asks for `Authorization: Bearer <token>`.
     pub metrics_token: Option<String>,
+    /// How long a target rests after 3 failures in a row.
+    pub target_cooldown_s: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -169,6 +171,10 @@ impl Settings {
                 }
                 n
             },
+            target_cooldown_s: parse_var(
+                "GATEHOUSE_TARGET_COOLDOWN_S",
+                crate::models::routing::DEFAULT_COOLDOWN_S,
+            )?,
         })
     }
 
@@ -197,6 +203,7 @@ impl Settings {
             pii_vault_ttl_s: 86_400,
             metrics_token: None,
             password_hash_concurrency: 2,
+            target_cooldown_s: crate::models::routing::DEFAULT_COOLDOWN_S,
         }
     }
 }
@@ -209,7 +216,7 @@ pub struct FileConfig {
     #[serde(default)]
     pub providers: Vec<crate::models::NewProvider>,
     #[serde(default)]
-    pub models: Vec<crate::models::NewModel>,
+    pub models: Vec<crate::models::ModelForm>,
     #[serde(default)]
     pub agents: Vec<serde_json::Value>,
 }

@@ -154,11 +154,34 @@ async fn apply_file_config(
             .map_err(|e| StartError::Other(e.message))?;
         store.put_provider(&row, true).await?;
     }
+    // Fallbacks may name models of the file or of the database, in any order.
+    let providers: std::collections::HashSet<String> = store
+        .list_providers()
+        .await?
+        .into_iter()
+        .map(|p| p.name)
+        .collect();
+    let mut kinds: std::collections::HashMap<String, models::ModelKind> = store
+        .list_models()
+        .await?
+        .into_iter()
+        .filter_map(|m| Some((m.id, models::ModelKind::parse(&m.kind)?)))
+        .collect();
+    kinds.extend(
+        file.models
+            .iter()
+            .filter_map(|m| Some((m.id.clone(), models::ModelKind::parse(&m.kind)?))),
+    );
+    let mut specs = Vec::with_capacity(file.models.len());
     for m in &file.models {
-        let row = m.validate().map_err(|e| {
-            StartError::Other(format!("GATEHOUSE_CONFIG model {}: {}", m.id, e.message))
-        })?;
-        store.put_model(&row, true).await?;
+        let spec = m
+            .validate(|p| providers.contains(p), |id| kinds.get(id).copied())
+            .map_err(|e| StartError::Other(format!("GATEHOUSE_CONFIG model {}: {e}", m.id)))?;
+        specs.push(spec);
+    }
+    for spec in &specs {
+        let (row, targets) = models::rows_of(spec);
+        store.put_model(&row, &targets, true).await?;
     }
     let written = agents::apply_file_agents(store, &file.agents)
         .await

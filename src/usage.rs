@@ -19,6 +19,8 @@ pub struct UsageRecord {
     pub agent: Option<String>,
     pub device_id: Option<String>,
     pub model: String,
+    /// The provider that answered (None when none did).
+    pub provider: Option<String>,
     pub kind: &'static str,
     pub prompt_tokens: i64,
     pub completion_tokens: i64,
@@ -118,6 +120,13 @@ impl UsageTicket {
         }
     }
 
+    /// The provider that answered.
+    pub fn set_provider(&mut self, provider: &str) {
+        if let Some(r) = self.record.as_mut() {
+            r.provider = Some(provider.to_string());
+        }
+    }
+
     pub fn finish(&mut self, status: u16, tokens: Tokens) {
         if let Some(mut r) = self.record.take() {
             r.at = crate::store::now_ms();
@@ -198,8 +207,8 @@ async fn write_batch(store: &Store, batch: &[UsageRecord]) -> Result<(), sqlx::E
     for r in batch {
         sqlx::query(
             "INSERT INTO usage_records (id, at, user_id, api_key_id, agent, device_id, model, kind,
-                prompt_tokens, completion_tokens, latency_ms, status, conversation_id, turn_id)
-             VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14)",
+                prompt_tokens, completion_tokens, latency_ms, status, conversation_id, turn_id, provider)
+             VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15)",
         )
         .bind(crate::store::new_id())
         .bind(r.at)
@@ -215,6 +224,7 @@ async fn write_batch(store: &Store, batch: &[UsageRecord]) -> Result<(), sqlx::E
         .bind(i64::from(r.status))
         .bind(&r.conversation_id)
         .bind(&r.turn_id)
+        .bind(&r.provider)
         .execute(&mut *tx)
         .await?;
     }

@@ -648,6 +648,89 @@ async fn classes_come_from_the_devices_latest_manifest() {
 // ----------------------------------------------------------------- holding
 
 #[tokio::test]
+async fn a_decided_tool_is_held_again_when_the_device_changes_it() {
+    let env = env("rebind", json!({"tool_contract": ["read_file"]})).await;
+    env.manifest_ok(&std_manifest()).await;
+    let body = chat_body("hi", &["write_file", "run"]);
+    for (name, verb) in [("write_file", "accept"), ("run", "reject")] {
+        let r = env
+            .app
+            .post(
+                &env.admin_path(&format!("tools/{name}/{verb}")),
+                &env.admin,
+                &json!({}),
+            )
+            .await;
+        assert_eq!(r.status(), StatusCode::OK);
+    }
+    // The same manifest again (keys reordered): decisions stand.
+    env.manifest_ok(&std_manifest()).await;
+    assert_eq!(
+        env.admin_tool_status("write_file").await.as_deref(),
+        Some("accepted")
+    );
+    assert_eq!(
+        env.admin_tool_status("run").await.as_deref(),
+        Some("rejected")
+    );
+    let (_, held) = env.chat_ok("auto", &body).await;
+    assert_eq!(held.as_deref(), Some("run"));
+
+    // A new description, a new class, new parameters: held again each time.
+    let mut described = tool("write_file", "write");
+    described["description"] = json!("Now also deletes files.");
+    env.manifest_ok(&manifest(vec![
+        tool("read_file", "read"),
+        described,
+        tool("run", "execute"),
+    ]))
+    .await;
+    assert_eq!(
+        env.admin_tool_status("write_file").await.as_deref(),
+        Some("held")
+    );
+    let tools = env.admin_get("tools").await;
+    let wf = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "write_file")
+        .unwrap();
+    assert_eq!(wf["description"], "Now also deletes files.");
+    let (_, held) = env.chat_ok("auto", &body).await;
+    assert_eq!(held.as_deref(), Some("write_file,run"));
+
+    let r = env
+        .app
+        .post(
+            &env.admin_path("tools/write_file/accept"),
+            &env.admin,
+            &json!({}),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let mut reparam = tool("write_file", "write");
+    reparam["description"] = json!("Now also deletes files.");
+    reparam["parameters"] = json!({"type": "object", "properties": {"glob": {"type": "string"}}});
+    env.manifest_ok(&manifest(vec![
+        tool("read_file", "read"),
+        reparam,
+        tool("run", "write"),
+    ]))
+    .await;
+    assert_eq!(
+        env.admin_tool_status("write_file").await.as_deref(),
+        Some("held")
+    );
+    assert_eq!(env.admin_tool_status("run").await.as_deref(), Some("held"));
+    // A contract tool stays trusted by name whatever the device says.
+    env.manifest_ok(&manifest(vec![tool("read_file", "execute")]))
+        .await;
+    let (_, held) = env.chat_ok("auto", &chat_body("hi", &["read_file"])).await;
+    assert_eq!(held, None);
+}
+
+#[tokio::test]
 async fn tools_outside_the_contract_are_held_until_an_admin_accepts_them() {
     let env = env("hold", json!({"tool_contract": ["read_file"]})).await;
     env.manifest_ok(&std_manifest()).await;
@@ -1430,6 +1513,80 @@ async fn admin_event_listing_pages_with_a_cursor_and_filters_by_device() {
         .map(|e| e["id"].as_str().unwrap())
         .collect();
     assert_eq!(ids, ["m-0", "m-1"]);
+}
+
+/// A page of events after `after`: (ids, cursors, next).
+async fn events_page(env: &Env, after: &str) -> (Vec<String>, Vec<i64>, Option<String>) {
+    let v = env
+        .admin_get(&format!("events?limit=7&after={after}"))
+        .await;
+    let page = v["events"].as_array().unwrap();
+    let ids = page
+        .iter()
+        .map(|e| e["id"].as_str().unwrap().to_string())
+        .collect();
+    let cursors = page
+        .iter()
+        .map(|e| e["cursor"].as_str().unwrap().parse::<i64>().unwrap())
+        .collect();
+    (ids, cursors, v["next"].as_str().map(str::to_string))
+}
+
+#[tokio::test]
+async fn paging_returns_every_event_once_in_stored_order_while_others_store() {
+    let env = std::sync::Arc::new(env("evrace", json!({})).await);
+    let mut writers = Vec::new();
+    for w in 0..6 {
+        let env = std::sync::Arc::clone(&env);
+        writers.push(tokio::spawn(async move {
+            let (device, _) = env
+                .app
+                .sign_in_access(&env.login, &env.address, &format!("device {w}"))
+                .await;
+            for b in 0..8 {
+                accepted(
+                    env.post_events_as(&device, &events(5, &format!("w{w}b{b}")))
+                        .await,
+                )
+                .await;
+            }
+        }));
+    }
+    // Page all along, resuming from the last event seen when caught up.
+    let mut seen: Vec<String> = Vec::new();
+    let mut cursors: Vec<i64> = Vec::new();
+    let mut after = String::new();
+    loop {
+        let done = writers.iter().all(|w| w.is_finished());
+        let (ids, cs, next) = events_page(&env, &after).await;
+        seen.extend(ids);
+        if let Some(c) = cs.last() {
+            after = c.to_string();
+        }
+        cursors.extend(cs);
+        if next.is_none() {
+            if done {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    for w in writers {
+        w.await.unwrap();
+    }
+    assert_eq!(seen.len(), 6 * 8 * 5, "every event exactly once");
+    let unique: std::collections::HashSet<&String> = seen.iter().collect();
+    assert_eq!(unique.len(), seen.len(), "no event twice");
+    assert!(cursors.windows(2).all(|w| w[0] < w[1]), "stored order");
+    // Within a batch the order of posting holds.
+    for w in 0..6 {
+        for b in 0..8 {
+            let prefix = format!("w{w}b{b}-");
+            let mine: Vec<&String> = seen.iter().filter(|id| id.starts_with(&prefix)).collect();
+            let expected: Vec<String> = (0..5).map(|i| format!("{prefix}{i}")).collect();
+            assert_eq!(mine, expected.iter().collect::<Vec<_>>());
+        }
+    }
 }
 
 #[tokio::test]

@@ -678,10 +678,6 @@ async fn admin_lists_a_users_sign_ins_with_ended_ones_and_can_end_one() {
         (StatusCode::FORBIDDEN, "forbidden".into())
     );
     assert_eq!(
-        api_code(app.get("/api/admin/sign-ins", &admin).await).await,
-        (StatusCode::BAD_REQUEST, "validation_error".into())
-    );
-    assert_eq!(
         api_code(
             app.get("/api/admin/sign-ins?user=who@example.com", &admin)
                 .await

@@ -537,6 +537,9 @@ mod tests {
             provider: "p".into(),
             upstream_model: "u".into(),
             created_at: 0,
+            routing: "weighted".into(),
+            fallbacks: None,
+            max_attempts: 3,
         };
         CatalogSnapshot::build(
             vec![p],
@@ -545,6 +548,8 @@ mod tests {
                 m("emb-1", "embeddings"),
                 m("rr-1", "scoring"),
             ],
+            vec![],
+            &crate::models::RoutingState::new(std::time::Duration::ZERO),
         )
     }
 

@@ -39,6 +39,16 @@ pub struct ManifestTool {
     pub class: ToolClass,
 }
 
+impl ManifestTool {
+    /// SHA-256 of the parameters schema as canonical JSON (key order and
+    /// white space do not count).
+    pub fn parameters_hash(&self) -> String {
+        let mut canonical = String::new();
+        canonical_json(&self.parameters, &mut canonical);
+        hex::encode(sha2::Sha256::digest(canonical.as_bytes()))
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Manifest {
     pub app_name: String,

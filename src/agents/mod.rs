@@ -68,10 +68,9 @@ pub async fn apply_file_agents(
     if agents.is_empty() {
         return Ok(written);
     }
-    let catalog = CatalogSnapshot::build(
-        store.list_providers().await.map_err(|e| e.to_string())?,
-        store.list_models().await.map_err(|e| e.to_string())?,
-    );
+    let catalog = CatalogSnapshot::load(store)
+        .await
+        .map_err(|e| e.to_string())?;
     let now = crate::store::now_ms();
     for (i, raw) in agents.iter().enumerate() {
         let label = file_agent_label(raw, i);

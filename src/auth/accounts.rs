@@ -71,8 +71,67 @@ pub async fn update_user(auth: &Auth, id: &str, change: UserChange) -> Result<Us
         // Login tokens issued before now are refused (`tokens_valid_after`).
         signins::end_all_of_user(auth, id, EndReason::PasswordChanged).await?;
     }
+    if change.is_active == Some(false) || hash.is_some() {
+        // Console sessions are checked against the database on every page.
+        auth.store.delete_console_sessions_of_user(id).await?;
+    }
     auth.invalidate(Invalidation::User(id.to_string())).await;
     Ok(user)
+}
+
+/// How many failed logins the throttle allows per account and per client
+/// address within its window.
+#[derive(Clone, Copy, Debug)]
+pub struct LoginLimits {
+    pub per_account: u32,
+    pub per_addr: u32,
+}
+
+/// Checks an e-mail and password under the login throttle: the API's login
+/// and the console's sign-in both go through here. Unknown user, wrong
+/// password and disabled user are one error (`login_bad_credentials`);
+/// past the throttle, `too_many_attempts` with the seconds to wait.
+pub async fn password_login(
+    auth: &Auth,
+    limits: LoginLimits,
+    email: &str,
+    password: String,
+    client_ip: std::net::IpAddr,
+) -> Result<UserRow> {
+    let email = email.trim().to_lowercase();
+    let acct_key = format!("acct:{email}");
+    let addr_key = format!("addr:{client_ip}");
+    for (key, max) in [
+        (&acct_key, limits.per_account),
+        (&addr_key, limits.per_addr),
+    ] {
+        if let Some(wait) = auth.throttle.blocked_for(key, max) {
+            let mut e = Error::new(
+                crate::error::ErrorKind::TooManyRequests,
+                "too_many_attempts",
+                format!("Too many failed logins; try again in {wait} seconds."),
+            );
+            e.retry_after = Some(wait);
+            return Err(e);
+        }
+    }
+    let user = auth.store.user_by_email(&email).await?;
+    // Verify even when the user is unknown, so both cases cost the same time.
+    let ok = passwords::verify(user.as_ref().map(|u| u.password_hash.clone()), password).await;
+    match user {
+        Some(u) if ok && u.active() => {
+            auth.throttle.reset(&acct_key);
+            Ok(u)
+        }
+        _ => {
+            auth.throttle.record_failure(&acct_key);
+            auth.throttle.record_failure(&addr_key);
+            Err(Error::bad_request(
+                "login_bad_credentials",
+                "The e-mail or password is wrong.",
+            ))
+        }
+    }
 }
 
 /// A request for a new API key, as the API and the command line take it.

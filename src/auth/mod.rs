@@ -2,6 +2,7 @@
 //! and the cache that keeps their checks off the database on the hot path.
 
 pub mod accounts;
+pub mod console;
 pub mod passwords;
 pub mod signins;
 pub mod throttle;

@@ -11,7 +11,7 @@ use serde_json::json;
 
 use super::{CliError, CliResult};
 use crate::config::FileConfig;
-use crate::models::{CatalogSnapshot, NewModel, NewProvider};
+use crate::models::{CatalogSnapshot, ModelForm, ModelKind, NewProvider, RoutingState};
 
 /// What a file holds once it has no problems.
 #[derive(Debug, PartialEq, Eq)]
@@ -85,34 +85,53 @@ pub fn check_text(text: &str) -> Result<Counts, Vec<String>> {
         }
     }
 
-    let mut models = Vec::new();
+    // A reference to a provider or model the file declares is resolved even
+    // when that entry is wrong (its own problem is reported once, above or
+    // below); fallbacks may name any model of the file, in any order.
+    let declared_kinds: std::collections::HashMap<String, ModelKind> = doc
+        .get("models")
+        .and_then(|v| v.as_array())
+        .into_iter()
+        .flatten()
+        .filter_map(|e| {
+            let id = e.get("id")?.as_str()?.to_string();
+            Some((id, ModelKind::parse(e.get("kind")?.as_str()?)?))
+        })
+        .collect();
+    let mut model_rows = Vec::new();
+    let mut target_rows = Vec::new();
     let mut model_ids = HashSet::new();
     for (i, entry) in tables(&doc, "models", &mut problems)
         .into_iter()
         .enumerate()
     {
         let who = format!("model {}", label(entry, "id", i));
-        match entry.clone().try_into::<NewModel>() {
+        match entry.clone().try_into::<ModelForm>() {
             Err(e) => problems.push(format!("{who}: {}", e.message())),
-            Ok(m) => match m.validate() {
+            Ok(m) => match m.validate(
+                |p| declared_providers.contains(p),
+                |id| declared_kinds.get(id).copied(),
+            ) {
                 Err(e) => problems.push(format!("{who}: {}", e.message)),
-                Ok(row) if !model_ids.insert(row.id.clone()) => {
+                Ok(spec) if !model_ids.insert(spec.id.clone()) => {
                     problems.push(format!("{who}: this id is used twice"))
                 }
-                Ok(row) if !provider_names.contains(&row.provider) => {
-                    if !declared_providers.contains(&row.provider) {
-                        problems.push(format!(
-                            "{who}: there is no provider {:?} in this file",
-                            row.provider
-                        ));
-                    }
+                Ok(spec) => {
+                    let (row, targets) = crate::models::rows_of(&spec);
+                    model_rows.push(row);
+                    target_rows.extend(targets);
                 }
-                Ok(row) => models.push(row),
             },
         }
     }
+    let models = model_rows.len();
 
-    let catalog = CatalogSnapshot::build(providers.clone(), models.clone());
+    let catalog = CatalogSnapshot::build(
+        providers.clone(),
+        model_rows,
+        target_rows,
+        &RoutingState::new(std::time::Duration::from_secs(30)),
+    );
     let now = crate::store::now_ms();
     let mut agents = 0;
     let mut addresses = HashSet::new();
@@ -152,7 +171,7 @@ pub fn check_text(text: &str) -> Result<Counts, Vec<String>> {
     if problems.is_empty() {
         Ok(Counts {
             providers: providers.len(),
-            models: models.len(),
+            models,
             agents,
         })
     } else {

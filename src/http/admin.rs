@@ -14,9 +14,9 @@ use crate::app::AppState;
 use crate::auth::accounts;
 use crate::error::{Error, Result};
 use crate::http::extract::{AdminUser, ApiJson, ApiKeyAuth};
-use crate::models::{NewModel, NewProvider};
+use crate::models::NewProvider;
 use crate::runtime::Invalidation;
-use crate::store::catalog::{ModelRow, ProviderRow};
+use crate::store::catalog::ProviderRow;
 use crate::time::rfc3339;
 
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -25,8 +25,6 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(update_user))
         .routes(routes!(create_provider, list_providers))
         .routes(routes!(get_provider, delete_provider))
-        .routes(routes!(create_model, list_models))
-        .routes(routes!(get_model, delete_model))
         .routes(routes!(v1_models))
 }
 
@@ -105,19 +103,7 @@ async fn create_provider(
     _admin: AdminUser,
     ApiJson(body): ApiJson<NewProvider>,
 ) -> Result<impl IntoResponse> {
-    let mut row = body.validate()?;
-    row.api_key = row
-        .api_key
-        .map(|k| app.keyring.seal(crate::secrets::Use::ProviderKey, &k))
-        .transpose()?;
-    if !app.store.put_provider(&row, false).await? {
-        return Err(Error::conflict(
-            "provider_exists",
-            "A provider with this name already exists.",
-        ));
-    }
-    row.created_at = crate::store::now_ms();
-    app.invalidate(Invalidation::Catalog).await;
+    let row = add_provider(&app, &body).await?;
     Ok((StatusCode::CREATED, Json(provider_view(&row))))
 }
 
@@ -156,102 +142,7 @@ async fn delete_provider(
     _admin: AdminUser,
     Path(name): Path<String>,
 ) -> Result<StatusCode> {
-    if app.store.models_of_provider(&name).await? > 0 {
-        return Err(Error::conflict(
-            "provider_in_use",
-            "Models still use this provider; delete them first.",
-        ));
-    }
-    if !app.store.delete_provider(&name).await? {
-        return Err(Error::not_found(
-            "provider_not_found",
-            "There is no provider with this name.",
-        ));
-    }
-    app.invalidate(Invalidation::Catalog).await;
-    Ok(StatusCode::NO_CONTENT)
-}
-
-fn model_view(m: &ModelRow) -> serde_json::Value {
-    json!({"id": m.id, "kind": m.kind, "provider": m.provider, "upstream_model": m.upstream_model, "created_at": rfc3339(m.created_at)})
-}
-
-/// Add a model: an alias clients send, its kind, and where it runs.
-#[utoipa::path(post, path = "/api/admin/models", tag = "admin", request_body = NewModel,
-    responses((status = 201, description = "The model"), (status = 409, description = "model_exists")))]
-async fn create_model(
-    State(app): State<AppState>,
-    _admin: AdminUser,
-    ApiJson(body): ApiJson<NewModel>,
-) -> Result<impl IntoResponse> {
-    let mut row = body.validate()?;
-    if !app
-        .store
-        .list_providers()
-        .await?
-        .iter()
-        .any(|p| p.name == row.provider)
-    {
-        return Err(Error::validation(
-            "provider",
-            format!("There is no provider named '{}'.", row.provider),
-        ));
-    }
-    if !app.store.put_model(&row, false).await? {
-        return Err(Error::conflict(
-            "model_exists",
-            "A model with this id already exists.",
-        ));
-    }
-    row.created_at = crate::store::now_ms();
-    app.invalidate(Invalidation::Catalog).await;
-    Ok((StatusCode::CREATED, Json(model_view(&row))))
-}
-
-/// List models.
-#[utoipa::path(get, path = "/api/admin/models", tag = "admin", responses((status = 200, description = "Models")))]
-async fn list_models(State(app): State<AppState>, _admin: AdminUser) -> Result<impl IntoResponse> {
-    let rows = app.store.list_models().await?;
-    Ok(Json(rows.iter().map(model_view).collect::<Vec<_>>()))
-}
-
-/// One model.
-#[utoipa::path(get, path = "/api/admin/models/{id}", tag = "admin", params(("id" = String, Path)),
-    responses((status = 200, description = "The model"), (status = 404, description = "model_not_found")))]
-async fn get_model(
-    State(app): State<AppState>,
-    _admin: AdminUser,
-    Path(id): Path<String>,
-) -> Result<impl IntoResponse> {
-    let rows = app.store.list_models().await?;
-    rows.iter()
-        .find(|m| m.id == id)
-        .map(|m| Json(model_view(m)))
-        .ok_or_else(|| Error::not_found("model_not_found", "There is no model with this id."))
-}
-
-/// Remove a model.
-#[utoipa::path(delete, path = "/api/admin/models/{id}", tag = "admin", params(("id" = String, Path)),
-    responses((status = 204), (status = 404, description = "model_not_found"), (status = 409, description = "model_in_use")))]
-async fn delete_model(
-    State(app): State<AppState>,
-    _admin: AdminUser,
-    Path(id): Path<String>,
-) -> Result<StatusCode> {
-    let users = app.store.agents_using_model(&id).await?;
-    if users > 0 {
-        return Err(Error::conflict(
-            "model_in_use",
-            format!("{users} agent(s) chat with this model; give them another model first."),
-        ));
-    }
-    if !app.store.delete_model(&id).await? {
-        return Err(Error::not_found(
-            "model_not_found",
-            "There is no model with this id.",
-        ));
-    }
-    app.invalidate(Invalidation::Catalog).await;
+    remove_provider(&app, &name).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -281,8 +172,47 @@ async fn v1_models(
         .filter_map(|id| catalog.model(id))
         .filter(|m| want.is_none_or(|k| m.kind == k) && auth.key.allows(&m.id))
         .map(|m| {
-            json!({"id": m.id, "object": "model", "created": m.created_at / 1000, "owned_by": m.provider.name, "kind": m.kind.as_str()})
+            json!({"id": m.id, "object": "model", "created": m.created_at / 1000, "owned_by": m.first_provider(), "kind": m.kind.as_str()})
         })
         .collect();
     Ok(Json(json!({"object": "list", "data": data})))
+}
+
+// The rules of adding and removing providers and models, shared by the admin
+// API and the console.
+
+/// Adds a provider (409 `provider_exists` when the name is taken).
+pub(crate) async fn add_provider(app: &AppState, body: &NewProvider) -> Result<ProviderRow> {
+    let mut row = body.validate()?;
+    row.api_key = row
+        .api_key
+        .map(|k| app.keyring.seal(crate::secrets::Use::ProviderKey, &k))
+        .transpose()?;
+    if !app.store.put_provider(&row, false).await? {
+        return Err(Error::conflict(
+            "provider_exists",
+            "A provider with this name already exists.",
+        ));
+    }
+    row.created_at = crate::store::now_ms();
+    app.invalidate(Invalidation::Catalog).await;
+    Ok(row)
+}
+
+/// Removes a provider that no model uses.
+pub(crate) async fn remove_provider(app: &AppState, name: &str) -> Result<()> {
+    if app.store.models_of_provider(name).await? > 0 {
+        return Err(Error::conflict(
+            "provider_in_use",
+            "Models still use this provider; delete them first.",
+        ));
+    }
+    if !app.store.delete_provider(name).await? {
+        return Err(Error::not_found(
+            "provider_not_found",
+            "There is no provider with this name.",
+        ));
+    }
+    app.invalidate(Invalidation::Catalog).await;
+    Ok(())
 }

@@ -84,7 +84,6 @@ async fn agent_chat(
             "The agent's model is not configured; ask an administrator.",
         )
     })?;
-    note.set(|f| f.provider = Some(model.provider.name.clone()));
     let address = agent.address.as_str().to_string();
     let device = access.sign_in.device_id.clone();
 

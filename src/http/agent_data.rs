@@ -56,6 +56,7 @@ async fn put_manifest(
             name: &t.name,
             class: t.class.as_str(),
             description: &t.description,
+            parameters_hash: t.parameters_hash(),
         })
         .collect();
     let agent = access.agent.address.as_str();
@@ -181,7 +182,7 @@ async fn answer_approval(
     }
 }
 
-fn tool_view(t: &ToolRow, contract: &[String]) -> Value {
+pub(crate) fn tool_view(t: &ToolRow, contract: &[String]) -> Value {
     let status = if contract.iter().any(|c| c == &t.name) {
         "contract"
     } else {
@@ -226,7 +227,7 @@ async fn admin_tools(
     ))
 }
 
-async fn decide_tool(
+pub(crate) async fn decide_tool(
     app: &AppState,
     address: &str,
     name: &str,
@@ -295,19 +296,23 @@ async fn admin_events(
             .filter(|n| (1..=1000).contains(n))
             .ok_or_else(|| Error::validation("limit", "'limit' must be 1 to 1000."))?,
     };
+    let after: i64 =
+        match q.after.as_deref() {
+            None | Some("") => 0,
+            Some(s) => s.parse().ok().filter(|n| *n >= 0).ok_or_else(|| {
+                Error::validation("after", "'after' must be a cursor from 'next'.")
+            })?,
+        };
     let mut rows = app
         .store
-        .list_events(
-            &address,
-            q.device_id.as_deref(),
-            q.after.as_deref().filter(|s| !s.is_empty()),
-            limit + 1,
-        )
+        .list_events(&address, q.device_id.as_deref(), after, limit + 1)
         .await?;
     let more = rows.len() as i64 > limit;
     rows.truncate(limit as usize);
     let next = if more {
-        rows.last().map(|r| r.seq_id.clone())
+        rows.last()
+            .and_then(|r| r.commit_seq)
+            .map(|n| n.to_string())
     } else {
         None
     };
@@ -315,7 +320,7 @@ async fn admin_events(
         .iter()
         .map(|e| {
             json!({
-                "seq": e.seq_id, "id": e.event_id, "type": e.kind, "time": e.time, "device_id": e.device_id, "user_id": e.user_id,
+                "cursor": e.commit_seq.map(|n| n.to_string()), "id": e.event_id, "type": e.kind, "time": e.time, "device_id": e.device_id, "user_id": e.user_id,
                 "conversation_id": e.conversation_id, "turn_id": e.turn_id,
                 "data": e.data.as_deref().and_then(|d| serde_json::from_str::<Value>(d).ok()),
                 "received_at": rfc3339(e.received_at),

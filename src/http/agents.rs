@@ -38,13 +38,7 @@ async fn create_agent(
     _admin: AdminUser,
     ApiJson(body): ApiJson<NewAgent>,
 ) -> Result<impl IntoResponse> {
-    let agent = body.validate(&app.catalog(), now_ms())?;
-    if !app.store.insert_agent(&agent.to_row()).await? {
-        return Err(Error::conflict(
-            "agent_exists",
-            "An agent with this address already exists.",
-        ));
-    }
+    let agent = add_agent(&app, &body).await?;
     Ok((StatusCode::CREATED, Json(agent.view())))
 }
 
@@ -83,17 +77,7 @@ async fn update_agent(
     Path(address): Path<String>,
     ApiJson(patch): ApiJson<AgentPatch>,
 ) -> Result<impl IntoResponse> {
-    // Read the stored row, not the cache: the change must build on the latest.
-    let row = app.store.agent(&address).await?.ok_or_else(not_found)?;
-    let current = Agent::from_row(row).map_err(Error::internal)?;
-    let agent = patch.apply(&current, &app.catalog(), now_ms())?;
-    if !app.store.update_agent(&agent.to_row()).await? {
-        return Err(not_found());
-    }
-    app.invalidate(Invalidation::Agent(address)).await;
-    for device in signins::end_unallowed(&app.store, &agent).await? {
-        app.invalidate(Invalidation::SignIn(device)).await;
-    }
+    let agent = change_agent(&app, &address, &patch).await?;
     Ok(Json(agent.view()))
 }
 
@@ -121,4 +105,38 @@ async fn profile(access: AgentAccess) -> impl IntoResponse {
         "device_id": access.sign_in.device_id,
         "device_label": access.sign_in.device_label,
     }))
+}
+
+/// Creates an agent (409 `agent_exists` when the address is taken); shared
+/// by the admin API and the console.
+pub(crate) async fn add_agent(app: &AppState, body: &NewAgent) -> Result<Agent> {
+    let agent = body.validate(&app.catalog(), now_ms())?;
+    if !app.store.insert_agent(&agent.to_row()).await? {
+        return Err(Error::conflict(
+            "agent_exists",
+            "An agent with this address already exists.",
+        ));
+    }
+    Ok(agent)
+}
+
+/// Changes an agent; users a new `allowed_users` leaves out are signed out of it.
+pub(crate) async fn change_agent(
+    app: &AppState,
+    address: &str,
+    patch: &AgentPatch,
+) -> Result<Agent> {
+    // Read the stored row, not the cache: the change must build on the latest.
+    let row = app.store.agent(address).await?.ok_or_else(not_found)?;
+    let current = Agent::from_row(row).map_err(Error::internal)?;
+    let agent = patch.apply(&current, &app.catalog(), now_ms())?;
+    if !app.store.update_agent(&agent.to_row()).await? {
+        return Err(not_found());
+    }
+    app.invalidate(Invalidation::Agent(address.to_string()))
+        .await;
+    for device in signins::end_unallowed(&app.store, &agent).await? {
+        app.invalidate(Invalidation::SignIn(device)).await;
+    }
+    Ok(agent)
 }

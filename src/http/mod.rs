@@ -3,10 +3,12 @@
 
 pub mod access;
 pub mod admin;
+pub mod admin_models;
 pub mod agent_auth;
 pub mod agent_chat;
 pub mod agent_data;
 pub mod agents;
+pub mod console;
 pub mod error;
 pub mod extract;
 pub mod metrics;
@@ -45,6 +47,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .merge(system::routes())
         .merge(users::routes())
         .merge(admin::routes())
+        .merge(admin_models::routes())
         .merge(usage::routes())
         .merge(v1::routes())
         .merge(agents::routes())
@@ -65,6 +68,7 @@ pub fn router(state: AppState) -> Router {
                 async move { axum::Json(api.as_ref().clone()) }
             }),
         )
+        .merge(console::router())
         .fallback(|| async { Error::not_found("not_found", "There is no such route.") })
         .method_not_allowed_fallback(|| async {
             Error::new(

@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::http::agent_auth::Caller;
 use crate::http::extract::{AdminUser, ApiJson, LoginUser};
 use crate::store::now_ms;
-use crate::store::signins::SignInRow;
+use crate::store::signins::{SignInFilter, SignInRow};
 use crate::time::rfc3339;
 
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -41,7 +41,7 @@ fn not_found() -> Error {
 }
 
 /// The fields an app sees; `last_used_at` includes stamps not yet written.
-fn view(app: &AppState, r: &SignInRow) -> serde_json::Value {
+pub(crate) fn view(app: &AppState, r: &SignInRow) -> serde_json::Value {
     let pending = app.auth.last_used.sign_ins.get(&r.device_id).map(|v| *v);
     json!({
         "device_id": r.device_id,
@@ -139,11 +139,24 @@ async fn sign_out(
 
 #[derive(Deserialize, utoipa::IntoParams)]
 struct AdminQuery {
-    /// The user's e-mail.
+    /// A user's e-mail: that user's sign-ins, ended ones included.
     user: Option<String>,
+    /// An agent's address: only sign-ins of this agent.
+    agent: Option<String>,
 }
 
-/// A user's sign-ins, newest first, ended ones included (with ended_at and end_reason).
+/// The admin's view of a sign-in: the app's fields plus who and how it ended.
+pub(crate) fn admin_view(app: &AppState, r: &SignInRow) -> serde_json::Value {
+    let mut v = view(app, r);
+    v["user"] = json!(r.user_email);
+    v["user_id"] = json!(r.user_id);
+    v["ended_at"] = json!(r.ended_at.map(rfc3339));
+    v["end_reason"] = json!(r.end_reason);
+    v
+}
+
+/// Sign-ins, newest first. With `user`: that user's, ended ones included (with
+/// ended_at and end_reason). Without it: every live sign-in. `agent` narrows either.
 #[utoipa::path(get, path = "/api/admin/sign-ins", tag = "admin", params(AdminQuery),
     responses((status = 200, description = "Sign-ins with user, user_id, ended_at, end_reason"),
               (status = 404, description = "user_not_found")))]
@@ -152,33 +165,33 @@ async fn admin_list(
     _admin: AdminUser,
     Query(q): Query<AdminQuery>,
 ) -> Result<impl IntoResponse> {
-    let email = q
-        .user
-        .as_deref()
-        .filter(|u| !u.trim().is_empty())
-        .ok_or_else(|| Error::validation("user", "Name the user: ?user=<e-mail>."))?
-        .trim()
-        .to_lowercase();
-    let user =
-        app.store.user_by_email(&email).await?.ok_or_else(|| {
-            Error::not_found("user_not_found", "There is no user with this e-mail.")
-        })?;
+    let user = match q.user.as_deref().map(str::trim).filter(|u| !u.is_empty()) {
+        None => None,
+        Some(email) => Some(
+            app.store
+                .user_by_email(&email.to_lowercase())
+                .await?
+                .ok_or_else(|| {
+                    Error::not_found("user_not_found", "There is no user with this e-mail.")
+                })?,
+        ),
+    };
+    let agent = match q.agent.as_deref().map(str::trim).filter(|a| !a.is_empty()) {
+        None => None,
+        Some(a) => Some(AgentAddress::parse_field("agent", a)?),
+    };
+    let filter = SignInFilter {
+        user_id: user.as_ref().map(|u| u.id.as_str()),
+        agent: agent.as_ref().map(|a| a.as_str()),
+        live_only: user.is_none(),
+    };
     let rows = app
         .store
-        .sign_ins_of_user(&user.id, false, now_ms())
+        .list_sign_ins(&filter, None, i64::MAX, now_ms())
         .await?;
-    let out: Vec<_> = rows
-        .iter()
-        .map(|r| {
-            let mut v = view(&app, r);
-            v["user"] = json!(r.user_email);
-            v["user_id"] = json!(r.user_id);
-            v["ended_at"] = json!(r.ended_at.map(rfc3339));
-            v["end_reason"] = json!(r.end_reason);
-            v
-        })
-        .collect();
-    Ok(Json(out))
+    Ok(Json(
+        rows.iter().map(|r| admin_view(&app, r)).collect::<Vec<_>>(),
+    ))
 }
 
 /// End any live sign-in.

@@ -65,7 +65,7 @@ async fn metrics(State(app): State<AppState>, headers: HeaderMap) -> Result<impl
         }
     }
     let c = &app.usage.counters;
-    let body = app.metrics.render(&[
+    let mut body = app.metrics.render(&[
         (
             "gatehouse_usage_records_written_total",
             "Usage records written.",
@@ -82,6 +82,7 @@ async fn metrics(State(app): State<AppState>, headers: HeaderMap) -> Result<impl
             c.failed.load(Ordering::Relaxed),
         ),
     ]);
+    app.routing.stats.render(&mut body);
     Ok((
         [(
             header::CONTENT_TYPE,

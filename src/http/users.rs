@@ -12,9 +12,10 @@ use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::app::AppState;
-use crate::auth::{accounts, passwords, tokens};
-use crate::error::{Error, ErrorKind, Result};
+use crate::auth::{accounts, tokens};
+use crate::error::{Error, Result};
 use crate::http::extract::{ApiForm, ApiJson, LoginUser};
+use crate::store::keys::ApiKeyRow;
 use crate::time::rfc3339;
 
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -71,48 +72,18 @@ async fn login(
             "'password' may have at most 1,024 characters.",
         ));
     }
-    let acct_key = format!("acct:{email}");
-    let addr_key = format!("addr:{}", peer.ip());
-    let s = &app.settings;
-    for (key, max) in [
-        (&acct_key, s.login_max_failures),
-        (&addr_key, s.login_max_failures_per_addr),
-    ] {
-        if let Some(wait) = app.auth.throttle.blocked_for(key, max) {
-            let mut e = Error::new(
-                ErrorKind::TooManyRequests,
-                "too_many_attempts",
-                format!("Too many failed logins; try again in {wait} seconds."),
-            );
-            e.retry_after = Some(wait);
-            return Err(e);
-        }
-    }
-    let user = app.store.user_by_email(&email).await?;
-    // Verify even when the user is unknown, so both cases cost the same time.
-    let ok = passwords::verify(user.as_ref().map(|u| u.password_hash.clone()), password).await;
-    match user {
-        Some(u) if ok && u.active() => {
-            app.auth.throttle.reset(&acct_key);
-            let (token, _) =
-                app.auth
-                    .tokens
-                    .issue(tokens::LOGIN, &u.id, s.login_token_ttl, None, None);
-            Ok(Json(LoginResponse {
-                access_token: token,
-                token_type: "bearer",
-                expires_in: s.login_token_ttl,
-            }))
-        }
-        _ => {
-            app.auth.throttle.record_failure(&acct_key);
-            app.auth.throttle.record_failure(&addr_key);
-            Err(Error::bad_request(
-                "login_bad_credentials",
-                "The e-mail or password is wrong.",
-            ))
-        }
-    }
+    let limits = accounts::LoginLimits {
+        per_account: app.settings.login_max_failures,
+        per_addr: app.settings.login_max_failures_per_addr,
+    };
+    let u = accounts::password_login(&app.auth, limits, &email, password, peer.ip()).await?;
+    let ttl = app.settings.login_token_ttl;
+    let (token, _) = app.auth.tokens.issue(tokens::LOGIN, &u.id, ttl, None, None);
+    Ok(Json(LoginResponse {
+        access_token: token,
+        token_type: "bearer",
+        expires_in: ttl,
+    }))
 }
 
 /// The caller's account.
@@ -130,6 +101,12 @@ pub struct NewKey {
     expires_at: Option<String>,
     #[serde(default)]
     models: Option<Vec<String>>,
+}
+
+pub(crate) fn key_models(row: &ApiKeyRow) -> Option<Vec<String>> {
+    row.models
+        .as_deref()
+        .and_then(|m| serde_json::from_str(m).ok())
 }
 
 /// Create an API key; the key is shown only in this answer.
@@ -174,11 +151,17 @@ async fn delete_key(
     LoginUser(u): LoginUser,
     Path(id): Path<String>,
 ) -> Result<StatusCode> {
-    match app.store.revoke_api_key(&u.id, &id).await? {
+    revoke_key(&app, &u.id, &id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Revokes one of a user's keys: it stops working at once, on every server.
+pub(crate) async fn revoke_key(app: &AppState, user_id: &str, id: &str) -> Result<()> {
+    match app.store.revoke_api_key(user_id, id).await? {
         Some(hash) => {
             app.invalidate(crate::runtime::Invalidation::ApiKey(hash))
                 .await;
-            Ok(StatusCode::NO_CONTENT)
+            Ok(())
         }
         None => Err(Error::not_found(
             "api_key_not_found",

@@ -18,8 +18,9 @@ use crate::error::{Error, Result};
 use crate::http::access::AccessNote;
 use crate::http::extract::{parse_json, read_body, ApiKeyAuth};
 use crate::models::retrieval::{self, EmbedRequest, RerankRequest};
+use crate::models::routing::Answered;
 use crate::models::{requested_model, resolve, Model, ModelKind};
-use crate::proxy::chat::{check_body, relay, ChatCall, NoHooks, Relayed};
+use crate::proxy::chat::{check_body, relay, ChatCall, NoHooks, Relayed, RelayedBody};
 use crate::usage::{Tokens, UsageContext, UsageTicket};
 
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -97,22 +98,7 @@ async fn model_request(
     note.set(|f| f.model = Some(name.to_string()));
     auth.check_model(name)?;
     let model = resolve(&app.catalog(), name, kind)?;
-    note.set(|f| f.provider = Some(model.provider.name.clone()));
     Ok((model, body))
-}
-
-/// Records a failure on the ticket and passes the result on.
-fn recorded<T>(ticket: &mut UsageTicket, r: Result<(T, Tokens)>) -> Result<T> {
-    match r {
-        Ok((v, tokens)) => {
-            ticket.finish(200, tokens);
-            Ok(v)
-        }
-        Err(e) => {
-            ticket.finish(e.status(), Tokens::default());
-            Err(e)
-        }
-    }
 }
 
 /// Chat completion through the model's upstream, plain or streamed (SSE).
@@ -163,11 +149,20 @@ async fn chat_completions(
     Ok(relayed_response(relayed))
 }
 
+/// `x-gatehouse-provider` and `x-gatehouse-attempts`.
+pub fn routing_headers(resp: &mut Response, answered: &Answered) {
+    let h = resp.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&answered.provider) {
+        h.insert("x-gatehouse-provider", v);
+    }
+    h.insert("x-gatehouse-attempts", HeaderValue::from(answered.attempts));
+}
+
 /// The HTTP answer for a relayed chat: JSON, or an unbuffered event stream.
 pub fn relayed_response(relayed: Relayed) -> Response {
-    match relayed {
-        Relayed::Answer(v) => Json(v).into_response(),
-        Relayed::Stream(body) => {
+    let mut resp = match relayed.body {
+        RelayedBody::Answer(v) => Json(v).into_response(),
+        RelayedBody::Stream(body) => {
             let mut resp = Response::new(axum::body::Body::from_stream(body));
             let h = resp.headers_mut();
             h.insert(
@@ -178,6 +173,30 @@ pub fn relayed_response(relayed: Relayed) -> Response {
             // Tells nginx in front not to buffer the stream.
             h.insert("x-accel-buffering", HeaderValue::from_static("no"));
             resp
+        }
+    };
+    routing_headers(&mut resp, &relayed.answered);
+    resp
+}
+
+/// Records an embeddings or rerank result (naming the model and provider
+/// that answered) and makes its response.
+fn routed_response<T: serde::Serialize>(
+    ticket: &mut UsageTicket,
+    r: Result<(T, Tokens, Answered)>,
+) -> Result<Response> {
+    match r {
+        Ok((v, tokens, answered)) => {
+            ticket.set_model(&answered.model);
+            ticket.set_provider(&answered.provider);
+            ticket.finish(200, tokens);
+            let mut resp = Json(v).into_response();
+            routing_headers(&mut resp, &answered);
+            Ok(resp)
+        }
+        Err(e) => {
+            ticket.finish(e.status(), Tokens::default());
+            Err(e)
         }
     }
 }
@@ -197,7 +216,7 @@ async fn embeddings(
     State(app): State<AppState>,
     auth: ApiKeyAuth,
     req: Request,
-) -> Result<Json<retrieval::EmbeddingsResponse>> {
+) -> Result<Response> {
     let mut ticket = UsageTicket::new(&app.usage, key_context(&auth), "embeddings");
     let result = async {
         let (model, body) =
@@ -206,7 +225,7 @@ async fn embeddings(
         retrieval::embed(&app.http, &model, req).await
     }
     .await;
-    recorded(&mut ticket, result).map(Json)
+    routed_response(&mut ticket, result)
 }
 
 /// Documents sorted by relevance to a query.
@@ -220,11 +239,7 @@ async fn embeddings(
         (status = 404, description = "model_not_found"),
         (status = 502, description = "upstream_unavailable, upstream_error"),
         (status = 504, description = "upstream_timeout")))]
-async fn rerank(
-    State(app): State<AppState>,
-    auth: ApiKeyAuth,
-    req: Request,
-) -> Result<Json<retrieval::RerankResponse>> {
+async fn rerank(State(app): State<AppState>, auth: ApiKeyAuth, req: Request) -> Result<Response> {
     let mut ticket = UsageTicket::new(&app.usage, key_context(&auth), "scoring");
     let result = async {
         let (model, body) =
@@ -233,5 +248,5 @@ async fn rerank(
         retrieval::rerank(&app.http, &model, req).await
     }
     .await;
-    recorded(&mut ticket, result).map(Json)
+    routed_response(&mut ticket, result)
 }

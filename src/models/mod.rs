@@ -5,6 +5,7 @@
 pub mod adapters;
 pub mod requests;
 pub mod retrieval;
+pub mod routing;
 pub mod upstream;
 
 use std::collections::HashMap;
@@ -14,7 +15,10 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::error::Error;
-use crate::store::catalog::{ModelRow, ProviderRow};
+use crate::store::catalog::{ModelRow, ProviderRow, TargetRow};
+
+use routing::{Attempts, Routing, Stage, Target};
+pub use routing::{ModelForm, ModelPatch, ModelSpec, RoutingState, TargetSpec};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
@@ -86,13 +90,50 @@ pub struct Provider {
     pub timeout_s: u64,
 }
 
+/// A model: an alias clients send, its kind, and where it runs.
 #[derive(Clone, Debug)]
 pub struct Model {
     pub id: String,
     pub kind: ModelKind,
-    pub upstream_model: String,
-    pub provider: Arc<Provider>,
+    /// At least one.
+    pub targets: Vec<Target>,
+    pub routing: Routing,
+    /// Models of the same kind tried after every target failed, resolved
+    /// when the catalog was built. Their own fallbacks are not followed.
+    pub fallbacks: Vec<Arc<Model>>,
+    /// Attempts in all, fallbacks included.
+    pub max_attempts: u32,
     pub created_at: i64,
+}
+
+impl Model {
+    /// The model, then its fallbacks: the stages of a request's attempts.
+    pub fn chain(&self) -> Vec<&Model> {
+        std::iter::once(self)
+            .chain(self.fallbacks.iter().map(|m| &**m))
+            .collect()
+    }
+
+    /// A fresh [`Attempts`] over `chain` (from [`Model::chain`]).
+    pub fn attempts<'a>(&self, chain: &[&'a Model]) -> Attempts<'a> {
+        Attempts::new(
+            chain
+                .iter()
+                .map(|m| Stage {
+                    targets: &m.targets,
+                    routing: m.routing,
+                })
+                .collect(),
+            self.max_attempts,
+        )
+    }
+
+    /// The provider of the first target (`owned_by` in `/v1/models`).
+    pub fn first_provider(&self) -> &str {
+        self.targets
+            .first()
+            .map_or("", |t| t.provider.name.as_str())
+    }
 }
 
 #[derive(Default)]
@@ -103,7 +144,12 @@ pub struct CatalogSnapshot {
 }
 
 impl CatalogSnapshot {
-    pub fn build(providers: Vec<ProviderRow>, models: Vec<ModelRow>) -> Self {
+    pub fn build(
+        providers: Vec<ProviderRow>,
+        models: Vec<ModelRow>,
+        targets: Vec<TargetRow>,
+        state: &RoutingState,
+    ) -> Self {
         let providers: Vec<Arc<Provider>> = providers
             .into_iter()
             .filter_map(|p| {
@@ -118,26 +164,71 @@ impl CatalogSnapshot {
             .collect();
         let by_name: HashMap<&str, &Arc<Provider>> =
             providers.iter().map(|p| (p.name.as_str(), p)).collect();
-        let mut map = HashMap::new();
+        let mut targets_of: HashMap<String, Vec<TargetRow>> = HashMap::new();
+        for t in targets {
+            targets_of.entry(t.model_id.clone()).or_default().push(t);
+        }
+        let mut base: HashMap<String, Arc<Model>> = HashMap::new();
+        let mut fallback_ids: Vec<(String, Vec<String>)> = Vec::new();
         let mut order = Vec::new();
         for m in models {
-            let (Some(kind), Some(provider)) =
-                (ModelKind::parse(&m.kind), by_name.get(m.provider.as_str()))
-            else {
+            let rows = targets_of.remove(&m.id).unwrap_or_default();
+            let spec = spec_of(&m, rows);
+            let Some(spec) = spec else { continue };
+            let targets: Vec<Target> = spec
+                .targets
+                .iter()
+                .filter_map(|t| {
+                    let provider = by_name.get(t.provider.as_str())?;
+                    Some(Target {
+                        provider: Arc::clone(provider),
+                        upstream_model: t.upstream_model.clone(),
+                        weight: t.weight,
+                        health: state.health.get(&t.provider, &t.upstream_model),
+                        stats: state.stats.get(&t.provider),
+                    })
+                })
+                .collect();
+            if targets.is_empty() {
                 continue;
-            };
+            }
             order.push(m.id.clone());
-            map.insert(
+            if !spec.fallbacks.is_empty() {
+                fallback_ids.push((m.id.clone(), spec.fallbacks));
+            }
+            base.insert(
                 m.id.clone(),
                 Arc::new(Model {
                     id: m.id,
-                    kind,
-                    upstream_model: m.upstream_model,
-                    provider: Arc::clone(provider),
+                    kind: spec.kind,
+                    targets,
+                    routing: spec.routing,
+                    fallbacks: Vec::new(),
+                    max_attempts: spec.max_attempts,
                     created_at: m.created_at,
                 }),
             );
         }
+        let mut map = base.clone();
+        for (id, fallbacks) in fallback_ids {
+            let Some(m) = base.get(&id) else { continue };
+            let resolved: Vec<Arc<Model>> = fallbacks
+                .iter()
+                .filter_map(|f| base.get(f))
+                .filter(|f| f.kind == m.kind)
+                .cloned()
+                .collect();
+            let mut with = Model::clone(m);
+            with.fallbacks = resolved;
+            map.insert(id, Arc::new(with));
+        }
+        // Health of targets no model names any more is forgotten.
+        let in_use: std::collections::HashSet<(&str, &str)> = map
+            .values()
+            .flat_map(|m| m.targets.iter())
+            .map(|t| (t.provider.name.as_str(), t.upstream_model.as_str()))
+            .collect();
+        state.health.retain(|p, u| in_use.contains(&(p, u)));
         CatalogSnapshot {
             providers,
             models: map,
@@ -145,9 +236,84 @@ impl CatalogSnapshot {
         }
     }
 
+    /// A snapshot of what the database holds now, with health of its own
+    /// (for checks at start, not for routing).
+    pub async fn load(store: &crate::store::Store) -> Result<Self, sqlx::Error> {
+        Ok(Self::build(
+            store.list_providers().await?,
+            store.list_models().await?,
+            store.list_model_targets().await?,
+            &RoutingState::new(std::time::Duration::ZERO),
+        ))
+    }
+
     pub fn model(&self, id: &str) -> Option<&Arc<Model>> {
         self.models.get(id)
     }
+}
+
+/// A stored model as a spec: its target rows (or, written by a server of
+/// the version before targets, its own provider and upstream model), its
+/// routing, fallbacks and attempts. None for a kind this version does not know.
+pub fn spec_of(m: &ModelRow, targets: Vec<TargetRow>) -> Option<ModelSpec> {
+    let kind = ModelKind::parse(&m.kind)?;
+    let targets = if targets.is_empty() {
+        vec![TargetSpec {
+            provider: m.provider.clone(),
+            upstream_model: m.upstream_model.clone(),
+            weight: 1,
+        }]
+    } else {
+        targets
+            .into_iter()
+            .map(|t| TargetSpec {
+                provider: t.provider,
+                upstream_model: t.upstream_model,
+                weight: u32::try_from(t.weight).unwrap_or(1).max(1),
+            })
+            .collect()
+    };
+    Some(ModelSpec {
+        id: m.id.clone(),
+        kind,
+        targets,
+        routing: Routing::parse(&m.routing).unwrap_or_default(),
+        fallbacks: m
+            .fallbacks
+            .as_deref()
+            .and_then(|f| serde_json::from_str(f).ok())
+            .unwrap_or_default(),
+        max_attempts: u32::try_from(m.max_attempts).unwrap_or(3).max(1),
+    })
+}
+
+/// The rows that store a spec.
+pub fn rows_of(spec: &ModelSpec) -> (ModelRow, Vec<TargetRow>) {
+    let first = spec.targets.first();
+    let row = ModelRow {
+        id: spec.id.clone(),
+        kind: spec.kind.as_str().to_string(),
+        provider: first.map(|t| t.provider.clone()).unwrap_or_default(),
+        upstream_model: first.map(|t| t.upstream_model.clone()).unwrap_or_default(),
+        created_at: 0,
+        routing: spec.routing.as_str().to_string(),
+        fallbacks: (!spec.fallbacks.is_empty())
+            .then(|| serde_json::to_string(&spec.fallbacks).unwrap_or_else(|_| "[]".into())),
+        max_attempts: i64::from(spec.max_attempts),
+    };
+    let targets = spec
+        .targets
+        .iter()
+        .enumerate()
+        .map(|(i, t)| TargetRow {
+            model_id: spec.id.clone(),
+            ordinal: i as i64,
+            provider: t.provider.clone(),
+            upstream_model: t.upstream_model.clone(),
+            weight: i64::from(t.weight),
+        })
+        .collect();
+    (row, targets)
 }
 
 /// The `model` a client named in an OpenAI-shaped body.
@@ -200,14 +366,6 @@ pub struct NewProvider {
     pub timeout_s: Option<i64>,
 }
 
-#[derive(Clone, Debug, Deserialize, ToSchema)]
-pub struct NewModel {
-    pub id: String,
-    pub kind: String,
-    pub provider: String,
-    pub upstream_model: String,
-}
-
 pub const DEFAULT_TIMEOUT_S: i64 = 120;
 
 fn check_name(field: &str, v: &str, max: usize) -> Result<(), Error> {
@@ -253,28 +411,6 @@ impl NewProvider {
             base_url: url.trim_end_matches('/').to_string(),
             api_key: self.api_key.clone().filter(|k| !k.is_empty()),
             timeout_s: timeout,
-            created_at: 0,
-        })
-    }
-}
-
-impl NewModel {
-    pub fn validate(&self) -> Result<ModelRow, Error> {
-        check_name("id", &self.id, 128)?;
-        let kind = ModelKind::parse(&self.kind).ok_or_else(|| {
-            Error::validation("kind", "'kind' must be one of chat, embeddings, scoring.")
-        })?;
-        if self.upstream_model.trim().is_empty() || self.upstream_model.len() > 256 {
-            return Err(Error::validation(
-                "upstream_model",
-                "'upstream_model' must be 1 to 256 characters.",
-            ));
-        }
-        Ok(ModelRow {
-            id: self.id.clone(),
-            kind: kind.as_str().to_string(),
-            provider: self.provider.clone(),
-            upstream_model: self.upstream_model.clone(),
             created_at: 0,
         })
     }

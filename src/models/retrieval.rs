@@ -10,10 +10,16 @@
 use serde::Serialize;
 
 use crate::error::Error;
-use crate::models::adapters::{self, Vector};
+use bytes::Bytes;
+use serde_json::Value;
+
+use crate::models::adapters::{self, Adapter, UpstreamCall, Vector};
 pub use crate::models::requests::{EmbedRequest, Encoding, RerankRequest};
+use crate::models::routing::{next_pick, Answered, Failure};
 use crate::models::upstream;
+use crate::models::upstream::AttemptError;
 use crate::models::Model;
+use crate::models::ProviderType;
 use crate::usage::{estimate_tokens, Tokens};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -140,54 +146,110 @@ pub fn shape_results(
     out
 }
 
-/// `/v1/embeddings` through the model's provider.
+/// Calls the model's targets (then its fallbacks) until one gives a usable
+/// answer; see [`crate::models::routing`] for which failures move on. The
+/// body for each kind of provider and upstream model is built once per
+/// request and its bytes reused by later attempts.
+async fn routed<T>(
+    client: &reqwest::Client,
+    model: &Model,
+    build: impl Fn(&dyn Adapter, &str) -> Result<UpstreamCall, serde_json::Error>,
+    parse: impl Fn(&dyn Adapter, Value) -> Result<T, String>,
+) -> Result<(T, Answered), Error> {
+    let chain = model.chain();
+    let mut attempts = model.attempts(&chain);
+    let mut bodies: Vec<(ProviderType, &str, &'static str, Bytes)> = Vec::new();
+    let mut last: Option<Error> = None;
+    while let Some(mut pick) = next_pick(&mut attempts) {
+        let target = pick.target;
+        let adapter = adapters::adapter(target.provider.kind);
+        let key = (target.provider.kind, target.upstream_model.as_str());
+        let (path, body) = match bodies.iter().find(|b| (b.0, b.1) == key) {
+            Some(b) => (b.2, b.3.clone()),
+            None => {
+                let call = build(adapter, &target.upstream_model).map_err(Error::internal)?;
+                let body = Bytes::from(call.body);
+                bodies.push((key.0, key.1, call.path, body.clone()));
+                (call.path, body)
+            }
+        };
+        target.stats.attempt();
+        let url = format!("{}{}", target.provider.base_url, path);
+        let result = upstream::post_for_json(client, &target.provider, &url, body)
+            .await
+            .and_then(|answer| {
+                parse(adapter, answer)
+                    .map_err(|m| AttemptError::new(Failure::BadAnswer, upstream::bad_answer(m)))
+            });
+        match result {
+            Ok(v) => {
+                pick.guard.ok();
+                let answered = Answered {
+                    model: chain[pick.stage].id.clone(),
+                    provider: target.provider.name.clone(),
+                    attempts: attempts.made(),
+                };
+                return Ok((v, answered));
+            }
+            Err(e) => {
+                if !target.failed(&mut pick.guard, e.failure, false).retry {
+                    return Err(e.error);
+                }
+                last = Some(e.error);
+            }
+        }
+    }
+    Err(last.unwrap_or_else(|| Error::internal("the model has no target")))
+}
+
+/// `/v1/embeddings` through the model's targets.
 pub async fn embed(
     client: &reqwest::Client,
     model: &Model,
     req: EmbedRequest,
-) -> Result<(EmbeddingsResponse, Tokens), Error> {
-    let adapter = adapters::adapter(model.provider.kind);
-    let call = adapter
-        .embed_call(&model.upstream_model, &req)
-        .map_err(Error::internal)?;
-    let url = format!("{}{}", model.provider.base_url, call.path);
-    let answer = upstream::post_for_json(client, &model.provider, &url, call.body).await?;
-    let parsed = adapter
-        .parse_embed(answer, req.inputs.len())
-        .map_err(upstream::bad_answer)?;
-    let data = encode_vectors(parsed.vectors, req.encoding_format).map_err(upstream::bad_answer)?;
-    let prompt = parsed
-        .prompt_tokens
-        .unwrap_or_else(|| estimate_embed_tokens(&req.inputs));
+) -> Result<(EmbeddingsResponse, Tokens, Answered), Error> {
+    let inputs = req.inputs.len();
+    let ((data, reported), answered) = routed(
+        client,
+        model,
+        |a, m| a.embed_call(m, &req),
+        |a, answer| {
+            let parsed = a.parse_embed(answer, inputs)?;
+            let data = encode_vectors(parsed.vectors, req.encoding_format)?;
+            Ok((data, parsed.prompt_tokens))
+        },
+    )
+    .await?;
+    let prompt = reported.unwrap_or_else(|| estimate_embed_tokens(&req.inputs));
     Ok((
         EmbeddingsResponse {
             object: "list",
             data,
-            model: model.id.clone(),
+            model: answered.model.clone(),
             usage: RetrievalUsage::of(prompt),
         },
         Tokens {
             prompt,
             completion: 0,
         },
+        answered,
     ))
 }
 
-/// `/v1/rerank` through the model's provider.
+/// `/v1/rerank` through the model's targets.
 pub async fn rerank(
     client: &reqwest::Client,
     model: &Model,
     req: RerankRequest,
-) -> Result<(RerankResponse, Tokens), Error> {
-    let adapter = adapters::adapter(model.provider.kind);
-    let call = adapter
-        .rerank_call(&model.upstream_model, &req)
-        .map_err(Error::internal)?;
-    let url = format!("{}{}", model.provider.base_url, call.path);
-    let answer = upstream::post_for_json(client, &model.provider, &url, call.body).await?;
-    let parsed = adapter
-        .parse_rerank(answer, req.documents.len())
-        .map_err(upstream::bad_answer)?;
+) -> Result<(RerankResponse, Tokens, Answered), Error> {
+    let documents = req.documents.len();
+    let (parsed, answered) = routed(
+        client,
+        model,
+        |a, m| a.rerank_call(m, &req),
+        |a, answer| a.parse_rerank(answer, documents),
+    )
+    .await?;
     let prompt = parsed
         .prompt_tokens
         .unwrap_or_else(|| estimate_rerank_tokens(&req.query, &req.documents));
@@ -200,7 +262,7 @@ pub async fn rerank(
     Ok((
         RerankResponse {
             id: format!("rerank-{}", uuid::Uuid::new_v4().simple()),
-            model: model.id.clone(),
+            model: answered.model.clone(),
             results,
             usage: RetrievalUsage::of(prompt),
         },
@@ -208,6 +270,7 @@ pub async fn rerank(
             prompt,
             completion: 0,
         },
+        answered,
     ))
 }
 

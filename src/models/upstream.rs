@@ -15,6 +15,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::error::{Error, ErrorKind};
+use crate::models::routing::Failure;
 use crate::models::Provider;
 
 tokio::task_local! {
@@ -22,6 +23,26 @@ tokio::task_local! {
     /// around each request, so every upstream attempt made while serving it
     /// carries the same id without threading it through every call.
     pub static REQUEST_ID: header::HeaderValue;
+}
+
+/// A failed attempt: what the client would be told, and what kind of
+/// failure it was (which decides whether another target is tried).
+#[derive(Debug)]
+pub struct AttemptError {
+    pub failure: Failure,
+    pub error: Error,
+}
+
+impl AttemptError {
+    pub fn new(failure: Failure, error: Error) -> Self {
+        AttemptError { failure, error }
+    }
+}
+
+impl From<AttemptError> for Error {
+    fn from(e: AttemptError) -> Error {
+        e.error
+    }
 }
 
 /// The longest upstream error message passed on to the client.
@@ -66,10 +87,10 @@ pub async fn post(
     client: &reqwest::Client,
     provider: &Provider,
     url: &str,
-    body: Vec<u8>,
+    body: Bytes,
     stream: bool,
     deadline: Instant,
-) -> Result<reqwest::Response, Error> {
+) -> Result<reqwest::Response, AttemptError> {
     let mut req = client
         .post(url)
         .header(header::CONTENT_TYPE, "application/json")
@@ -88,12 +109,13 @@ pub async fn post(
     if let Ok(id) = REQUEST_ID.try_with(header::HeaderValue::clone) {
         req = req.header("x-request-id", id);
     }
+    let timeout = || AttemptError::new(Failure::TimeoutBeforeHead, timeout_error(provider));
     let resp = match tokio::time::timeout_at(deadline, req.send()).await {
-        Err(_) => return Err(timeout_error(provider)),
-        Ok(Err(e)) if e.is_timeout() => return Err(timeout_error(provider)),
+        Err(_) => return Err(timeout()),
+        Ok(Err(e)) if e.is_timeout() => return Err(timeout()),
         Ok(Err(e)) => {
             tracing::warn!(provider = %provider.name, error = %e, "upstream unreachable");
-            return Err(unavailable_error());
+            return Err(AttemptError::new(Failure::Connect, unavailable_error()));
         }
         Ok(Ok(r)) => r,
     };
@@ -108,7 +130,7 @@ pub async fn post(
         .and_then(Result::ok);
     let err = status_error(status.as_u16(), body.as_deref());
     tracing::info!(provider = %provider.name, status = status.as_u16(), message = %err.message, "upstream error status");
-    Err(err)
+    Err(AttemptError::new(Failure::Status(status.as_u16()), err))
 }
 
 /// POSTs and reads the whole answer as JSON, all before the deadline.
@@ -116,12 +138,13 @@ pub async fn post_for_json(
     client: &reqwest::Client,
     provider: &Provider,
     url: &str,
-    body: Vec<u8>,
-) -> Result<Value, Error> {
+    body: Bytes,
+) -> Result<Value, AttemptError> {
     let deadline = deadline(provider);
     let resp = post(client, provider, url, body, false, deadline).await?;
     let bytes = read_body(provider, resp, deadline).await?;
-    serde_json::from_slice(&bytes).map_err(|_| bad_answer("it is not JSON"))
+    serde_json::from_slice(&bytes)
+        .map_err(|_| AttemptError::new(Failure::BadAnswer, bad_answer("it is not JSON")))
 }
 
 /// Reads a whole answer body before the deadline.
@@ -129,16 +152,20 @@ pub async fn read_body(
     provider: &Provider,
     resp: reqwest::Response,
     deadline: Instant,
-) -> Result<Bytes, Error> {
+) -> Result<Bytes, AttemptError> {
+    let timeout = || AttemptError::new(Failure::TimeoutAfterHead, timeout_error(provider));
     match tokio::time::timeout_at(deadline, resp.bytes()).await {
-        Err(_) => Err(timeout_error(provider)),
-        Ok(Err(e)) if e.is_timeout() => Err(timeout_error(provider)),
+        Err(_) => Err(timeout()),
+        Ok(Err(e)) if e.is_timeout() => Err(timeout()),
         Ok(Err(e)) => {
             tracing::warn!(provider = %provider.name, error = %e, "upstream answer cut off");
-            Err(Error::new(
-                ErrorKind::BadGateway,
-                "upstream_error",
-                "The model server closed the connection before its answer was complete.",
+            Err(AttemptError::new(
+                Failure::CutOff,
+                Error::new(
+                    ErrorKind::BadGateway,
+                    "upstream_error",
+                    "The model server closed the connection before its answer was complete.",
+                ),
             ))
         }
         Ok(Ok(b)) => Ok(b),

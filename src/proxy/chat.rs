@@ -50,9 +50,13 @@ use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use serde_json::{Map, Value};
 
+use super::body::ChatBody;
 use super::sse::{SseEvent, SseFrame, SseParser, DONE};
 use crate::error::{Error, ErrorKind};
-use crate::models::upstream;
+use crate::models::routing::{
+    judge, mono_ms, next_pick, Answered, Failure, InFlight, Pick, ProviderStats,
+};
+use crate::models::upstream::{self, AttemptError};
 use crate::models::{Model, Provider, ProviderType};
 use crate::usage::{estimate_tokens, Tokens, UsageContext, UsageSink, UsageTicket, CLIENT_CLOSED};
 
@@ -175,6 +179,12 @@ pub fn is_stream(body: &Map<String, Value>) -> bool {
 /// asked for. Returns whether the client itself asked for usage.
 pub fn prepare_body(body: &mut Map<String, Value>, upstream_model: &str, stream: bool) -> bool {
     body.insert("model".into(), Value::String(upstream_model.to_string()));
+    ask_for_usage(body, stream)
+}
+
+/// For streams, asks the upstream for usage. Returns whether the client
+/// itself asked for it.
+pub fn ask_for_usage(body: &mut Map<String, Value>, stream: bool) -> bool {
     if !stream {
         return false;
     }
@@ -277,14 +287,15 @@ pub fn completion_chars(obj: &Map<String, Value>, field: &str) -> usize {
         .unwrap_or(0)
 }
 
-fn unsupported_provider(model: &Model) -> Error {
+fn unsupported_provider(model: &Model, provider: &Provider) -> Error {
     Error::new(
         ErrorKind::Internal,
         "provider_unsupported",
         format!(
-            "The model '{}' runs on a {} provider, which does not serve chat completions; an administrator must put it on an openai provider.",
+            "The model '{}' runs on a {} provider ('{}'), which does not serve chat completions; an administrator must put it on an openai provider.",
             model.id,
-            model.provider.kind.as_str()
+            provider.kind.as_str(),
+            provider.name
         ),
     )
 }
@@ -294,9 +305,21 @@ pub type RelayStream =
     Pin<Box<dyn Stream<Item = Result<Bytes, std::convert::Infallible>> + Send + 'static>>;
 
 /// A relayed answer: a whole JSON answer, or a stream of SSE bytes.
-pub enum Relayed {
+pub enum RelayedBody {
     Answer(Value),
     Stream(RelayStream),
+}
+
+/// A relayed answer and who gave it (for `x-gatehouse-provider` and
+/// `x-gatehouse-attempts`).
+pub struct Relayed {
+    pub body: RelayedBody,
+    pub answered: Answered,
+}
+
+fn failed(mut ticket: UsageTicket, e: Error) -> Result<Relayed, Error> {
+    ticket.finish(e.status(), Tokens::default());
+    Err(e)
 }
 
 /// Relays one chat completion; see the module documentation.
@@ -313,101 +336,177 @@ pub async fn relay<H: ChatHooks>(
     } = call;
     let mut ticket = UsageTicket::new(usage_sink, usage, "chat");
     ticket.set_model(&model.id);
-    let fail = |mut ticket: UsageTicket, e: Error| {
-        ticket.finish(e.status(), Tokens::default());
-        Err(e)
-    };
-    if model.provider.kind != ProviderType::Openai {
-        return fail(ticket, unsupported_provider(&model));
-    }
     let stream = is_stream(&body);
-    let client_usage = prepare_body(&mut body, &model.upstream_model, stream);
+    let client_usage = ask_for_usage(&mut body, stream);
     let prompt_estimate = estimate_tokens(prompt_chars(&body));
-    let bytes = match serde_json::to_vec(&body) {
-        Ok(b) => b,
-        Err(e) => return fail(ticket, Error::internal(e)),
+    let mut template = match ChatBody::new(&body) {
+        Ok(t) => t,
+        Err(e) => return failed(ticket, Error::internal(e)),
     };
     drop(body);
-    let url = format!("{}/chat/completions", model.provider.base_url);
-    let deadline = upstream::deadline(&model.provider);
-    let resp = match upstream::post(client, &model.provider, &url, bytes, stream, deadline).await {
-        Ok(r) => r,
-        Err(e) => return fail(ticket, e),
-    };
-    if !stream {
-        let result = whole_answer(&model, resp, deadline, hooks, prompt_estimate).await;
-        return match result {
-            Ok((v, tokens)) => {
-                ticket.finish(200, tokens);
-                Ok(Relayed::Answer(v))
-            }
-            Err(e) => fail(ticket, e),
+    let chain = model.chain();
+    let mut attempts = model.attempts(&chain);
+    let mut hooks = hooks;
+    let mut last: Option<Error> = None;
+    while let Some(Pick {
+        stage,
+        target,
+        mut guard,
+    }) = next_pick(&mut attempts)
+    {
+        let answering = chain[stage];
+        if target.provider.kind != ProviderType::Openai {
+            return failed(ticket, unsupported_provider(answering, &target.provider));
+        }
+        target.stats.attempt();
+        let answered = Answered {
+            model: answering.id.clone(),
+            provider: target.provider.name.clone(),
+            attempts: attempts.made(),
         };
-    }
-
-    let mut relay = StreamRelay {
-        upstream: Box::pin(resp.bytes_stream()),
-        parser: SseParser::new(),
-        hooks,
-        alias: model.id.clone(),
-        provider: Arc::clone(&model.provider),
-        client_usage,
-        usage: None,
-        prompt_estimate,
-        completion_chars: 0,
-        saw_finish: false,
-        eof: false,
-        phase: Phase::Streaming,
-        ticket,
-    };
-    // Wait for the first output: failures before it are plain HTTP errors.
-    let first = match relay.step().await {
-        Ok(b) => b.unwrap_or_default(),
-        Err(e) => {
-            relay.ticket.finish(e.status(), Tokens::default());
-            return Err(e);
-        }
-    };
-    let rest = futures_util::stream::unfold(relay, |mut r| async move {
-        match r.step().await {
-            Ok(Some(b)) => Some((Ok::<Bytes, std::convert::Infallible>(b), r)),
-            Ok(None) => None,
-            Err(e) => {
-                let b = r.fail(&e);
-                Some((Ok(b), r))
+        let url = format!("{}/chat/completions", target.provider.base_url);
+        let deadline = upstream::deadline(&target.provider);
+        let bytes = template.for_model(&target.upstream_model);
+        let resp =
+            match upstream::post(client, &target.provider, &url, bytes, stream, deadline).await {
+                Ok(r) => r,
+                Err(e) => {
+                    if !target.failed(&mut guard, e.failure, false).retry {
+                        return failed(ticket, e.error);
+                    }
+                    last = Some(e.error);
+                    continue;
+                }
+            };
+        ticket.set_model(&answering.id);
+        ticket.set_provider(&target.provider.name);
+        if !stream {
+            match whole_answer(
+                &target.provider,
+                resp,
+                deadline,
+                &answering.id,
+                prompt_estimate,
+            )
+            .await
+            {
+                Ok((mut v, tokens)) => {
+                    guard.ok();
+                    if let Err(e) = hooks.on_response(&mut v).await {
+                        return failed(ticket, e);
+                    }
+                    ticket.finish(200, tokens);
+                    return Ok(Relayed {
+                        body: RelayedBody::Answer(v),
+                        answered,
+                    });
+                }
+                Err(e) => {
+                    if !target.failed(&mut guard, e.failure, false).retry {
+                        return failed(ticket, e.error);
+                    }
+                    last = Some(e.error);
+                    continue;
+                }
             }
         }
-    });
-    let body = futures_util::stream::once(async move { Ok(first) }).chain(rest);
-    Ok(Relayed::Stream(Box::pin(body)))
+
+        let mut relay = StreamRelay {
+            upstream: Box::pin(resp.bytes_stream()),
+            parser: SseParser::new(),
+            hooks: Some(hooks),
+            alias: answering.id.clone(),
+            provider: Arc::clone(&target.provider),
+            stats: Arc::clone(&target.stats),
+            guard,
+            client_usage,
+            usage: None,
+            prompt_estimate,
+            completion_chars: 0,
+            saw_finish: false,
+            eof: false,
+            started: false,
+            hooks_touched: false,
+            failure: None,
+            phase: Phase::Streaming,
+            ticket: Some(ticket),
+        };
+        // Wait for the first output: failures before it are plain HTTP
+        // errors, and may go to the next target.
+        match relay.step().await {
+            Ok(first) => {
+                relay.started = true;
+                relay.guard.ok();
+                let first = first.unwrap_or_default();
+                let rest = futures_util::stream::unfold(relay, |mut r| async move {
+                    match r.step().await {
+                        Ok(Some(b)) => Some((Ok::<Bytes, std::convert::Infallible>(b), r)),
+                        Ok(None) => None,
+                        Err(e) => {
+                            let b = r.fail(&e);
+                            Some((Ok(b), r))
+                        }
+                    }
+                });
+                let body = futures_util::stream::once(async move { Ok(first) }).chain(rest);
+                return Ok(Relayed {
+                    body: RelayedBody::Stream(Box::pin(body)),
+                    answered,
+                });
+            }
+            Err(e) => {
+                // Retried only if the hooks saw nothing of this answer.
+                let retry = match relay.failure.take() {
+                    Some(f) => {
+                        let v = target.failed(&mut relay.guard, f, false);
+                        v.retry && !relay.hooks_touched
+                    }
+                    None => false,
+                };
+                let (Some(h), Some(t)) = (relay.hooks.take(), relay.ticket.take()) else {
+                    return Err(e);
+                };
+                hooks = h;
+                ticket = t;
+                if !retry {
+                    return failed(ticket, e);
+                }
+                last = Some(e);
+            }
+        }
+    }
+    failed(
+        ticket,
+        last.unwrap_or_else(|| Error::internal("the model has no target")),
+    )
 }
 
-/// A plain answer: read whole (before the deadline), check, rewrite, hook.
-async fn whole_answer<H: ChatHooks>(
-    model: &Model,
+/// A plain answer: read whole (before the deadline), checked, `model` rewritten.
+async fn whole_answer(
+    provider: &Provider,
     resp: reqwest::Response,
     deadline: tokio::time::Instant,
-    mut hooks: H,
+    alias: &str,
     prompt_estimate: i64,
-) -> Result<(Value, Tokens), Error> {
-    let bytes = upstream::read_body(&model.provider, resp, deadline).await?;
+) -> Result<(Value, Tokens), AttemptError> {
+    let bad = |e: Error| AttemptError::new(Failure::BadAnswer, e);
+    let bytes = upstream::read_body(provider, resp, deadline).await?;
     let mut v: Value =
-        serde_json::from_slice(&bytes).map_err(|_| upstream::bad_answer("it is not JSON"))?;
+        serde_json::from_slice(&bytes).map_err(|_| bad(upstream::bad_answer("it is not JSON")))?;
     let Some(obj) = v.as_object_mut() else {
-        return Err(upstream::bad_answer("it is not a JSON object"));
+        return Err(bad(upstream::bad_answer("it is not a JSON object")));
     };
     if !obj.get("choices").is_some_and(Value::is_array) {
         if let Some(e) = obj.get("error") {
-            return Err(error_in_answer(e));
+            return Err(bad(error_in_answer(e)));
         }
-        return Err(upstream::bad_answer("it has no 'choices'"));
+        return Err(bad(upstream::bad_answer("it has no 'choices'")));
     }
-    rewrite_model(obj, &model.id);
+    rewrite_model(obj, alias);
     let tokens = usage_tokens(obj.get("usage")).unwrap_or_else(|| Tokens {
         prompt: prompt_estimate,
         completion: estimate_tokens(completion_chars(obj, "message")),
     });
-    hooks.on_response(&mut v).await?;
     Ok((v, tokens))
 }
 
@@ -451,9 +550,14 @@ type ByteStream = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
 struct StreamRelay<H> {
     upstream: ByteStream,
     parser: SseParser,
-    hooks: H,
+    /// Always Some while the relay runs; taken back for the next attempt
+    /// when this one fails before its first output.
+    hooks: Option<H>,
     alias: String,
     provider: Arc<Provider>,
+    stats: Arc<ProviderStats>,
+    /// Counts the request in flight on its target until the stream ends.
+    guard: InFlight,
     client_usage: bool,
     /// The last usage object the upstream sent.
     usage: Option<Value>,
@@ -461,8 +565,15 @@ struct StreamRelay<H> {
     completion_chars: usize,
     saw_finish: bool,
     eof: bool,
+    /// The first output went to the client.
+    started: bool,
+    /// The hooks were given a chunk (so the answer cannot be retried).
+    hooks_touched: bool,
+    /// What kind of failure the last error was (None: not the upstream's).
+    failure: Option<Failure>,
     phase: Phase,
-    ticket: UsageTicket,
+    /// Always Some while the relay runs (see `hooks`).
+    ticket: Option<UsageTicket>,
 }
 
 impl<H> StreamRelay<H> {
@@ -471,6 +582,18 @@ impl<H> StreamRelay<H> {
             prompt: self.prompt_estimate,
             completion: estimate_tokens(self.completion_chars),
         })
+    }
+
+    fn fault(&mut self, failure: Failure, e: Error) -> Error {
+        self.failure = Some(failure);
+        e
+    }
+
+    fn finish(&mut self, status: u16) {
+        let tokens = self.tokens();
+        if let Some(t) = self.ticket.as_mut() {
+            t.finish(status, tokens);
+        }
     }
 
     /// The next upstream event; None at a clean end of the body.
@@ -484,16 +607,27 @@ impl<H> StreamRelay<H> {
             }
             let idle = Duration::from_secs(self.provider.timeout_s);
             match tokio::time::timeout(idle, self.upstream.next()).await {
-                Err(_) => return Err(idle_timeout(&self.provider)),
+                Err(_) => {
+                    // Before the first output nothing reached the client:
+                    // as good as no answer at all.
+                    let f = if self.started {
+                        Failure::TimeoutAfterHead
+                    } else {
+                        Failure::TimeoutBeforeHead
+                    };
+                    let e = idle_timeout(&self.provider);
+                    return Err(self.fault(f, e));
+                }
                 Ok(None) => self.eof = true,
                 Ok(Some(Err(e))) => {
                     tracing::info!(provider = %self.provider.name, error = %e, "upstream stream cut off");
-                    return Err(cut_off());
+                    return Err(self.fault(Failure::CutOff, cut_off()));
                 }
                 Ok(Some(Ok(bytes))) => {
                     self.parser.push(&bytes);
                     if self.parser.pending_bytes() > MAX_EVENT_BYTES {
-                        return Err(upstream::bad_answer("a stream event is too large"));
+                        let e = upstream::bad_answer("a stream event is too large");
+                        return Err(self.fault(Failure::BadAnswer, e));
                     }
                 }
             }
@@ -505,14 +639,22 @@ impl<H> StreamRelay<H> {
     where
         H: ChatHooks,
     {
+        if let Some(f) = self.failure.take() {
+            let verdict = judge(f, true);
+            self.stats.failure(f.cause());
+            if verdict.against_target {
+                self.guard.failed(mono_ms());
+            }
+        }
         let mut out = Vec::new();
-        for f in self.hooks.on_stream_error(e) {
-            f.write_to(&mut out);
+        if let Some(h) = self.hooks.as_mut() {
+            for f in h.on_stream_error(e) {
+                f.write_to(&mut out);
+            }
         }
         SseFrame::json(&e.openai_body()).write_to(&mut out);
         out.extend_from_slice(DONE);
-        let tokens = self.tokens();
-        self.ticket.finish(e.status(), tokens);
+        self.finish(e.status());
         self.phase = Phase::Done;
         self.upstream = Box::pin(futures_util::stream::empty());
         Bytes::from(out)
@@ -541,12 +683,13 @@ impl<H: ChatHooks> StreamRelay<H> {
                 Some(ev) => ev,
                 // Some servers end without [DONE]; after a finish_reason that is fine.
                 None if self.saw_finish => return Ok(Some(self.end().await)),
-                None => return Err(cut_off()),
+                None => return Err(self.fault(Failure::CutOff, cut_off())),
             };
             if let Some(name) = ev.event.as_deref() {
                 if name == "error" {
                     let v: Value = serde_json::from_str(&ev.data).unwrap_or(Value::Null);
-                    return Err(error_in_answer(v.get("error").unwrap_or(&v)));
+                    let e = error_in_answer(v.get("error").unwrap_or(&v));
+                    return Err(self.fault(Failure::BadAnswer, e));
                 }
                 if !name.is_empty() && name != "message" {
                     // Not an OpenAI event: passed on as it came.
@@ -562,14 +705,18 @@ impl<H: ChatHooks> StreamRelay<H> {
             if ev.data.trim() == "[DONE]" {
                 return Ok(Some(self.end().await));
             }
-            let mut chunk: Value = serde_json::from_str(&ev.data)
-                .map_err(|_| upstream::bad_answer("a stream event is not JSON"))?;
+            let Ok(mut chunk) = serde_json::from_str::<Value>(&ev.data) else {
+                let e = upstream::bad_answer("a stream event is not JSON");
+                return Err(self.fault(Failure::BadAnswer, e));
+            };
             let Some(obj) = chunk.as_object_mut() else {
-                return Err(upstream::bad_answer("a stream event is not a JSON object"));
+                let e = upstream::bad_answer("a stream event is not a JSON object");
+                return Err(self.fault(Failure::BadAnswer, e));
             };
             if !obj.contains_key("choices") {
                 if let Some(e) = obj.get("error") {
-                    return Err(error_in_answer(e));
+                    let e = error_in_answer(e);
+                    return Err(self.fault(Failure::BadAnswer, e));
                 }
             }
             if let Some(u) = obj.get("usage").filter(|u| u.is_object()) {
@@ -589,7 +736,11 @@ impl<H: ChatHooks> StreamRelay<H> {
             }
             rewrite_model(obj, &self.alias);
             let mut before = Vec::new();
-            let action = self.hooks.on_chunk(&mut chunk, &mut before);
+            self.hooks_touched = true;
+            let action = match self.hooks.as_mut() {
+                Some(h) => h.on_chunk(&mut chunk, &mut before),
+                None => ChunkAction::Send,
+            };
             if action == ChunkAction::Drop && before.is_empty() {
                 continue;
             }
@@ -611,12 +762,13 @@ impl<H: ChatHooks> StreamRelay<H> {
     /// Ends a stream that went well: hook frames, then `[DONE]`.
     async fn end(&mut self) -> Bytes {
         let mut out = Vec::new();
-        for f in self.hooks.on_stream_end(self.usage.as_ref()).await {
-            f.write_to(&mut out);
+        if let Some(h) = self.hooks.as_mut() {
+            for f in h.on_stream_end(self.usage.as_ref()).await {
+                f.write_to(&mut out);
+            }
         }
         out.extend_from_slice(DONE);
-        let tokens = self.tokens();
-        self.ticket.finish(200, tokens);
+        self.finish(200);
         self.phase = Phase::Draining;
         Bytes::from(out)
     }
@@ -624,9 +776,8 @@ impl<H: ChatHooks> StreamRelay<H> {
 
 impl<H> Drop for StreamRelay<H> {
     fn drop(&mut self) {
-        if !self.ticket.is_finished() {
-            let tokens = self.tokens();
-            self.ticket.finish(CLIENT_CLOSED, tokens);
+        if self.ticket.as_ref().is_some_and(|t| !t.is_finished()) {
+            self.finish(CLIENT_CLOSED);
         }
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod agent_hooks;
 pub mod agui;
+pub mod body;
 pub mod chat;
 pub mod sse;
 

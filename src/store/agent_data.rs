@@ -61,6 +61,8 @@ pub struct EventRow {
     pub turn_id: Option<String>,
     pub data: Option<String>,
     pub received_at: i64,
+    /// Position in the agent's commit order (the paging cursor).
+    pub commit_seq: Option<i64>,
 }
 
 /// Why an approval could not be decided.
@@ -72,12 +74,14 @@ pub enum DecideError {
 }
 
 const APPROVAL_COLS: &str = "id, agent, user_id, device_id, tool_call_id, tool, arguments, status, reason, conversation_id, created_at, expires_at, decided_at";
-const EVENT_COLS: &str = "seq_id, agent, device_id, user_id, event_id, type, time, conversation_id, turn_id, data, received_at";
+const EVENT_COLS: &str = "seq_id, agent, device_id, user_id, event_id, type, time, conversation_id, turn_id, data, received_at, commit_seq";
 
 pub struct ManifestTool<'a> {
     pub name: &'a str,
     pub class: &'a str,
     pub description: &'a str,
+    /// Hash of the tool's parameters schema (canonical JSON).
+    pub parameters_hash: String,
 }
 
 impl Store {
@@ -115,17 +119,25 @@ impl Store {
         .execute(&mut *tx)
         .await?;
         for t in tools {
-            // A new tool starts held; an admin's decision is never overwritten.
+            // A new tool starts held. An admin's decision stands while the tool
+            // stays as the admin saw it; a changed class, description or
+            // parameters make it held again.
             sqlx::query(
-                "INSERT INTO agent_tools (agent, name, class, description, status, first_seen_at)
-                 VALUES ($1, $2, $3, $4, 'held', $5)
-                 ON CONFLICT (agent, name) DO UPDATE SET class = $3, description = $4",
+                "INSERT INTO agent_tools (agent, name, class, description, status, first_seen_at, parameters_hash)
+                 VALUES ($1, $2, $3, $4, 'held', $5, $6)
+                 ON CONFLICT (agent, name) DO UPDATE SET class = $3, description = $4, parameters_hash = $6,
+                   status = CASE
+                     WHEN agent_tools.status IN ('accepted', 'rejected')
+                      AND (agent_tools.class <> $3 OR agent_tools.description <> $4
+                           OR (agent_tools.parameters_hash <> '' AND agent_tools.parameters_hash <> $6))
+                     THEN 'held' ELSE agent_tools.status END",
             )
             .bind(agent)
             .bind(t.name)
             .bind(t.class)
             .bind(t.description)
             .bind(now)
+            .bind(&t.parameters_hash)
             .execute(&mut *tx)
             .await?;
         }
@@ -325,10 +337,23 @@ impl Store {
     ) -> Result<(u64, u64), sqlx::Error> {
         let now = now_ms();
         let mut tx = self.pool.begin().await?;
+        // The counter row stays locked until this transaction commits, so
+        // another one storing for this agent numbers after it: the numbers
+        // follow commit order, whichever server stores.
+        sqlx::query("INSERT INTO event_counters (agent, last) VALUES ($1, 0) ON CONFLICT (agent) DO NOTHING")
+            .bind(agent)
+            .execute(&mut *tx)
+            .await?;
+        let mut last: i64 = sqlx::query_scalar(
+            "UPDATE event_counters SET last = last WHERE agent = $1 RETURNING last",
+        )
+        .bind(agent)
+        .fetch_one(&mut *tx)
+        .await?;
         let (mut accepted, mut dup) = (0, 0);
         for e in events {
             let n = sqlx::query(&format!(
-                "INSERT INTO events ({EVENT_COLS}) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11)
+                "INSERT INTO events ({EVENT_COLS}) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12)
                  ON CONFLICT (device_id, event_id) DO NOTHING"
             ))
             .bind(new_id())
@@ -342,30 +367,38 @@ impl Store {
             .bind(&e.turn_id)
             .bind(&e.data)
             .bind(now)
+            .bind(last + 1)
             .execute(&mut *tx)
             .await?
             .rows_affected();
             if n == 1 {
                 accepted += 1;
+                last += 1;
             } else {
                 dup += 1;
             }
         }
+        sqlx::query("UPDATE event_counters SET last = $2 WHERE agent = $1")
+            .bind(agent)
+            .bind(last)
+            .execute(&mut *tx)
+            .await?;
         tx.commit().await?;
         Ok((accepted, dup))
     }
 
-    /// A page of an agent's events after the cursor, oldest first.
+    /// A page of an agent's events after the cursor (a `commit_seq`), in the
+    /// order they were stored.
     pub async fn list_events(
         &self,
         agent: &str,
         device_id: Option<&str>,
-        after: Option<&str>,
+        after: i64,
         limit: i64,
     ) -> Result<Vec<EventRow>, sqlx::Error> {
         sqlx::query_as::<_, EventRow>(&format!(
             "SELECT {EVENT_COLS} FROM events WHERE agent = $1 AND ($2 IS NULL OR device_id = $2)
-             AND ($3 IS NULL OR seq_id > $3) ORDER BY seq_id LIMIT $4"
+             AND commit_seq > $3 ORDER BY commit_seq LIMIT $4"
         ))
         .bind(agent)
         .bind(device_id)

@@ -5,6 +5,7 @@
 pub mod agent_data;
 pub mod agents;
 pub mod catalog;
+pub mod console;
 pub mod keys;
 pub mod listener;
 pub mod notify;

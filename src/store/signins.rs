@@ -251,6 +251,43 @@ impl Store {
     }
 }
 
+/// Which sign-ins a list shows.
+#[derive(Clone, Debug, Default)]
+pub struct SignInFilter<'a> {
+    pub user_id: Option<&'a str>,
+    pub agent: Option<&'a str>,
+    /// Only live ones (not ended, refresh token not expired).
+    pub live_only: bool,
+}
+
+impl Store {
+    /// A page of sign-ins, newest first, strictly after the cursor
+    /// `(created_at, device_id)` of the last entry of the previous page.
+    pub async fn list_sign_ins(
+        &self,
+        filter: &SignInFilter<'_>,
+        before: Option<(i64, &str)>,
+        limit: i64,
+        now: i64,
+    ) -> Result<Vec<SignInRow>, sqlx::Error> {
+        sqlx::query_as::<_, SignInRow>(&format!(
+            "{SELECT} WHERE ($1 IS NULL OR s.user_id = $1) AND ($2 IS NULL OR s.agent = $2)
+             AND ($3 = 0 OR (s.ended_at IS NULL AND s.expires_at > $4))
+             AND ($5 IS NULL OR s.created_at < $5 OR (s.created_at = $5 AND s.device_id < $6))
+             ORDER BY s.created_at DESC, s.device_id DESC LIMIT $7"
+        ))
+        .bind(filter.user_id)
+        .bind(filter.agent)
+        .bind(i64::from(filter.live_only))
+        .bind(now)
+        .bind(before.map(|b| b.0))
+        .bind(before.map(|b| b.1))
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await
+    }
+}
+
 async fn insert_refresh(
     tx: &mut sqlx::Transaction<'_, sqlx::Any>,
     device_id: &str,

@@ -68,4 +68,37 @@ impl Store {
             .fetch_all(&self.pool)
             .await
     }
+
+    /// Records with `from <= at < to` in buckets of `bucket_ms` (bucket 0
+    /// starts at `from`); empty buckets are absent.
+    pub async fn usage_series(
+        &self,
+        from: i64,
+        to: i64,
+        bucket_ms: i64,
+    ) -> Result<Vec<UsagePoint>, sqlx::Error> {
+        sqlx::query_as::<_, UsagePoint>(
+            "SELECT CAST((r.at - $1) / $3 AS BIGINT) AS bucket, COUNT(*) AS requests,
+                CAST(COALESCE(SUM(CASE WHEN r.status >= 400 THEN 1 ELSE 0 END), 0) AS BIGINT) AS errors,
+                CAST(COALESCE(SUM(r.prompt_tokens + r.completion_tokens), 0) AS BIGINT) AS tokens,
+                CAST(COALESCE(AVG(r.latency_ms), 0) AS BIGINT) AS avg_latency_ms
+             FROM usage_records r WHERE r.at >= $1 AND r.at < $2
+             GROUP BY CAST((r.at - $1) / $3 AS BIGINT) ORDER BY 1",
+        )
+        .bind(from)
+        .bind(to)
+        .bind(bucket_ms.max(1))
+        .fetch_all(&self.pool)
+        .await
+    }
+}
+
+/// One bucket of the usage over time.
+#[derive(Clone, Debug, PartialEq, Eq, FromRow)]
+pub struct UsagePoint {
+    pub bucket: i64,
+    pub requests: i64,
+    pub errors: i64,
+    pub tokens: i64,
+    pub avg_latency_ms: i64,
 }

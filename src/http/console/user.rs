@@ -1,0 +1,401 @@
+//! Pages every user has: sign-in and sign-out, their API keys, their agent
+//! sign-ins.
+
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, Path, Query, Request, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Redirect, Response};
+use maud::{html, Markup};
+use serde::Deserialize;
+
+use super::guard::{
+    came_over_https, cookie, forbidden_cross_site, origin_allowed, read_form, set_cookie,
+    ConsoleError, ConsoleUser, Out, Posted, PRE_COOKIE, SESSION_COOKIE,
+};
+use super::layout::{bare, button_form, csrf, done_note, enc, opt_when, page, when};
+use crate::app::AppState;
+use crate::auth::signins::EndReason;
+use crate::auth::{accounts, console, signins};
+use crate::store::now_ms;
+use crate::store::signins::{SignInFilter, SignInRow};
+
+#[derive(Deserialize, Default)]
+pub struct NextQuery {
+    next: Option<String>,
+}
+
+/// Only a console path of this site (no `//host`, no scheme): no open redirect.
+fn safe_next(next: Option<&str>) -> String {
+    next.filter(|n| n.starts_with("/console/") && !n.starts_with("/console//") && !n.contains('\\'))
+        .unwrap_or("/console/")
+        .to_string()
+}
+
+/// Ways to sign in besides the password. Single sign-on adds one button per
+/// provider here (`GET /api/auth/sso` lists them); the password form stays.
+pub struct SignInOption {
+    pub href: String,
+    pub label: String,
+}
+
+fn sign_in_options() -> Vec<SignInOption> {
+    Vec::new()
+}
+
+fn login_form(pre: &str, next: &str, email: &str, error: Option<&str>) -> Markup {
+    let others = sign_in_options();
+    html! {
+        h1 { "Sign in to Gatehouse" }
+        @if let Some(e) = error { p.error role="alert" { (e) } }
+        form.stack method="post" action="/console/login" {
+            input type="hidden" name="csrf" value=(pre);
+            input type="hidden" name="next" value=(next);
+            label { "E-mail" input type="email" name="username" value=(email) autocomplete="username" required autofocus; }
+            label { "Password" input type="password" name="password" autocomplete="current-password" required; }
+            button type="submit" { "Sign in" }
+        }
+        @if !others.is_empty() {
+            section.sso {
+                h2 { "Or sign in with" }
+                @for o in &others { a.button href=(o.href) { (o.label) } }
+            }
+        }
+    }
+}
+
+fn login_response(
+    status: StatusCode,
+    headers_secure: bool,
+    pre: &str,
+    next: &str,
+    email: &str,
+    error: Option<&str>,
+) -> Response {
+    let cookie = set_cookie(PRE_COOKIE, pre, 3600, headers_secure);
+    (
+        status,
+        [(header::SET_COOKIE, cookie)],
+        bare("Sign in", login_form(pre, next, email, error)),
+    )
+        .into_response()
+}
+
+pub async fn login_page(
+    State(app): State<AppState>,
+    headers: axum::http::HeaderMap,
+    Query(q): Query<NextQuery>,
+) -> Response {
+    let next = safe_next(q.next.as_deref());
+    // Already signed in: straight on.
+    if let Some(secret) = cookie(&headers, SESSION_COOKIE) {
+        if let Ok(Some(_)) = console::check(&app.auth, &secret).await {
+            return Redirect::to(&next).into_response();
+        }
+    }
+    let pre = cookie(&headers, PRE_COOKIE)
+        .filter(|p| p.len() == 43)
+        .unwrap_or_else(|| crate::auth::new_secret(""));
+    login_response(
+        StatusCode::OK,
+        came_over_https(&headers),
+        &pre,
+        &next,
+        "",
+        None,
+    )
+}
+
+/// Password sign-in through the same rules (and throttle) as the API's login.
+pub async fn login(
+    State(app): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    req: Request,
+) -> Out {
+    let headers = req.headers().clone();
+    if !origin_allowed(&headers) {
+        return Err(forbidden_cross_site());
+    }
+    let form: std::collections::HashMap<String, String> =
+        read_form(req).await?.into_iter().collect();
+    let field = |n: &str| form.get(n).map(String::as_str).unwrap_or("");
+    // Login CSRF: the form's token must be the one this browser was given.
+    let pre = cookie(&headers, PRE_COOKIE).unwrap_or_default();
+    if pre.is_empty() || !crate::auth::ct_eq(&pre, field("csrf")) {
+        return Err(forbidden_cross_site());
+    }
+    let next = safe_next(Some(field("next")));
+    let secure = came_over_https(&headers);
+    let email = field("username").trim().to_string();
+    let password = field("password").to_string();
+    if email.is_empty() || password.is_empty() || email.len() > 320 || password.len() > 1024 {
+        return Ok(login_response(
+            StatusCode::BAD_REQUEST,
+            secure,
+            &pre,
+            &next,
+            &email,
+            Some("Enter your e-mail and password."),
+        ));
+    }
+    let limits = accounts::LoginLimits {
+        per_account: app.settings.login_max_failures,
+        per_addr: app.settings.login_max_failures_per_addr,
+    };
+    match accounts::password_login(&app.auth, limits, &email, password, peer.ip()).await {
+        Ok(user) => {
+            let started = console::start(&app.auth, &user.id).await?;
+            let mut resp = Redirect::to(&next).into_response();
+            let h = resp.headers_mut();
+            for c in [
+                set_cookie(SESSION_COOKIE, &started.secret, started.lifetime_s, secure),
+                set_cookie(PRE_COOKIE, "", 0, secure),
+            ] {
+                if let Ok(v) = c.parse() {
+                    h.append(header::SET_COOKIE, v);
+                }
+            }
+            Ok(resp)
+        }
+        Err(e) if e.code == "login_bad_credentials" || e.code == "too_many_attempts" => {
+            let status = crate::http::error::status_of(e.kind);
+            Ok(login_response(
+                status,
+                secure,
+                &pre,
+                &next,
+                &email,
+                Some(&e.message),
+            ))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Ends the session for good and clears the cookie.
+pub async fn logout(
+    State(app): State<AppState>,
+    headers: axum::http::HeaderMap,
+    _posted: Posted,
+) -> Out {
+    if let Some(secret) = cookie(&headers, SESSION_COOKIE) {
+        console::end(&app.auth, &secret).await?;
+    }
+    let mut resp = Redirect::to("/console/login").into_response();
+    if let Ok(v) = set_cookie(SESSION_COOKIE, "", 0, came_over_https(&headers)).parse() {
+        resp.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    Ok(resp)
+}
+
+#[derive(Deserialize, Default)]
+pub struct DoneQuery {
+    done: Option<String>,
+}
+
+fn key_form(user: &ConsoleUser) -> Markup {
+    html! {
+        h2 { "New key" }
+        form.row method="post" action="/console/keys" {
+            (csrf(user))
+            label { "Name" input name="name" required maxlength="200"; }
+            label { "Expires on (optional)" input type="date" name="expires_on"; }
+            label { "Only these models (comma-separated, optional)" input name="models"; }
+            button type="submit" { "Create key" }
+        }
+    }
+}
+
+pub async fn keys(
+    State(app): State<AppState>,
+    user: ConsoleUser,
+    Query(q): Query<DoneQuery>,
+) -> Out {
+    let rows = app.store.list_api_keys(&user.session.user.id).await?;
+    let body = html! {
+        h1 { "My API keys" }
+        (done_note(q.done.as_deref()))
+        p { "Backends send a key as " code { "Authorization: Bearer gtk_…" } " to /v1/models, chat, embeddings and rerank." }
+        @if rows.is_empty() {
+            p.empty { "You have no API keys yet." }
+        } @else {
+            table {
+                thead { tr { th { "Name" } th { "Created" } th { "Expires" } th { "Models" } th { "Last used" } th {} } }
+                tbody {
+                    @for k in &rows {
+                        tr {
+                            td { (k.name) }
+                            td { (when(k.created_at)) }
+                            td { (opt_when(k.expires_at)) }
+                            td { (crate::http::users::key_models(k).map(|m| m.join(", ")).unwrap_or_else(|| "every model".into())) }
+                            td { (opt_when(app.auth.last_used.api_keys.get(&k.id).map(|v| *v).max(k.last_used_at))) }
+                            td { (button_form(&user, &format!("/console/keys/{}/delete", enc(&k.id)), "Delete", "danger")) }
+                        }
+                    }
+                }
+            }
+        }
+        (key_form(&user))
+    };
+    Ok(page(&user, "My API keys", "/console/keys", body))
+}
+
+/// Creates a key and shows its value this once (the page is not cached).
+pub async fn create_key(State(app): State<AppState>, posted: Posted) -> Out {
+    let expires_at = posted.opt("expires_on").map(|d| format!("{d}T00:00:00Z"));
+    let models = posted.opt("models").map(|m| {
+        m.split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect::<Vec<_>>()
+    });
+    let new = accounts::NewKey {
+        name: posted.get("name").to_string(),
+        expires_at,
+        models,
+    };
+    let (row, secret) = accounts::create_key(&app.store, &posted.user.session.user.id, new).await?;
+    let body = html! {
+        h1 { "New API key" }
+        p.note role="status" { "Key " strong { (row.name) } " created. Copy it now: it is shown only this once." }
+        p { code.secret id="new-key" { (secret) } }
+        p { a href="/console/keys" { "Back to my keys" } }
+    };
+    Ok((
+        StatusCode::CREATED,
+        page(&posted.user, "New API key", "/console/keys", body),
+    )
+        .into_response())
+}
+
+pub async fn delete_key(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    posted: Posted,
+) -> Out {
+    crate::http::users::revoke_key(&app, &posted.user.session.user.id, &id).await?;
+    Ok(Redirect::to("/console/keys?done=deleted").into_response())
+}
+
+/// A sign-ins page cursor: `created_at.device_id` of the last row shown.
+pub fn parse_cursor(s: Option<&str>) -> Option<(i64, String)> {
+    let (t, d) = s?.split_once('.')?;
+    Some((t.parse().ok()?, d.to_string()))
+}
+
+pub fn cursor_of(r: &SignInRow) -> String {
+    format!("{}.{}", r.created_at, r.device_id)
+}
+
+pub const PAGE: i64 = 50;
+
+/// One page of sign-ins and the cursor of the next, if any.
+pub async fn sign_in_page(
+    app: &AppState,
+    filter: &SignInFilter<'_>,
+    before: Option<&str>,
+) -> Result<(Vec<SignInRow>, Option<String>), ConsoleError> {
+    let cursor = parse_cursor(before);
+    let mut rows = app
+        .store
+        .list_sign_ins(
+            filter,
+            cursor.as_ref().map(|(t, d)| (*t, d.as_str())),
+            PAGE + 1,
+            now_ms(),
+        )
+        .await?;
+    let more = rows.len() as i64 > PAGE;
+    rows.truncate(PAGE as usize);
+    let next = if more {
+        rows.last().map(cursor_of)
+    } else {
+        None
+    };
+    Ok((rows, next))
+}
+
+#[derive(Deserialize, Default)]
+pub struct PageQuery {
+    before: Option<String>,
+    done: Option<String>,
+}
+
+pub async fn sign_ins(
+    State(app): State<AppState>,
+    user: ConsoleUser,
+    Query(q): Query<PageQuery>,
+) -> Out {
+    let filter = SignInFilter {
+        user_id: Some(&user.session.user.id),
+        agent: None,
+        live_only: true,
+    };
+    let (rows, next) = sign_in_page(&app, &filter, q.before.as_deref()).await?;
+    let body = html! {
+        h1 { "My sign-ins" }
+        (done_note(q.done.as_deref()))
+        p { "Each agent app you signed in to, on each device. Ending one signs that device out at once." }
+        @if rows.is_empty() {
+            p.empty { "No live sign-ins." }
+        } @else {
+            table {
+                thead { tr { th { "Device" } th { "Agent" } th { "Signed in" } th { "Last used" } th { "Renew by" } th {} } }
+                tbody {
+                    @for r in &rows {
+                        tr {
+                            td { (r.device_label) }
+                            td { (r.agent) }
+                            td { (when(r.created_at)) }
+                            td { (opt_when(r.last_used_at)) }
+                            td { (when(r.expires_at)) }
+                            td { (button_form(&user, &format!("/console/sign-ins/{}/end", enc(&r.device_id)), "End", "danger")) }
+                        }
+                    }
+                }
+            }
+        }
+        @if let Some(n) = next {
+            p.pager { a href=(format!("/console/sign-ins?before={}", enc(&n))) { "Older →" } }
+        }
+    };
+    Ok(page(&user, "My sign-ins", "/console/sign-ins", body))
+}
+
+pub async fn end_sign_in(
+    State(app): State<AppState>,
+    Path(device): Path<String>,
+    posted: Posted,
+) -> Out {
+    let uid = posted.user.session.user.id.clone();
+    if !signins::end(&app.auth, &device, Some(&uid), EndReason::SignedOut).await? {
+        return Err(ConsoleError::new(
+            StatusCode::NOT_FOUND,
+            "There is no such live sign-in of yours.",
+        ));
+    }
+    Ok(Redirect::to("/console/sign-ins?done=ended").into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn next_stays_on_the_console() {
+        assert_eq!(safe_next(Some("/console/keys")), "/console/keys");
+        assert_eq!(safe_next(Some("//evil.example/")), "/console/");
+        assert_eq!(safe_next(Some("https://evil.example/")), "/console/");
+        assert_eq!(safe_next(Some("/console//evil.example")), "/console/");
+        assert_eq!(safe_next(None), "/console/");
+    }
+
+    #[test]
+    fn cursor_round_trips() {
+        assert_eq!(
+            parse_cursor(Some("12.dev_1.x")),
+            Some((12, "dev_1.x".into()))
+        );
+        assert_eq!(parse_cursor(Some("x.y")), None);
+    }
+}

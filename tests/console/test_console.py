@@ -1,0 +1,285 @@
+"""The web console in a real headless Chromium, against a real gateway."""
+
+import http.server as httpserver
+import os
+import threading
+import urllib.parse
+
+import pytest
+from pathlib import Path
+
+from conftest import ADMIN_EMAIL, ADMIN_PASSWORD, USER_PASSWORD, free_port, http
+
+SHOTS = os.environ.get("GATEHOUSE_CONSOLE_SCREENSHOTS")
+EVIL = '<script>window.__pwned=1;alert(1)</script><img src=x onerror="window.__pwned=1;alert(2)">'
+
+
+def shot(console, name, full_page=True):
+    if SHOTS:
+        Path(SHOTS).mkdir(parents=True, exist_ok=True)
+        console.page.screenshot(path=str(Path(SHOTS) / f"{name}.png"), full_page=full_page)
+
+
+def chat(gateway, agent, access, tools):
+    body = {
+        "model": "ignored",
+        "messages": [{"role": "user", "content": "hello"}],
+        "tools": [
+            {"type": "function", "function": {"name": t, "parameters": {"type": "object", "properties": {}}}}
+            for t in tools
+        ],
+    }
+    status, answer, headers = http(
+        "POST", f"{gateway.url}/v1/agents/{agent}/chat/completions", body, access
+    )
+    assert status == 200, answer
+    return headers.get("X-Service-Held-Tools")
+
+
+def test_sign_in_and_sign_out(console):
+    console.sign_in(ADMIN_EMAIL, ADMIN_PASSWORD)
+    assert console.page.url.endswith("/console/")
+    assert console.page.locator("h1").inner_text() == "Overview"
+    assert ADMIN_EMAIL in console.page.locator("header .who").inner_text()
+    console.page.click("header button:has-text('Sign out')")
+    console.page.wait_for_load_state()
+    assert "/console/login" in console.page.url
+    # The session is gone: pages send us back to the sign-in form.
+    console.go("/console/admin/users")
+    assert "/console/login" in console.page.url
+    assert console.errors == []
+
+
+def test_wrong_password_is_refused(console):
+    console.sign_in(ADMIN_EMAIL, "not-the-password")
+    assert "/console/login" in console.page.url
+    assert "The e-mail or password is wrong." in console.page.locator(".error").inner_text()
+    console.go("/console/keys")
+    assert "/console/login" in console.page.url
+
+
+def test_accepting_a_held_tool_stops_the_agent_chat_holding_it(console, gateway):
+    gateway.agent("held-agent", tool_contract=["known"])
+    _, login = gateway.user()
+    signed = gateway.sign_in(login, "held-agent")
+    access = signed["access_token"]
+    status, body, _ = http(
+        "PUT",
+        f"{gateway.url}/v1/agents/held-agent/manifest",
+        {
+            "app_name": "app",
+            "app_version": "1",
+            "sdk": "py",
+            "tools": [
+                {"name": "known", "description": "k", "parameters": {"type": "object"}, "class": "read"},
+                {"name": "extra", "description": "an extra tool", "parameters": {"type": "object"}, "class": "read"},
+            ],
+        },
+        access,
+    )
+    assert status == 200, body
+    assert chat(gateway, "held-agent", access, ["known", "extra"]) == "extra"
+
+    console.sign_in(ADMIN_EMAIL, ADMIN_PASSWORD)
+    console.go("/console/admin/agents/held-agent")
+    row = console.page.locator("#tools tr[data-tool=extra]")
+    assert row.locator(".status").inner_text() == "held"
+    shot(console, "agent")
+    row.locator("button:has-text('Accept')").click()
+    console.page.wait_for_load_state()
+    assert console.page.locator("#tools tr[data-tool=extra] .status").inner_text() == "accepted"
+    assert chat(gateway, "held-agent", access, ["known", "extra"]) is None
+    assert console.errors == []
+
+
+def test_ending_a_sign_in_refuses_its_token(console, gateway):
+    gateway.agent("end-agent")
+    email, login = gateway.user()
+    signed = gateway.sign_in(login, "end-agent", label="device-to-end")
+    profile = f"{gateway.url}/v1/agents/end-agent/profile"
+    assert http("GET", profile, token=signed["access_token"])[0] == 200
+
+    console.sign_in(ADMIN_EMAIL, ADMIN_PASSWORD)
+    console.go("/console/admin/sign-ins?user=" + urllib.parse.quote(email))
+    row = console.page.locator("tr", has_text="device-to-end")
+    row.locator("button:has-text('End')").click()
+    console.page.wait_for_load_state()
+    assert "Sign-in ended." in console.page.locator(".note").inner_text()
+    status, body, _ = http("GET", profile, token=signed["access_token"])
+    assert status == 401 and body["error"]["code"] == "sign_in_ended", body
+    assert console.errors == []
+
+
+def test_a_user_ends_their_own_sign_in(console, gateway):
+    gateway.agent("own-agent")
+    email, login = gateway.user()
+    signed = gateway.sign_in(login, "own-agent", label="my-phone")
+    console.sign_in(email, USER_PASSWORD)
+    console.go("/console/sign-ins")
+    console.page.locator("tr", has_text="my-phone").locator("button:has-text('End')").click()
+    console.page.wait_for_load_state()
+    status, body, _ = http("GET", f"{gateway.url}/v1/agents/own-agent/profile", token=signed["access_token"])
+    assert status == 401 and body["error"]["code"] == "sign_in_ended", body
+
+
+def test_a_non_admin_is_kept_out_of_admin_pages(console, gateway):
+    email, _ = gateway.user()
+    console.sign_in(email, USER_PASSWORD)
+    assert console.page.url.endswith("/console/keys")
+    assert console.page.locator("header nav a:has-text('Users')").count() == 0
+    for path in ["/console/admin/users", "/console/admin/agents", "/console/admin/usage"]:
+        resp = console.go(path)
+        assert resp.status == 403, path
+        assert "administrators only" in console.page.content()
+
+
+def test_api_key_is_shown_once_and_can_be_deleted(console, gateway):
+    email, _ = gateway.user()
+    console.sign_in(email, USER_PASSWORD)
+    console.page.fill("input[name=name]", "my backend")
+    console.page.click("button:has-text('Create key')")
+    console.page.wait_for_load_state()
+    key = console.page.locator("#new-key").inner_text()
+    assert key.startswith("gtk_")
+    assert http("GET", f"{gateway.url}/v1/models", token=key)[0] == 200
+    shot(console, "new-key")
+    console.go("/console/keys")
+    assert key not in console.page.content()
+    console.page.locator("tr", has_text="my backend").locator("button:has-text('Delete')").click()
+    console.page.wait_for_load_state()
+    assert http("GET", f"{gateway.url}/v1/models", token=key)[0] == 401
+    assert console.errors == []
+
+
+def test_a_manifest_full_of_markup_runs_nothing(console, gateway):
+    gateway.agent("evil-agent", tool_contract=["known"])
+    _, login = gateway.user()
+    signed = gateway.sign_in(login, "evil-agent", label=EVIL)
+    access = signed["access_token"]
+    status, body, _ = http(
+        "PUT",
+        f"{gateway.url}/v1/agents/evil-agent/manifest",
+        {
+            "app_name": EVIL,
+            "app_version": EVIL,
+            "sdk": EVIL,
+            "greeting": EVIL,
+            "context": [{"name": EVIL, "value": EVIL}],
+            "tools": [
+                {"name": "evil_tool", "description": EVIL, "parameters": {"type": "object", "description": EVIL}, "class": "write"}
+            ],
+        },
+        access,
+    )
+    assert status == 200, body
+    status, body, _ = http(
+        "POST",
+        f"{gateway.url}/v1/agents/evil-agent/events",
+        {"events": [{"type": "<b>bold</b>", "conversation_id": "c1", "data": {"html": EVIL}}]},
+        access,
+    )
+    assert status == 202, body
+
+    console.sign_in(ADMIN_EMAIL, ADMIN_PASSWORD)
+    for path in [
+        "/console/admin/agents/evil-agent",
+        "/console/admin/agents/evil-agent/events",
+        "/console/admin/sign-ins",
+    ]:
+        console.go(path)
+        assert console.page.evaluate("window.__pwned") is None, path
+        assert "<script>window.__pwned" in console.page.locator("main").inner_text(), path
+        assert console.page.locator("main script").count() == 0, path
+    assert console.dialogs == []
+    # The only failed load may be the device's <img src=x>, which is text, so none.
+    assert console.errors == []
+
+
+class _EvilSite(httpserver.BaseHTTPRequestHandler):
+    target = ""
+
+    def do_GET(self):
+        page = f"""<!doctype html><html><body>
+<form id="f" method="post" action="{self.target}/console/admin/users">
+<input name="email" value="eve@example.com"><input name="password" value="eve-password-1">
+<input name="is_admin" value="true"><input name="csrf" value="guess"></form>
+<script>document.getElementById('f').submit()</script></body></html>"""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.end_headers()
+        self.wfile.write(page.encode())
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.parametrize("host", ["localhost", "127.0.0.1"])
+def test_a_cross_site_post_is_refused(console, gateway, host):
+    """From another site (localhost), and from another origin of the same
+    site (127.0.0.1 on another port), where SameSite=Lax still sends the
+    cookie and only the origin check and the CSRF token stop the form."""
+    console.sign_in(ADMIN_EMAIL, ADMIN_PASSWORD)
+    port = free_port()
+    _EvilSite.target = gateway.url
+    server = httpserver.HTTPServer(("127.0.0.1", port), _EvilSite)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        # Another origin (another port) whose page posts a form to the console
+        # with the admin's cookie attached.
+        with console.page.expect_response(lambda r: r.url.endswith("/console/admin/users")) as info:
+            console.page.goto(f"http://{host}:{port}/")
+        assert info.value.status == 403
+    finally:
+        server.shutdown()
+    status, users, _ = http("GET", f"{gateway.url}/api/admin/users", token=gateway.admin)
+    assert status == 200
+    assert all(u["email"] != "eve@example.com" for u in users)
+
+
+def test_no_browser_console_errors_on_any_page(console, gateway):
+    gateway.agent("tour-agent", tool_contract=["known"])
+    _, login = gateway.user()
+    signed = gateway.sign_in(login, "tour-agent", label="tour laptop")
+    access = signed["access_token"]
+    http(
+        "PUT",
+        f"{gateway.url}/v1/agents/tour-agent/manifest",
+        {"app_name": "a", "app_version": "1", "sdk": "s", "tools": [
+            {"name": "search", "description": "Search the docs", "parameters": {"type": "object"}, "class": "read"},
+            {"name": "send_mail", "description": "Send an e-mail", "parameters": {"type": "object"}, "class": "write"},
+        ]},
+        access,
+    )
+    http("POST", f"{gateway.url}/v1/agents/tour-agent/events",
+         {"events": [{"type": "app.started", "data": {"n": i}} for i in range(60)]}, access)
+    for _ in range(3):
+        chat(gateway, "tour-agent", access, ["known", "search"])
+
+    console.go("/console/login")
+    shot(console, "sign-in")
+    console.sign_in(ADMIN_EMAIL, ADMIN_PASSWORD)
+    pages = {
+        "/console/": "overview",
+        "/console/admin/users": "users",
+        "/console/admin/models": "models",
+        "/console/admin/agents": "agents",
+        "/console/admin/agents/tour-agent": None,
+        "/console/admin/agents/tour-agent/events": "events",
+        "/console/admin/sign-ins": "sign-ins",
+        "/console/admin/usage?group_by=agent": "usage",
+        "/console/keys": "keys",
+        "/console/sign-ins": None,
+    }
+    for path, name in pages.items():
+        resp = console.go(path)
+        assert resp.status == 200, path
+        assert len(resp.body()) < 100 * 1024, path
+        if name:
+            # Long lists: the first screenful is enough.
+            shot(console, name, full_page=name not in ("events", "sign-ins"))
+    # Paging: the events page links to the next page, and it loads.
+    console.go("/console/admin/agents/tour-agent/events")
+    console.page.click("a:has-text('Next page')")
+    console.page.wait_for_load_state()
+    assert console.page.locator("#events tbody tr").count() == 10
+    assert console.errors == [], console.errors
