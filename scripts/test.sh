@@ -34,6 +34,8 @@ run() {
 
 run "npm ci (tests/agui: @ag-ui/core, @ag-ui/client)" npm.log \
   bash -c 'cd tests/agui && npm ci --silent --no-audit --no-fund'
+run "npm ci (tests/oidc: oidc-provider, the OpenID Connect provider of the SSO tests)" npm-oidc.log \
+  bash -c 'cd tests/oidc && npm ci --silent --no-audit --no-fund'
 
 run "cargo test (SQLite)" sqlite.log cargo test --workspace --no-fail-fast
 

@@ -49,12 +49,23 @@ pub struct App {
     pub vaults: crate::pii::VaultStore,
     /// Keys derived from the deployment's secret; seals provider keys.
     pub keyring: Keyring,
+    /// Single sign-on (OpenID Connect providers and flows).
+    pub sso: crate::sso::Sso,
+    /// `GATEHOUSE_PUBLIC_URL`, or `http://` and the bound address.
+    pub public_url: String,
 }
 
 pub type AppState = Arc<App>;
 
 impl App {
-    pub fn new(settings: Settings, store: Store, keyring: Keyring, usage: UsageSink) -> App {
+    pub fn new(
+        settings: Settings,
+        store: Store,
+        keyring: Keyring,
+        usage: UsageSink,
+        sso: crate::sso::Sso,
+        public_url: String,
+    ) -> App {
         let ttl = Duration::from_secs(settings.cache_ttl_s.max(1));
         let cooldown = Duration::from_secs(settings.target_cooldown_s);
         let http = reqwest::Client::builder()
@@ -94,6 +105,8 @@ impl App {
             http,
             vaults: crate::pii::VaultStore::new(&keyring.key(Use::PiiVault)),
             keyring,
+            sso,
+            public_url,
         }
     }
 

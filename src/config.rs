@@ -1,5 +1,5 @@
 //! Settings, read once at start from the environment (and an optional TOML
-//! file for providers, models and agents). Handlers never see a half-valid value.
+//! file for providers, models, agents and SSO providers). Handlers never see a half-valid value.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -32,6 +32,9 @@ pub struct Settings {
     pub db_acquire_timeout_s: u64,
     pub usage_queue: usize,
     pub pii_vault_ttl_s: i64,
+    /// `GATEHOUSE_PUBLIC_URL`: where people and identity providers reach the
+    /// gateway (no trailing slash). None: `http://` and the bound address.
+    pub public_url: Option<String>,
     /// How many password hashes may run at once.
     pub password_hash_concurrency: usize,
     /// When set, `/metrics` asks for `Authorization: Bearer <token>`.
@@ -158,6 +161,9 @@ impl Settings {
             db_acquire_timeout_s: parse_var("GATEHOUSE_DB_ACQUIRE_TIMEOUT_S", 2)?,
             usage_queue: parse_var("GATEHOUSE_USAGE_QUEUE", 10_000)?,
             pii_vault_ttl_s: parse_var("GATEHOUSE_PII_VAULT_TTL_S", 86_400)?,
+            public_url: var("GATEHOUSE_PUBLIC_URL")
+                .map(|v| parse_public_url(&v))
+                .transpose()?,
             metrics_token: var("GATEHOUSE_METRICS_TOKEN"),
             password_hash_concurrency: {
                 let n: usize = parse_var(
@@ -201,11 +207,33 @@ impl Settings {
             db_acquire_timeout_s: 2,
             usage_queue: 10_000,
             pii_vault_ttl_s: 86_400,
+            public_url: None,
             metrics_token: None,
             password_hash_concurrency: 2,
             target_cooldown_s: crate::models::routing::DEFAULT_COOLDOWN_S,
         }
     }
+}
+
+/// `GATEHOUSE_PUBLIC_URL`: an absolute http(s) URL without query or fragment;
+/// a path is kept (a gateway behind a path prefix), the trailing slash is not.
+pub fn parse_public_url(raw: &str) -> Result<String, ConfigError> {
+    let bad = || {
+        ConfigError(format!(
+            "GATEHOUSE_PUBLIC_URL must be an http(s) URL like https://gatehouse.example.com, not {raw:?}"
+        ))
+    };
+    let v = raw.trim();
+    let url = url::Url::parse(v).map_err(|_| bad())?;
+    if !matches!(url.scheme(), "http" | "https")
+        || url.host().is_none()
+        || url.query().is_some()
+        || url.fragment().is_some()
+        || !url.username().is_empty()
+    {
+        return Err(bad());
+    }
+    Ok(v.trim_end_matches('/').to_string())
 }
 
 /// Providers, models and agents as code (`GATEHOUSE_CONFIG`). Applied at start
@@ -219,6 +247,9 @@ pub struct FileConfig {
     pub models: Vec<crate::models::ModelForm>,
     #[serde(default)]
     pub agents: Vec<serde_json::Value>,
+    /// `[[sso]]`: single sign-on providers, the fields of `POST /api/admin/sso`.
+    #[serde(default)]
+    pub sso: Vec<crate::sso::NewSsoProvider>,
 }
 
 impl FileConfig {

@@ -13,6 +13,7 @@ pub mod pii;
 pub mod proxy;
 pub mod runtime;
 pub mod secrets;
+pub mod sso;
 pub mod store;
 pub mod time;
 pub mod usage;
@@ -135,6 +136,7 @@ async fn apply_file_config(
     settings: &Settings,
     store: &Store,
     keyring: &secrets::Keyring,
+    sso: &sso::Sso,
 ) -> Result<(), StartError> {
     let Some(path) = &settings.config_file else {
         return Ok(());
@@ -183,6 +185,11 @@ async fn apply_file_config(
         let (row, targets) = models::rows_of(spec);
         store.put_model(&row, &targets, true).await?;
     }
+    for p in &file.sso {
+        sso.put_config(store, p)
+            .await
+            .map_err(|e| StartError::Other(format!("GATEHOUSE_CONFIG sso {}: {e}", p.name)))?;
+    }
     let written = agents::apply_file_agents(store, &file.agents)
         .await
         .map_err(StartError::Other)?;
@@ -219,8 +226,18 @@ pub async fn start(settings: Settings) -> Result<Server, StartError> {
     let keyring = keyring(&settings, &store).await?;
     seal_plain_provider_keys(&store, &keyring).await?;
     bootstrap_admin(&settings, &store).await?;
-    apply_file_config(&settings, &store, &keyring).await?;
+    let sso = sso::Sso::new(keyring.clone(), Duration::from_secs(10))
+        .map_err(|e| StartError::Other(format!("single sign-on: {e}")))?;
+    apply_file_config(&settings, &store, &keyring, &sso).await?;
     tokio::task::spawn_blocking(auth::passwords::warm_up);
+
+    // Bound before the app is built: the default public URL names the real port.
+    let listener = tokio::net::TcpListener::bind(settings.listen).await?;
+    let addr = listener.local_addr()?;
+    let public_url = settings
+        .public_url
+        .clone()
+        .unwrap_or_else(|| format!("http://{addr}"));
 
     let (usage_sink, usage_task) = usage::start(store.clone(), settings.usage_queue);
     let app: AppState = Arc::new(App::new(
@@ -228,6 +245,8 @@ pub async fn start(settings: Settings) -> Result<Server, StartError> {
         store.clone(),
         keyring,
         usage_sink,
+        sso,
+        public_url,
     ));
     app.reload_catalog().await?;
 
@@ -242,6 +261,10 @@ pub async fn start(settings: Settings) -> Result<Server, StartError> {
                 // Expired PII vaults: unreadable already, now gone.
                 if let Err(e) = pii::VaultStore::purge_expired(&a.store).await {
                     tracing::warn!(error = %e, "purging expired PII vaults failed");
+                }
+                // Abandoned SSO sign-ins and unused app codes.
+                if let Err(e) = a.store.purge_expired_sso().await {
+                    tracing::warn!(error = %e, "purging expired SSO states failed");
                 }
             }
         }
@@ -261,8 +284,6 @@ pub async fn start(settings: Settings) -> Result<Server, StartError> {
         },
     ));
 
-    let listener = tokio::net::TcpListener::bind(settings.listen).await?;
-    let addr = listener.local_addr()?;
     let router = http::router(Arc::clone(&app));
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let handle = tokio::spawn(async move {

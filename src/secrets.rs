@@ -26,6 +26,8 @@ pub enum Use {
     ProviderKey,
     /// Sealing SSO client secrets.
     SsoClientSecret,
+    /// Sealing a pending SSO sign-in's nonce and PKCE verifier.
+    SsoPending,
 }
 
 impl Use {
@@ -35,6 +37,7 @@ impl Use {
             Use::PiiVault => b"gatehouse/v1/pii-vault",
             Use::ProviderKey => b"gatehouse/v1/provider-api-key",
             Use::SsoClientSecret => b"gatehouse/v1/sso-client-secret",
+            Use::SsoPending => b"gatehouse/v1/sso-pending",
         }
     }
 }

@@ -13,6 +13,7 @@ pub mod error;
 pub mod extract;
 pub mod metrics;
 pub mod signins;
+pub mod sso;
 pub mod system;
 pub mod usage;
 pub mod users;
@@ -54,6 +55,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .merge(agent_data::routes())
         .merge(agent_chat::routes())
         .merge(signins::routes())
+        .merge(sso::routes())
 }
 
 pub fn router(state: AppState) -> Router {

@@ -33,6 +33,20 @@ pub struct LoginForm {
     password: Option<String>,
 }
 
+/// The login-token JSON (password login and single sign-on alike).
+pub(crate) fn login_response(app: &AppState, user_id: &str) -> LoginResponse {
+    let ttl = app.settings.login_token_ttl;
+    let (token, _) = app
+        .auth
+        .tokens
+        .issue(tokens::LOGIN, user_id, ttl, None, None);
+    LoginResponse {
+        access_token: token,
+        token_type: "bearer",
+        expires_in: ttl,
+    }
+}
+
 #[derive(Serialize, ToSchema)]
 pub struct LoginResponse {
     access_token: String,
@@ -77,13 +91,7 @@ async fn login(
         per_addr: app.settings.login_max_failures_per_addr,
     };
     let u = accounts::password_login(&app.auth, limits, &email, password, peer.ip()).await?;
-    let ttl = app.settings.login_token_ttl;
-    let (token, _) = app.auth.tokens.issue(tokens::LOGIN, &u.id, ttl, None, None);
-    Ok(Json(LoginResponse {
-        access_token: token,
-        token_type: "bearer",
-        expires_in: ttl,
-    }))
+    Ok(Json(login_response(&app, &u.id)))
 }
 
 /// The caller's account.

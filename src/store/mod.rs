@@ -10,6 +10,7 @@ pub mod keys;
 pub mod listener;
 pub mod notify;
 pub mod signins;
+pub mod sso;
 pub mod usage;
 pub mod users;
 
