@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs every test: the Rust suite on SQLite, the same suite on PostgreSQL
 # (a private cluster started and stopped here), and the client tests with the
-# official openai Python SDK, and the web console's tests in a headless
-# Chromium (Playwright from PyPI). Needs: cargo, python3 with venv, chromium,
-# node and npm (the AG-UI events are checked with the protocol's own packages, tests/agui),
+# official openai Python SDK, and the web console's tests in a headless Chromium
+# (Playwright from PyPI). Needs: cargo, python3 with venv, chromium, node and npm
+# (the AG-UI events are checked with the protocol's own packages, tests/agui; the
+# single sign-on tests run a real OpenID Connect provider, tests/oidc),
 # PostgreSQL server binaries (apt-get install postgresql); .ci/run installs them.
 #
 # Everything it makes lives in a new temporary directory and on free ports, so
@@ -34,6 +35,7 @@ run() {
 
 run "npm ci (tests/agui: @ag-ui/core, @ag-ui/client)" npm.log \
   bash -c 'cd tests/agui && npm ci --silent --no-audit --no-fund'
+
 run "npm ci (tests/oidc: oidc-provider, the OpenID Connect provider of the SSO tests)" npm-oidc.log \
   bash -c 'cd tests/oidc && npm ci --silent --no-audit --no-fund'
 
@@ -60,24 +62,24 @@ else
   fi
 fi
 
-# The client and console tests run the debug binaries, both of them:
-# `--bin gatehouse` alone would skip stub-upstream.
-if [ ! -x .venv/bin/python ] && ! python3 -m venv .venv; then
-  failed+=("python3 -m venv .venv (apt-get install python3-venv)")
-else
-  run "cargo build (binaries for the client tests)" build.log \
-    cargo build -q -p gatehouse -p gatehouse-stub-upstream --bins
-  if [ -d tests/python ]; then
-    run "pip install (tests/python)" pip.log .venv/bin/pip install -q -r tests/python/requirements.txt
-    run "client tests (openai Python SDK)" pytest.log .venv/bin/python -m pytest -q tests/python
-  fi
-  if [ -d tests/console ]; then
-    # Playwright drives Debian's Chromium (/usr/bin/chromium, or $CHROMIUM);
-    # it never downloads a browser of its own.
-    run "pip install (tests/console)" pip-console.log \
-      .venv/bin/pip install -q -r tests/console/requirements.txt
-    run "console tests (headless Chromium through Playwright)" console.log \
-      .venv/bin/python -m pytest -q tests/console
+if [ -d tests/python ]; then
+  echo "== client tests (openai Python SDK)"
+  if [ ! -x .venv/bin/python ] && ! python3 -m venv .venv; then
+    failed+=("python3 -m venv .venv (apt-get install python3-venv)")
+  else
+    # Both binaries: `--bin gatehouse` alone would skip stub-upstream.
+    run "pip install" pip.log .venv/bin/pip install -q -r tests/python/requirements.txt
+    run "cargo build (binaries for the client tests)" build.log \
+      cargo build -q -p gatehouse -p gatehouse-stub-upstream --bins
+    run "pytest tests/python" pytest.log .venv/bin/python -m pytest -q tests/python
+    if [ -d tests/console ]; then
+      # Playwright drives Debian's Chromium (/usr/bin/chromium, or $CHROMIUM);
+      # it never downloads a browser of its own.
+      run "pip install (console tests)" pip-console.log \
+        .venv/bin/pip install -q -r tests/console/requirements.txt
+      run "pytest tests/console (headless Chromium)" console.log \
+        .venv/bin/python -m pytest -q tests/console
+    fi
   fi
 fi
 

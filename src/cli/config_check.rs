@@ -4,7 +4,7 @@
 //! the wrong value. References are resolved within the file: a model's
 //! provider and an agent's model must be defined in it.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use serde_json::json;
@@ -85,52 +85,43 @@ pub fn check_text(text: &str) -> Result<Counts, Vec<String>> {
         }
     }
 
-    // A reference to a provider or model the file declares is resolved even
-    // when that entry is wrong (its own problem is reported once, above or
-    // below); fallbacks may name any model of the file, in any order.
-    let declared_kinds: std::collections::HashMap<String, ModelKind> = doc
-        .get("models")
-        .and_then(|v| v.as_array())
-        .into_iter()
-        .flatten()
-        .filter_map(|e| {
-            let id = e.get("id")?.as_str()?.to_string();
-            Some((id, ModelKind::parse(e.get("kind")?.as_str()?)?))
-        })
-        .collect();
-    let mut model_rows = Vec::new();
-    let mut target_rows = Vec::new();
-    let mut model_ids = HashSet::new();
-    for (i, entry) in tables(&doc, "models", &mut problems)
-        .into_iter()
-        .enumerate()
-    {
+    // Fallbacks may name any model of the file, in any order: kinds first.
+    let model_tables = tables(&doc, "models", &mut problems);
+    let mut forms = Vec::new();
+    for (i, entry) in model_tables.into_iter().enumerate() {
         let who = format!("model {}", label(entry, "id", i));
         match entry.clone().try_into::<ModelForm>() {
             Err(e) => problems.push(format!("{who}: {}", e.message())),
-            Ok(m) => match m.validate(
-                |p| declared_providers.contains(p),
-                |id| declared_kinds.get(id).copied(),
-            ) {
-                Err(e) => problems.push(format!("{who}: {}", e.message)),
-                Ok(spec) if !model_ids.insert(spec.id.clone()) => {
-                    problems.push(format!("{who}: this id is used twice"))
-                }
-                Ok(spec) => {
-                    let (row, targets) = crate::models::rows_of(&spec);
-                    model_rows.push(row);
-                    target_rows.extend(targets);
-                }
-            },
+            Ok(m) => forms.push((who, m)),
         }
     }
-    let models = model_rows.len();
+    let kinds: HashMap<String, ModelKind> = forms
+        .iter()
+        .filter_map(|(_, m)| Some((m.id.clone(), ModelKind::parse(&m.kind)?)))
+        .collect();
+    let mut models = Vec::new();
+    let mut targets = Vec::new();
+    let mut model_ids = HashSet::new();
+    for (who, m) in forms {
+        let known = |p: &str| provider_names.contains(p) || declared_providers.contains(p);
+        match m.validate(known, |id| kinds.get(id).copied()) {
+            Err(e) => problems.push(format!("{who}: {e}")),
+            Ok(spec) if !model_ids.insert(spec.id.clone()) => {
+                problems.push(format!("{who}: this id is used twice"))
+            }
+            Ok(spec) => {
+                let (row, t) = crate::models::rows_of(&spec);
+                models.push(row);
+                targets.extend(t);
+            }
+        }
+    }
 
     let catalog = CatalogSnapshot::build(
         providers.clone(),
-        model_rows,
-        target_rows,
-        &RoutingState::new(std::time::Duration::from_secs(30)),
+        models.clone(),
+        targets,
+        &RoutingState::new(std::time::Duration::ZERO),
     );
     let now = crate::store::now_ms();
     let mut agents = 0;
@@ -171,7 +162,7 @@ pub fn check_text(text: &str) -> Result<Counts, Vec<String>> {
     if problems.is_empty() {
         Ok(Counts {
             providers: providers.len(),
-            models,
+            models: models.len(),
             agents,
         })
     } else {

@@ -18,13 +18,6 @@ use crate::error::{Error, ErrorKind};
 use crate::models::routing::Failure;
 use crate::models::Provider;
 
-tokio::task_local! {
-    /// The `x-request-id` of the request being served. The HTTP layer sets it
-    /// around each request, so every upstream attempt made while serving it
-    /// carries the same id without threading it through every call.
-    pub static REQUEST_ID: header::HeaderValue;
-}
-
 /// A failed attempt: what the client would be told, and what kind of
 /// failure it was (which decides whether another target is tried).
 #[derive(Debug)]
@@ -43,6 +36,13 @@ impl From<AttemptError> for Error {
     fn from(e: AttemptError) -> Error {
         e.error
     }
+}
+
+tokio::task_local! {
+    /// The `x-request-id` of the request being served. The HTTP layer sets it
+    /// around each request, so every upstream attempt made while serving it
+    /// carries the same id without threading it through every call.
+    pub static REQUEST_ID: header::HeaderValue;
 }
 
 /// The longest upstream error message passed on to the client.
@@ -106,10 +106,10 @@ pub async fn post(
     if let Some(key) = &provider.api_key {
         req = req.bearer_auth(key);
     }
+    let timeout = || AttemptError::new(Failure::TimeoutBeforeHead, timeout_error(provider));
     if let Ok(id) = REQUEST_ID.try_with(header::HeaderValue::clone) {
         req = req.header("x-request-id", id);
     }
-    let timeout = || AttemptError::new(Failure::TimeoutBeforeHead, timeout_error(provider));
     let resp = match tokio::time::timeout_at(deadline, req.send()).await {
         Err(_) => return Err(timeout()),
         Ok(Err(e)) if e.is_timeout() => return Err(timeout()),
