@@ -4,6 +4,7 @@
 //! the parts they need as arguments.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,6 +42,9 @@ pub struct App {
     pub auth: Auth,
     pub caches: Caches,
     pub catalog: RwLock<Arc<CatalogSnapshot>>,
+    /// Catalog reloads started, and the latest one applied (see `reload_catalog`).
+    catalog_reloads: AtomicU64,
+    catalog_applied: AtomicU64,
     /// Every target's health and every provider's attempt counters here.
     pub routing: RoutingState,
     pub metrics: Metrics,
@@ -99,6 +103,8 @@ impl App {
                 scanners: TtlCache::new(Duration::from_secs(3600), 1_000),
             },
             catalog: RwLock::new(Arc::new(CatalogSnapshot::default())),
+            catalog_reloads: AtomicU64::new(0),
+            catalog_applied: AtomicU64::new(0),
             routing: RoutingState::new(cooldown),
             metrics: Metrics::default(),
             usage,
@@ -114,7 +120,11 @@ impl App {
         Arc::clone(&self.catalog.read())
     }
 
+    /// Reads the catalog again. Reloads overlap (a change made here and the
+    /// notifications of changes); the one that started last wins, so a read
+    /// made before a change never replaces one made after it.
     pub async fn reload_catalog(&self) -> Result<(), sqlx::Error> {
+        let started = self.catalog_reloads.fetch_add(1, Ordering::SeqCst) + 1;
         let mut providers = self.store.list_providers().await?;
         for p in &mut providers {
             if let Some(stored) = p.api_key.take() {
@@ -130,7 +140,12 @@ impl App {
         let models = self.store.list_models().await?;
         let targets = self.store.list_model_targets().await?;
         let snapshot = CatalogSnapshot::build(providers, models, targets, &self.routing);
-        *self.catalog.write() = Arc::new(snapshot);
+        let mut current = self.catalog.write();
+        if started > self.catalog_applied.load(Ordering::SeqCst) {
+            self.catalog_applied.store(started, Ordering::SeqCst);
+            snapshot.forget_unused_health(&self.routing);
+            *current = Arc::new(snapshot);
+        }
         Ok(())
     }
 

@@ -127,6 +127,12 @@ impl UsageTicket {
         }
     }
 
+    pub fn clear_provider(&mut self) {
+        if let Some(r) = self.record.as_mut() {
+            r.provider = None;
+        }
+    }
+
     pub fn finish(&mut self, status: u16, tokens: Tokens) {
         if let Some(mut r) = self.record.take() {
             r.at = crate::store::now_ms();

@@ -560,6 +560,9 @@ async fn when_every_attempt_fails_the_client_gets_the_last_error() {
     assert_eq!(e["message"], "stub error");
     let total: usize = (0..3).map(|i| f.seen(i, "u")).sum();
     assert_eq!(total, 2, "max_attempts caps the attempts");
+    // No attempt succeeded: the record names the model asked for, no provider.
+    let rows = f.usage(1).await;
+    assert_eq!(rows[0], ("m".to_string(), None, 503));
 }
 
 #[tokio::test]
@@ -644,6 +647,9 @@ async fn a_stream_that_dies_mid_way_is_not_retried() {
     assert_eq!(chunks[3]["error"]["code"], "upstream_error");
     assert_eq!(chunks[4], json!("[DONE]"));
     assert_eq!(f.seen(0, "u") + f.seen(1, "u"), 1, "never retried");
+    let rows = f.usage(1).await;
+    assert_eq!((rows[0].0.as_str(), rows[0].2), ("m", 502));
+    assert!(rows[0].1.is_some(), "the provider whose stream broke");
 }
 
 #[tokio::test]

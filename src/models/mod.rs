@@ -222,18 +222,23 @@ impl CatalogSnapshot {
             with.fallbacks = resolved;
             map.insert(id, Arc::new(with));
         }
-        // Health of targets no model names any more is forgotten.
-        let in_use: std::collections::HashSet<(&str, &str)> = map
-            .values()
-            .flat_map(|m| m.targets.iter())
-            .map(|t| (t.provider.name.as_str(), t.upstream_model.as_str()))
-            .collect();
-        state.health.retain(|p, u| in_use.contains(&(p, u)));
         CatalogSnapshot {
             providers,
             models: map,
             model_order: order,
         }
+    }
+
+    /// Forgets the health of targets no model of this snapshot names (call
+    /// it only for the snapshot in use: an older one would drop newer targets).
+    pub fn forget_unused_health(&self, state: &RoutingState) {
+        let in_use: std::collections::HashSet<(&str, &str)> = self
+            .models
+            .values()
+            .flat_map(|m| m.targets.iter())
+            .map(|t| (t.provider.name.as_str(), t.upstream_model.as_str()))
+            .collect();
+        state.health.retain(|p, u| in_use.contains(&(p, u)));
     }
 
     /// A snapshot of what the database holds now, with health of its own

@@ -378,8 +378,6 @@ pub async fn relay<H: ChatHooks>(
                     continue;
                 }
             };
-        ticket.set_model(&answering.id);
-        ticket.set_provider(&target.provider.name);
         if !stream {
             match whole_answer(
                 &target.provider,
@@ -392,6 +390,8 @@ pub async fn relay<H: ChatHooks>(
             {
                 Ok((mut v, tokens)) => {
                     guard.ok();
+                    ticket.set_model(&answering.id);
+                    ticket.set_provider(&target.provider.name);
                     if let Err(e) = hooks.on_response(&mut v).await {
                         return failed(ticket, e);
                     }
@@ -431,6 +431,11 @@ pub async fn relay<H: ChatHooks>(
             phase: Phase::Streaming,
             ticket: Some(ticket),
         };
+        // Named before the first step, which may already end the stream.
+        if let Some(t) = relay.ticket.as_mut() {
+            t.set_model(&answering.id);
+            t.set_provider(&target.provider.name);
+        }
         // Wait for the first output: failures before it are plain HTTP
         // errors, and may go to the next target.
         match relay.step().await {
@@ -468,6 +473,9 @@ pub async fn relay<H: ChatHooks>(
                 };
                 hooks = h;
                 ticket = t;
+                // No answer came from this attempt.
+                ticket.set_model(&model.id);
+                ticket.clear_provider();
                 if !retry {
                     return failed(ticket, e);
                 }
