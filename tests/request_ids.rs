@@ -139,3 +139,34 @@ async fn agent_chat_sends_the_request_id_upstream() {
         [Some("agent-id-1".into())]
     );
 }
+
+#[tokio::test]
+async fn every_attempt_of_a_retried_request_carries_the_same_id() {
+    let env = env().await;
+    // The model's one target fails with 503; its fallback answers.
+    env.stub
+        .script("rid-up-down", gatehouse_stub_upstream::Script::status(503));
+    env.model("rid-backup", "chat", "openai", "rid-up-backup")
+        .await;
+    let r = env
+        .app
+        .post(
+            "/api/admin/models",
+            &env.admin,
+            &json!({"id": "rid-main", "kind": "chat", "provider": "openai",
+                    "upstream_model": "rid-up-down", "fallbacks": ["rid-backup"]}),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    let chat = json!({"model": "rid-main", "messages": [{"role": "user", "content": "hi"}]});
+    let r = send(&env, "/v1/chat/completions", &chat, Some("retried-1")).await;
+    assert_eq!(r.headers()["x-gatehouse-attempts"], "2");
+    assert_eq!(
+        upstream_ids(&env, "rid-up-down"),
+        [Some("retried-1".into())]
+    );
+    assert_eq!(
+        upstream_ids(&env, "rid-up-backup"),
+        [Some("retried-1".into())]
+    );
+}
