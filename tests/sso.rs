@@ -406,18 +406,59 @@ async fn a_forged_state_is_denied_as_a_page_to_browsers_and_as_json_otherwise() 
 }
 
 #[tokio::test]
-async fn the_browser_flow_ends_on_a_page_saying_the_sign_in_worked() {
+async fn the_browser_flow_ends_signed_in_to_the_console() {
     let e = env(json!({})).await;
+    // The console's sign-in page offers the provider.
+    let page = Browser::new().walk(&e.app.u("/console/login"), None).await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(
+        page.body.contains("/api/auth/sso/corp/authorize"),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("Corp SSO"), "{}", page.body);
+
     e.idp
         .next_user("bob@corp.example", "Bob@Corp.example", true, &[])
         .await;
-    let stop = e.browser_sign_in().await;
+    let browser = Browser::new();
+    let stop = browser
+        .walk(&e.app.u("/api/auth/sso/corp/authorize"), None)
+        .await;
     assert_eq!(stop.status, StatusCode::OK, "{stop:?}");
-    assert!(stop.content_type.starts_with("text/html"));
     assert!(
-        stop.body.contains("signed in as <b>bob@corp.example</b>"),
-        "{}",
-        stop.body
+        stop.url.contains("/console/") && !stop.url.contains("/console/login"),
+        "{stop:?}"
+    );
+    assert!(stop.content_type.starts_with("text/html"));
+    assert!(stop.body.contains("bob@corp.example"), "{}", stop.body);
+    // The session is this browser's: its own pages open without a password.
+    let keys = browser.walk(&e.app.u("/console/keys"), None).await;
+    assert_eq!(keys.status, StatusCode::OK, "{keys:?}");
+    assert!(keys.url.ends_with("/console/keys"), "{keys:?}");
+}
+
+#[tokio::test]
+async fn a_browser_callback_from_another_browser_signs_no_one_in() {
+    let e = env(json!({})).await;
+    e.idp
+        .next_user("eve@corp.example", "eve@corp.example", true, &[])
+        .await;
+    // The attacker starts a sign-in and stops at the callback ...
+    let callback = callback_of(&e.app, "corp");
+    let attacker = Browser::new();
+    let stop = attacker
+        .walk(&e.app.u("/api/auth/sso/corp/authorize"), Some(&callback))
+        .await;
+    assert!(stop.url.starts_with(&callback), "{stop:?}");
+    // ... and sends the link to a victim, whose browser did not start it.
+    let victim = Browser::new();
+    let landed = victim.walk(&stop.url, None).await;
+    assert_denied_page(&landed, "not started in this browser");
+    let console = victim.walk(&e.app.u("/console/keys"), None).await;
+    assert!(
+        console.url.contains("/console/login"),
+        "the victim has no session: {console:?}"
     );
 }
 
@@ -680,9 +721,10 @@ async fn config_file_providers_and_the_public_url_are_used() {
         .walk(&format!("{public}/api/auth/sso/staff/authorize"), None)
         .await;
     assert_eq!(stop.status, StatusCode::OK, "{stop:?}");
-    assert!(stop
-        .url
-        .starts_with(&format!("{public}/api/auth/sso/staff/callback")));
+    assert!(
+        stop.url.starts_with(&format!("{public}/console/")),
+        "{stop:?}"
+    );
 }
 
 #[tokio::test]

@@ -13,6 +13,9 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::app::AppState;
 use crate::error::{Error, Result};
+use crate::http::console::{
+    came_over_https, cookie as console_cookie, set_cookie as console_set_cookie, SESSION_COOKIE,
+};
 use crate::http::extract::{read_body, AdminUser, ApiJson};
 use crate::http::users::login_response;
 use crate::runtime::Invalidation;
@@ -164,14 +167,46 @@ async fn authorize(
         code_challenge_method: q.code_challenge_method,
     });
     let callback = callback_url(&app.public_url, &name);
+    let browser = app_request.is_none();
     match app
         .sso
         .start(&app.store, &name, &callback, app_request.as_ref())
         .await
     {
-        Ok(url) => redirect(&url),
+        Ok(url) => {
+            let mut resp = redirect(&url);
+            // A browser sign-in ends in a console session: bind it to this
+            // browser, so a callback link sent by someone else signs no one in.
+            if browser {
+                if let Some(state) = query_param(&url, "state") {
+                    let c = state_cookie(&state, 600, came_over_https(&headers));
+                    if let Ok(v) = c.parse() {
+                        resp.headers_mut().append(axum::http::header::SET_COOKIE, v);
+                    }
+                }
+            }
+            resp
+        }
         Err(e) => page_or_json(e.into(), html),
     }
+}
+
+/// The cookie that binds a browser sign-in to the browser that started it.
+const STATE_COOKIE: &str = "gatehouse_sso_state";
+
+fn state_cookie(state: &str, max_age_s: i64, secure: bool) -> String {
+    format!(
+        "{STATE_COOKIE}={state}; Path=/api/auth/sso; Max-Age={max_age_s}; HttpOnly; SameSite=Lax{}",
+        if secure { "; Secure" } else { "" }
+    )
+}
+
+fn query_param(url: &str, name: &str) -> Option<String> {
+    url::Url::parse(url)
+        .ok()?
+        .query_pairs()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.into_owned())
 }
 
 #[derive(Deserialize)]
@@ -207,6 +242,7 @@ async fn callback(
             error: Some("invalid_request".into()),
             error_description: Some("the callback's query could not be read".into()),
         });
+    let params_state = q.state.clone();
     let params = CallbackParams {
         state: q.state,
         code: q.code,
@@ -235,12 +271,39 @@ async fn callback(
     if let Some(url) = signed_in.app_redirect {
         return redirect(&url);
     }
-    let body = format!(
-        "<p>You are signed in as <b>{}</b> with {}.</p><p>You can close this page.</p>",
-        escape(&signed_in.user.email),
-        escape(&name)
-    );
-    html_page(StatusCode::OK, "Signed in", &body)
+    // The browser flow: only the browser that started it, then into the console.
+    let bound = params_state
+        .as_deref()
+        .zip(console_cookie(&headers, STATE_COOKIE))
+        .is_some_and(|(state, cookie)| crate::auth::ct_eq(state, &cookie));
+    if !bound {
+        return page_or_json(
+            Error::forbidden(
+                "sso_denied",
+                "This sign-in was not started in this browser; start it again from the console.",
+            ),
+            html,
+        );
+    }
+    let started = match crate::auth::console::start(&app.auth, &signed_in.user.id).await {
+        Ok(s) => s,
+        Err(e) => return page_or_json(e, html),
+    };
+    let secure = came_over_https(&headers);
+    // Under the public URL, which may carry a path prefix.
+    let mut resp = redirect(&format!(
+        "{}/console/",
+        app.public_url.trim_end_matches('/')
+    ));
+    for c in [
+        console_set_cookie(SESSION_COOKIE, &started.secret, started.lifetime_s, secure),
+        state_cookie("", 0, secure),
+    ] {
+        if let Ok(v) = c.parse() {
+            resp.headers_mut().append(axum::http::header::SET_COOKIE, v);
+        }
+    }
+    resp
 }
 
 #[derive(Deserialize, ToSchema)]

@@ -19,7 +19,7 @@ use axum::Router;
 
 use crate::app::AppState;
 
-pub use guard::{origin_allowed, CSP, SESSION_COOKIE};
+pub use guard::{came_over_https, cookie, origin_allowed, set_cookie, CSP, SESSION_COOKIE};
 
 pub fn router() -> Router<AppState> {
     Router::new()

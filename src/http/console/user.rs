@@ -39,12 +39,28 @@ pub struct SignInOption {
     pub label: String,
 }
 
-fn sign_in_options() -> Vec<SignInOption> {
-    Vec::new()
+/// One button per single sign-on provider; none when they cannot be read
+/// (the password form still works).
+async fn sign_in_options(app: &AppState) -> Vec<SignInOption> {
+    match app.sso.list(&app.store).await {
+        Ok(list) => list
+            .into_iter()
+            .map(|p| SignInOption {
+                href: format!("/api/auth/sso/{}/authorize", enc(&p.name)),
+                label: p.display_name.clone(),
+            })
+            .collect(),
+        Err(_) => Vec::new(),
+    }
 }
 
-fn login_form(pre: &str, next: &str, email: &str, error: Option<&str>) -> Markup {
-    let others = sign_in_options();
+fn login_form(
+    pre: &str,
+    next: &str,
+    email: &str,
+    error: Option<&str>,
+    others: &[SignInOption],
+) -> Markup {
     html! {
         h1 { "Sign in to Gatehouse" }
         @if let Some(e) = error { p.error role="alert" { (e) } }
@@ -58,13 +74,14 @@ fn login_form(pre: &str, next: &str, email: &str, error: Option<&str>) -> Markup
         @if !others.is_empty() {
             section.sso {
                 h2 { "Or sign in with" }
-                @for o in &others { a.button href=(o.href) { (o.label) } }
+                @for o in others { a.button href=(o.href) { (o.label) } }
             }
         }
     }
 }
 
-fn login_response(
+async fn login_response(
+    app: &AppState,
     status: StatusCode,
     headers_secure: bool,
     pre: &str,
@@ -73,10 +90,11 @@ fn login_response(
     error: Option<&str>,
 ) -> Response {
     let cookie = set_cookie(PRE_COOKIE, pre, 3600, headers_secure);
+    let others = sign_in_options(app).await;
     (
         status,
         [(header::SET_COOKIE, cookie)],
-        bare("Sign in", login_form(pre, next, email, error)),
+        bare("Sign in", login_form(pre, next, email, error, &others)),
     )
         .into_response()
 }
@@ -97,6 +115,7 @@ pub async fn login_page(
         .filter(|p| p.len() == 43)
         .unwrap_or_else(|| crate::auth::new_secret(""));
     login_response(
+        &app,
         StatusCode::OK,
         came_over_https(&headers),
         &pre,
@@ -104,6 +123,7 @@ pub async fn login_page(
         "",
         None,
     )
+    .await
 }
 
 /// Password sign-in through the same rules (and throttle) as the API's login.
@@ -130,13 +150,15 @@ pub async fn login(
     let password = field("password").to_string();
     if email.is_empty() || password.is_empty() || email.len() > 320 || password.len() > 1024 {
         return Ok(login_response(
+            &app,
             StatusCode::BAD_REQUEST,
             secure,
             &pre,
             &next,
             &email,
             Some("Enter your e-mail and password."),
-        ));
+        )
+        .await);
     }
     match accounts::password_login(&app.auth, &app.login_throttle, &email, password, peer.ip())
         .await
@@ -157,14 +179,7 @@ pub async fn login(
         }
         Err(e) if e.code == "login_bad_credentials" || e.code == "too_many_attempts" => {
             let status = crate::http::error::status_of(e.kind);
-            Ok(login_response(
-                status,
-                secure,
-                &pre,
-                &next,
-                &email,
-                Some(&e.message),
-            ))
+            Ok(login_response(&app, status, secure, &pre, &next, &email, Some(&e.message)).await)
         }
         Err(e) => Err(e.into()),
     }
