@@ -235,8 +235,9 @@ pub async fn sign_in(auth: &Auth, user: &UserInfo, agent: &Agent, label: String)
     Ok(Issued {
         access_token,
         refresh_token,
-        expires_in: seconds_left(access.expires_at, now),
-        refresh_expires_in: seconds_left(refresh.expires_at, now),
+        // Minted a moment after `now`: never say more than the lifetime.
+        expires_in: seconds_left(access.expires_at, now).min(s.access_token),
+        refresh_expires_in: seconds_left(refresh.expires_at, now).min(s.refresh_token),
         device_id,
         agent: row.agent,
     })
@@ -286,9 +287,9 @@ pub async fn renew(auth: &Auth, presented: &str) -> Result<Issued> {
     Ok(Issued {
         access_token,
         refresh_token,
-        expires_in: seconds_left(access_expires_at, now),
+        expires_in: seconds_left(access_expires_at, now).min(s.access_token),
         // The store capped the refresh token at the sign-in's maximum age.
-        refresh_expires_in: seconds_left(row.expires_at, now),
+        refresh_expires_in: seconds_left(row.expires_at, now).min(s.refresh_token),
         device_id: row.device_id,
         agent: row.agent,
     })
