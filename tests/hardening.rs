@@ -261,6 +261,29 @@ async fn with_gatehouse_secret_the_database_holds_no_provider_key_and_no_signing
 }
 
 #[test]
+fn a_secret_of_exactly_32_characters_is_accepted() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gatehouse"))
+        .args(["users", "list"])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env(
+            "GATEHOUSE_DATABASE_URL",
+            format!("sqlite://{}/g.db", dir.path().display()),
+        )
+        .env("GATEHOUSE_SECRET", "x".repeat(32))
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "[]");
+}
+
+#[test]
 fn a_short_gatehouse_secret_stops_the_server_naming_the_variable() {
     let dir = tempfile::tempdir().unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_gatehouse"))
