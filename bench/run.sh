@@ -6,8 +6,11 @@
 #   bench/run.sh
 #
 # Workloads: chat (non-stream), chat-stream (SSE; TTFB and full time),
-# embeddings (8 inputs); each at concurrency 1 and 32, one keep-alive
-# connection per concurrent client. Prints Markdown tables and writes raw JSON
+# embeddings (8 inputs), rerank (8 documents), and agent-chat (the agent chat
+# route with a device's access token: an agent with a tool contract, tool mode
+# `ask`, conversation and turn headers, a manifest of 20 tools, 20 tools
+# offered; direct and nginx get the same body on /v1/chat/completions); each
+# at concurrency 1 and 32, one keep-alive connection per concurrent client. Prints Markdown tables and writes raw JSON
 # lines to bench/results/latest.jsonl.
 #
 # Environment (all optional):
@@ -15,7 +18,7 @@
 #   BENCH_WARMUP=2         warm-up seconds per run
 #   BENCH_CONCURRENCY="1 32"
 #   BENCH_TARGETS="direct nginx gatehouse"
-#   BENCH_WORKLOADS="chat chat-stream embeddings"
+#   BENCH_WORKLOADS="chat chat-stream embeddings rerank agent-chat"
 #   BENCH_NGINX_WORKERS=1  nginx worker_processes
 #   BENCH_LOADGEN_THREADS=1  load generator runtime threads
 #   BENCH_NO_BUILD=1       use the release binaries already built
@@ -32,7 +35,7 @@ DURATION=${BENCH_DURATION:-10}
 WARMUP=${BENCH_WARMUP:-2}
 CONCURRENCY=${BENCH_CONCURRENCY:-"1 32"}
 TARGETS=${BENCH_TARGETS:-"direct nginx gatehouse"}
-WORKLOADS=${BENCH_WORKLOADS:-"chat chat-stream embeddings"}
+WORKLOADS=${BENCH_WORKLOADS:-"chat chat-stream embeddings rerank agent-chat"}
 NGINX_WORKERS=${BENCH_NGINX_WORKERS:-1}
 LOADGEN_THREADS=${BENCH_LOADGEN_THREADS:-1}
 OUT=${BENCH_OUT:-$ROOT/bench/results/latest.jsonl}
@@ -188,7 +191,7 @@ if [[ " $TARGETS " == *" gatehouse "* ]]; then
     GATEHOUSE_LISTEN=127.0.0.1:0 \
         GATEHOUSE_DATABASE_URL="sqlite://$TMP/gatehouse.db" \
         GATEHOUSE_ADMIN_EMAIL=$ADMIN GATEHOUSE_ADMIN_PASSWORD=$PASSWORD \
-        GATEHOUSE_LOG=warn \
+        GATEHOUSE_LOG=warn GATEHOUSE_ACCESS_TOKEN_TTL=86400 \
         "$BIN/gatehouse" serve >"$TMP/gatehouse.out" 2>&1 &
     GATEHOUSE_PID=$!
     PIDS+=($GATEHOUSE_PID)
@@ -208,6 +211,18 @@ if [[ " $TARGETS " == *" gatehouse "* ]]; then
     api POST /api/admin/models '{"id":"bench-embed","kind":"embeddings","provider":"stub","upstream_model":"bench-embed"}' >/dev/null
     KEY=$(api POST /api/api-keys "{\"name\":\"bench\",\"limits\":${BENCH_KEY_LIMITS:-null}}" | jq -r .key)
     [ -n "$KEY" ] && [ "$KEY" != null ] || die "no API key"
+    api POST /api/admin/models '{"id":"bench-rerank","kind":"scoring","provider":"stub","upstream_model":"bench-rerank"}' >/dev/null
+    # An agent with a tool contract of 15 of the 20 tools, tool mode ask; one
+    # device signed in with a manifest of the 20 tools (half of them `read`).
+    api POST /api/admin/agents "{\"address\":\"bench-agent\",\"name\":\"Bench\",\"model\":\"bench-chat\",
+        \"default_tool_mode\":\"ask\",\"tool_contract\":$(jq -nc '[range(15)|"tool_\(.)"]')}" >/dev/null
+    ACCESS=$(api POST /api/agent-tokens '{"agent":"bench-agent","device_label":"bench device"}' | jq -r .access_token)
+    [ -n "$ACCESS" ] && [ "$ACCESS" != null ] || die "no agent sign-in"
+    jq -nc '{app_name:"bench",app_version:"1.0",sdk:"bench",
+        tools:[range(20) as $i | {name:"tool_\($i)",description:"Does one thing to a file in the workspace.",
+               parameters:{type:"object",properties:{path:{type:"string"}}},class:(if $i % 2 == 0 then "read" else "write" end)}]}' >"$TMP/manifest.json"
+    curl -sS --fail-with-body -X PUT "$GATEHOUSE/v1/agents/bench-agent/manifest" -H "Authorization: Bearer $ACCESS" \
+        -H 'Content-Type: application/json' --data-binary "@$TMP/manifest.json" >/dev/null
     GATEHOUSE_OK=1
 fi
 
@@ -217,6 +232,10 @@ PROMPT="Summarise the following in one sentence: the quick brown fox jumps over 
 jq -nc --arg p "$PROMPT" '{model:"bench-chat",messages:[{role:"system",content:"You are terse."},{role:"user",content:$p}]}' >"$TMP/chat.json"
 jq -nc --arg p "$PROMPT" '{model:"bench-chat",stream:true,messages:[{role:"system",content:"You are terse."},{role:"user",content:$p}]}' >"$TMP/chat-stream.json"
 jq -nc '{model:"bench-embed",input:[range(8)|"passage \(.): the quick brown fox jumps over the lazy dog near the river bank"]}' >"$TMP/embeddings.json"
+jq -nc '{model:"bench-rerank",query:"which animal jumps?",documents:[range(8)|"passage \(.): the quick brown fox jumps over the lazy dog near the river bank"]}' >"$TMP/rerank.json"
+jq -nc --arg p "$PROMPT" '{model:"bench-chat",messages:[{role:"system",content:"You are terse."},{role:"user",content:$p}],
+    tools:[range(20)|{type:"function",function:{name:"tool_\(.)",description:"Does one thing to a file in the workspace.",
+           parameters:{type:"object",properties:{path:{type:"string"}}}}}]}' >"$TMP/agent-chat.json"
 
 base_url() {
     case $1 in
@@ -229,8 +248,21 @@ path_of() {
     case $1 in
     chat | chat-stream) echo /v1/chat/completions ;;
     embeddings) echo /v1/embeddings ;;
+    rerank) echo /v1/rerank ;;
+    agent-chat) if [ "$2" = gatehouse ]; then echo /v1/agents/bench-agent/chat/completions; else echo /v1/chat/completions; fi ;;
     esac
 }
+# auth_of WORKLOAD TARGET: the credential the gateway wants for it.
+auth_of() {
+    [ "$2" = gatehouse ] || return 0
+    if [ "$1" = agent-chat ]; then
+        echo "Authorization: Bearer $ACCESS"
+    else
+        echo "Authorization: Bearer $KEY"
+    fi
+}
+
+AGENT_HEADERS=(-H "X-Service-Conversation-Id: bench-conversation" -H "X-Service-Turn-Id: bench-turn-1")
 
 # Probe every target once per workload: a 200 with the expected body, or skip
 # the target (the gateway may not have the model routes yet).
@@ -239,9 +271,9 @@ for t in $TARGETS; do
     ok=1
     for w in $WORKLOADS; do
         auth=()
-        [ "$t" = gatehouse ] && auth=(-H "Authorization: Bearer $KEY")
-        code=$(curl -s -o "$TMP/probe" -w '%{http_code}' -X POST "$(base_url "$t")$(path_of "$w")" \
-            -H 'Content-Type: application/json' "${auth[@]}" --data-binary "@$TMP/$w.json" --max-time 10 || true)
+        [ "$t" = gatehouse ] && auth=(-H "$(auth_of "$w" "$t")")
+        code=$(curl -s -o "$TMP/probe" -w '%{http_code}' -X POST "$(base_url "$t")$(path_of "$w" "$t")" \
+            -H 'Content-Type: application/json' "${auth[@]}" "${AGENT_HEADERS[@]}" --data-binary "@$TMP/$w.json" --max-time 10 || true)
         if [ "$code" != 200 ]; then
             log "skipping $t: $w answered HTTP $code: $(head -c 300 "$TMP/probe")"
             ok=
@@ -277,9 +309,11 @@ for w in $WORKLOADS; do
     for c in $CONCURRENCY; do
         # Targets interleaved so that each comparison sees similar conditions.
         for t in "${ACTIVE[@]}"; do
-            args=(--url "$(base_url "$t")$(path_of "$w")" --method POST --body-file "$TMP/$w.json"
+            args=(--url "$(base_url "$t")$(path_of "$w" "$t")" --method POST --body-file "$TMP/$w.json"
                 --concurrency "$c" --duration "$DURATION" --warmup "$WARMUP" --threads "$LOADGEN_THREADS")
-            [ "$t" = gatehouse ] && args+=(--header "Authorization: Bearer $KEY")
+            [ "$t" = gatehouse ] && args+=(--header "$(auth_of "$w" "$t")")
+            [ "$w" = agent-chat ] && args+=(--header "X-Service-Conversation-Id: bench-conversation"
+                --header "X-Service-Turn-Id: bench-turn-1")
             [ "$w" = chat-stream ] && args+=(--stream --expect-suffix '[DONE]')
             timeout $((WARMUP + DURATION + 60)) "$BIN/loadgen" "${args[@]}" >"$TMP/loadgen.out" 2>"$TMP/loadgen.err" &
             lg=$!

@@ -49,7 +49,7 @@ pub struct App {
     pub routing: RoutingState,
     pub metrics: Metrics,
     pub usage: UsageSink,
-    pub http: reqwest::Client,
+    pub http: crate::models::upstream::UpstreamClient,
     pub vaults: crate::pii::VaultStore,
     /// Limits and budgets, counted across servers (docs/limits.md).
     pub limiter: crate::limits::Limiter,
@@ -76,13 +76,7 @@ impl App {
     ) -> App {
         let ttl = Duration::from_secs(settings.cache_ttl_s.max(1));
         let cooldown = Duration::from_secs(settings.target_cooldown_s);
-        let http = reqwest::Client::builder()
-            .tcp_nodelay(true)
-            .pool_idle_timeout(Duration::from_secs(90))
-            .pool_max_idle_per_host(256)
-            .connect_timeout(Duration::from_secs(10))
-            .build()
-            .unwrap_or_default();
+        let http = crate::models::upstream::UpstreamClient::new();
         let lifetimes = Lifetimes {
             login_token: settings.login_token_ttl,
             access_token: settings.access_token_ttl,

@@ -41,6 +41,11 @@ enum ConfigCommand {
     },
 }
 
+/// mimalloc: the relay allocates many small, short-lived buffers per request
+/// (JSON, headers); measured in docs/performance.md.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() {
     // Usage errors exit 2 with clap's message and usage text.

@@ -203,6 +203,13 @@ impl Drop for UsageTicket {
 
 const BATCH: usize = 256;
 
+/// How long the writer waits for more records after the first of a batch.
+const LINGER: Duration = Duration::from_millis(10);
+
+/// Rows per `INSERT` statement (15 parameters each: within SQLite's and
+/// PostgreSQL's limits on bound parameters).
+const ROWS_PER_INSERT: usize = 64;
+
 /// Starts the writer; it ends when every sink is dropped, after writing what is queued.
 pub fn start(store: Store, capacity: usize) -> (UsageSink, tokio::task::JoinHandle<()>) {
     let (tx, mut rx) = mpsc::channel::<UsageRecord>(capacity.max(1));
@@ -211,6 +218,17 @@ pub fn start(store: Store, capacity: usize) -> (UsageSink, tokio::task::JoinHand
     let handle = tokio::spawn(async move {
         let mut batch = Vec::with_capacity(BATCH);
         while rx.recv_many(&mut batch, BATCH).await > 0 {
+            // Linger briefly so that a trickle of requests shares one
+            // transaction (one fsync) instead of waking the writer and the
+            // database thread for every record.
+            let linger = tokio::time::Instant::now() + LINGER;
+            while batch.len() < BATCH {
+                let room = BATCH - batch.len();
+                match tokio::time::timeout_at(linger, rx.recv_many(&mut batch, room)).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
+            }
             let n = batch.len() as u64;
             let mut attempt: u32 = 0;
             loop {
@@ -251,31 +269,54 @@ pub use crate::store::is_unavailable;
 
 async fn write_batch(store: &Store, batch: &[UsageRecord]) -> Result<(), sqlx::Error> {
     let mut tx = store.pool.begin().await?;
-    for r in batch {
-        sqlx::query(
-            "INSERT INTO usage_records (id, at, user_id, api_key_id, agent, device_id, model, kind,
-                prompt_tokens, completion_tokens, latency_ms, status, conversation_id, turn_id, provider)
-             VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15)",
-        )
-        .bind(crate::store::new_id())
-        .bind(r.at)
-        .bind(&r.user_id)
-        .bind(&r.api_key_id)
-        .bind(&r.agent)
-        .bind(&r.device_id)
-        .bind(&r.model)
-        .bind(r.kind)
-        .bind(r.prompt_tokens)
-        .bind(r.completion_tokens)
-        .bind(r.latency_ms)
-        .bind(i64::from(r.status))
-        .bind(&r.conversation_id)
-        .bind(&r.turn_id)
-        .bind(&r.provider)
-        .execute(&mut *tx)
-        .await?;
+    for rows in batch.chunks(ROWS_PER_INSERT) {
+        let sql = insert_sql(rows.len());
+        let mut q = sqlx::query(&sql);
+        for r in rows {
+            q = q
+                .bind(crate::store::new_id())
+                .bind(r.at)
+                .bind(&r.user_id)
+                .bind(&r.api_key_id)
+                .bind(&r.agent)
+                .bind(&r.device_id)
+                .bind(&r.model)
+                .bind(r.kind)
+                .bind(r.prompt_tokens)
+                .bind(r.completion_tokens)
+                .bind(r.latency_ms)
+                .bind(i64::from(r.status))
+                .bind(&r.conversation_id)
+                .bind(&r.turn_id)
+                .bind(&r.provider);
+        }
+        q.execute(&mut *tx).await?;
     }
     tx.commit().await
+}
+
+/// One multi-row `INSERT` of `rows` usage records.
+fn insert_sql(rows: usize) -> String {
+    const COLS: usize = 15;
+    let mut sql = String::from(
+        "INSERT INTO usage_records (id, at, user_id, api_key_id, agent, device_id, model, kind,
+            prompt_tokens, completion_tokens, latency_ms, status, conversation_id, turn_id, provider) VALUES ",
+    );
+    for r in 0..rows {
+        if r > 0 {
+            sql.push(',');
+        }
+        sql.push('(');
+        for c in 0..COLS {
+            if c > 0 {
+                sql.push(',');
+            }
+            sql.push('$');
+            sql.push_str(&(r * COLS + c + 1).to_string());
+        }
+        sql.push(')');
+    }
+    sql
 }
 
 /// `last_used_at` stamps, kept in memory and written in batches so a request

@@ -190,6 +190,14 @@ pub fn routing_headers(resp: &mut Response, answered: &Answered) {
 pub fn relayed_response(relayed: Relayed) -> Response {
     let mut resp = match relayed.body {
         RelayedBody::Answer(v) => Json(v).into_response(),
+        RelayedBody::Raw(bytes) => {
+            let mut resp = Response::new(axum::body::Body::from(bytes));
+            resp.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            resp
+        }
         RelayedBody::Stream(body) => {
             let mut resp = Response::new(axum::body::Body::from_stream(body));
             let h = resp.headers_mut();

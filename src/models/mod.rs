@@ -3,6 +3,7 @@
 //! routing a request never touches the database.
 
 pub mod adapters;
+pub mod direct;
 pub mod requests;
 pub mod retrieval;
 pub mod routing;
@@ -88,6 +89,53 @@ pub struct Provider {
     pub base_url: String,
     pub api_key: Option<String>,
     pub timeout_s: u64,
+    /// What every request to it carries, made once instead of per request.
+    pub wire: Wire,
+}
+
+/// A provider's upstream URLs (parsed once each: parsing a URL with its host
+/// rules costs more than the rest of building the request) and its
+/// `Authorization` value.
+#[derive(Debug, Default)]
+pub struct Wire {
+    urls: parking_lot::RwLock<Vec<(&'static str, reqwest::Url)>>,
+    auth: std::sync::OnceLock<Option<reqwest::header::HeaderValue>>,
+}
+
+impl Clone for Wire {
+    fn clone(&self) -> Wire {
+        Wire::default()
+    }
+}
+
+impl Provider {
+    /// `base_url` + `path` (`/chat/completions`, ...), parsed.
+    pub fn url(&self, path: &'static str) -> Result<reqwest::Url, url::ParseError> {
+        if let Some((_, u)) = self.wire.urls.read().iter().find(|(p, _)| *p == path) {
+            return Ok(u.clone());
+        }
+        let url = reqwest::Url::parse(&format!("{}{}", self.base_url, path))?;
+        let mut urls = self.wire.urls.write();
+        // Paths are a handful of constants; the bound only guards the lock.
+        if urls.len() < 16 {
+            urls.push((path, url.clone()));
+        }
+        Ok(url)
+    }
+
+    /// `Bearer <api_key>`, marked sensitive (never logged by the HTTP client).
+    pub fn authorization(&self) -> Option<&reqwest::header::HeaderValue> {
+        self.wire
+            .auth
+            .get_or_init(|| {
+                let key = self.api_key.as_deref()?;
+                let mut v =
+                    reqwest::header::HeaderValue::from_str(&format!("Bearer {key}")).ok()?;
+                v.set_sensitive(true);
+                Some(v)
+            })
+            .as_ref()
+    }
 }
 
 /// A model: an alias clients send, its kind, and where it runs.
@@ -159,6 +207,7 @@ impl CatalogSnapshot {
                     api_key: p.api_key,
                     timeout_s: p.timeout_s.max(1) as u64,
                     name: p.name,
+                    wire: Wire::default(),
                 }))
             })
             .collect();

@@ -151,7 +151,7 @@ pub fn shape_results(
 /// body for each kind of provider and upstream model is built once per
 /// request and its bytes reused by later attempts.
 async fn routed<T>(
-    client: &reqwest::Client,
+    client: &crate::models::upstream::UpstreamClient,
     model: &Model,
     build: impl Fn(&dyn Adapter, &str) -> Result<UpstreamCall, serde_json::Error>,
     parse: impl Fn(&dyn Adapter, Value) -> Result<T, String>,
@@ -174,8 +174,7 @@ async fn routed<T>(
             }
         };
         target.stats.attempt();
-        let url = format!("{}{}", target.provider.base_url, path);
-        let result = upstream::post_for_json(client, &target.provider, &url, body)
+        let result = upstream::post_for_json(client, &target.provider, path, body)
             .await
             .and_then(|answer| {
                 parse(adapter, answer)
@@ -204,7 +203,7 @@ async fn routed<T>(
 
 /// `/v1/embeddings` through the model's targets.
 pub async fn embed(
-    client: &reqwest::Client,
+    client: &crate::models::upstream::UpstreamClient,
     model: &Model,
     req: EmbedRequest,
 ) -> Result<(EmbeddingsResponse, Tokens, Answered), Error> {
@@ -238,7 +237,7 @@ pub async fn embed(
 
 /// `/v1/rerank` through the model's targets.
 pub async fn rerank(
-    client: &reqwest::Client,
+    client: &crate::models::upstream::UpstreamClient,
     model: &Model,
     req: RerankRequest,
 ) -> Result<(RerankResponse, Tokens, Answered), Error> {

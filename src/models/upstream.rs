@@ -9,10 +9,17 @@
 //! | the upstream answered 4xx/5xx | that status | `upstream_error`, the upstream's message |
 //! | the upstream answered 2xx with something unusable | 502 | `upstream_error` |
 
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
 use bytes::Bytes;
-use reqwest::header;
+use futures_util::{Stream, StreamExt};
+use reqwest::header::{self, HeaderMap, HeaderValue};
 use serde_json::Value;
 use tokio::time::Instant;
+
+use super::direct::{DirectClient, DirectError, Exchange};
 
 use crate::error::{Error, ErrorKind};
 use crate::models::routing::Failure;
@@ -81,50 +88,157 @@ pub fn bad_answer(what: impl std::fmt::Display) -> Error {
     )
 }
 
-/// POSTs `body` (JSON bytes) to `url` with the provider's key. Returns the
-/// response once its head is in and its status is 2xx.
+/// The clients for upstream calls: the direct one for `http://` upstreams,
+/// reqwest for `https://` (see [`super::direct`]).
+#[derive(Clone)]
+pub struct UpstreamClient {
+    reqwest: reqwest::Client,
+    direct: Arc<DirectClient>,
+}
+
+impl UpstreamClient {
+    pub fn new() -> UpstreamClient {
+        const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+        let reqwest = reqwest::Client::builder()
+            .tcp_nodelay(true)
+            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_max_idle_per_host(256)
+            .connect_timeout(CONNECT_TIMEOUT)
+            // A model server has no business redirecting a POST.
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap_or_default();
+        UpstreamClient {
+            reqwest,
+            direct: Arc::new(DirectClient::new(CONNECT_TIMEOUT)),
+        }
+    }
+}
+
+impl Default for UpstreamClient {
+    fn default() -> Self {
+        UpstreamClient::new()
+    }
+}
+
+/// An upstream's 2xx answer whose body is still to be read.
+pub enum Answer {
+    Reqwest(reqwest::Response),
+    Direct(Box<Exchange>),
+}
+
+/// Why reading an answer's body failed.
+#[derive(Debug)]
+pub struct BodyError {
+    pub timeout: bool,
+    pub message: String,
+}
+
+impl std::fmt::Display for BodyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl From<reqwest::Error> for BodyError {
+    fn from(e: reqwest::Error) -> Self {
+        BodyError {
+            timeout: e.is_timeout(),
+            message: e.to_string(),
+        }
+    }
+}
+
+impl From<hyper::Error> for BodyError {
+    fn from(e: hyper::Error) -> Self {
+        BodyError {
+            timeout: e.is_timeout(),
+            message: e.to_string(),
+        }
+    }
+}
+
+/// An answer's body as it arrives.
+pub type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, BodyError>> + Send>>;
+
+impl Answer {
+    /// The whole body.
+    pub async fn bytes(self) -> Result<Bytes, BodyError> {
+        match self {
+            Answer::Reqwest(r) => Ok(r.bytes().await?),
+            Answer::Direct(x) => Ok((*x).collect().await?),
+        }
+    }
+
+    /// The body as it arrives.
+    pub fn into_stream(self) -> ByteStream {
+        match self {
+            Answer::Reqwest(r) => Box::pin(r.bytes_stream().map(|r| r.map_err(BodyError::from))),
+            Answer::Direct(x) => Box::pin((*x).map(|r| r.map_err(BodyError::from))),
+        }
+    }
+}
+
+/// POSTs `body` (JSON bytes) to the provider's `path` with its key. Returns
+/// the answer once its head is in and its status is 2xx.
 pub async fn post(
-    client: &reqwest::Client,
+    client: &UpstreamClient,
     provider: &Provider,
-    url: &str,
+    path: &'static str,
     body: Bytes,
     stream: bool,
     deadline: Instant,
-) -> Result<reqwest::Response, AttemptError> {
-    let mut req = client
-        .post(url)
-        .header(header::CONTENT_TYPE, "application/json")
-        .header(
-            header::ACCEPT,
-            if stream {
-                "text/event-stream"
-            } else {
-                "application/json"
-            },
-        )
-        .body(body);
-    if let Some(key) = &provider.api_key {
-        req = req.bearer_auth(key);
+) -> Result<Answer, AttemptError> {
+    // The base URL was checked when the provider was saved.
+    let url = provider.url(path).map_err(|e| {
+        tracing::warn!(provider = %provider.name, error = %e, "provider base_url does not parse");
+        AttemptError::new(Failure::Connect, unavailable_error())
+    })?;
+    let mut headers = HeaderMap::with_capacity(4);
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    headers.insert(
+        header::ACCEPT,
+        HeaderValue::from_static(if stream {
+            "text/event-stream"
+        } else {
+            "application/json"
+        }),
+    );
+    if let Some(auth) = provider.authorization() {
+        headers.insert(header::AUTHORIZATION, auth.clone());
+    }
+    if let Ok(id) = REQUEST_ID.try_with(HeaderValue::clone) {
+        headers.insert("x-request-id", id);
     }
     let timeout = || AttemptError::new(Failure::TimeoutBeforeHead, timeout_error(provider));
-    if let Ok(id) = REQUEST_ID.try_with(header::HeaderValue::clone) {
-        req = req.header("x-request-id", id);
-    }
-    let resp = match tokio::time::timeout_at(deadline, req.send()).await {
-        Err(_) => return Err(timeout()),
-        Ok(Err(e)) if e.is_timeout() => return Err(timeout()),
-        Ok(Err(e)) => {
-            tracing::warn!(provider = %provider.name, error = %e, "upstream unreachable");
-            return Err(AttemptError::new(Failure::Connect, unavailable_error()));
-        }
-        Ok(Ok(r)) => r,
+    let unreachable = |e: &dyn std::fmt::Display| {
+        tracing::warn!(provider = %provider.name, error = %e, "upstream unreachable");
+        AttemptError::new(Failure::Connect, unavailable_error())
     };
-    let status = resp.status();
+    let (status, answer) = if url.scheme() == "http" {
+        let sent = client.direct.post(&url, &headers, body);
+        match tokio::time::timeout_at(deadline, sent).await {
+            Err(_) | Ok(Err(DirectError::ConnectTimeout)) => return Err(timeout()),
+            Ok(Err(e)) => return Err(unreachable(&e)),
+            Ok(Ok(r)) => (r.status, Answer::Direct(Box::new(r.body))),
+        }
+    } else {
+        let sent = client.reqwest.post(url).headers(headers).body(body).send();
+        match tokio::time::timeout_at(deadline, sent).await {
+            Err(_) => return Err(timeout()),
+            Ok(Err(e)) if e.is_timeout() => return Err(timeout()),
+            Ok(Err(e)) => return Err(unreachable(&e)),
+            Ok(Ok(r)) => (r.status(), Answer::Reqwest(r)),
+        }
+    };
     if status.is_success() {
-        return Ok(resp);
+        return Ok(answer);
     }
     // The error body, if it comes in time; the status alone is enough otherwise.
-    let body = tokio::time::timeout_at(deadline, resp.bytes())
+    let body = tokio::time::timeout_at(deadline, answer.bytes())
         .await
         .ok()
         .and_then(Result::ok);
@@ -135,13 +249,13 @@ pub async fn post(
 
 /// POSTs and reads the whole answer as JSON, all before the deadline.
 pub async fn post_for_json(
-    client: &reqwest::Client,
+    client: &UpstreamClient,
     provider: &Provider,
-    url: &str,
+    path: &'static str,
     body: Bytes,
 ) -> Result<Value, AttemptError> {
     let deadline = deadline(provider);
-    let resp = post(client, provider, url, body, false, deadline).await?;
+    let resp = post(client, provider, path, body, false, deadline).await?;
     let bytes = read_body(provider, resp, deadline).await?;
     serde_json::from_slice(&bytes)
         .map_err(|_| AttemptError::new(Failure::BadAnswer, bad_answer("it is not JSON")))
@@ -150,13 +264,13 @@ pub async fn post_for_json(
 /// Reads a whole answer body before the deadline.
 pub async fn read_body(
     provider: &Provider,
-    resp: reqwest::Response,
+    resp: Answer,
     deadline: Instant,
 ) -> Result<Bytes, AttemptError> {
     let timeout = || AttemptError::new(Failure::TimeoutAfterHead, timeout_error(provider));
     match tokio::time::timeout_at(deadline, resp.bytes()).await {
         Err(_) => Err(timeout()),
-        Ok(Err(e)) if e.is_timeout() => Err(timeout()),
+        Ok(Err(e)) if e.timeout => Err(timeout()),
         Ok(Err(e)) => {
             tracing::warn!(provider = %provider.name, error = %e, "upstream answer cut off");
             Err(AttemptError::new(

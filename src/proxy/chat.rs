@@ -85,6 +85,11 @@ pub enum ChunkAction {
 
 /// Extra behaviour around the relay; see the module documentation.
 pub trait ChatHooks: Send + 'static {
+    /// Whether `on_response` needs the answer as a JSON tree. Without it a
+    /// plain answer goes back as the upstream's bytes with only `model`
+    /// spliced in (no parse into a tree and no serialisation).
+    const EDITS_ANSWERS: bool = true;
+
     /// A plain (non-stream) answer, after the `model` rewrite.
     fn on_response(
         &mut self,
@@ -119,7 +124,9 @@ pub trait ChatHooks: Send + 'static {
 /// No extra behaviour (`/v1/chat/completions`).
 pub struct NoHooks;
 
-impl ChatHooks for NoHooks {}
+impl ChatHooks for NoHooks {
+    const EDITS_ANSWERS: bool = false;
+}
 
 /// Checks the fields the relay itself reads; everything else is the
 /// upstream's business. (`model` is checked by the caller, who resolves it.)
@@ -307,6 +314,8 @@ pub type RelayStream =
 /// A relayed answer: a whole JSON answer, or a stream of SSE bytes.
 pub enum RelayedBody {
     Answer(Value),
+    /// A plain answer as JSON bytes.
+    Raw(Bytes),
     Stream(RelayStream),
 }
 
@@ -324,7 +333,7 @@ fn failed(mut ticket: UsageTicket, e: Error) -> Result<Relayed, Error> {
 
 /// Relays one chat completion; see the module documentation.
 pub async fn relay<H: ChatHooks>(
-    client: &reqwest::Client,
+    client: &crate::models::upstream::UpstreamClient,
     usage_sink: &UsageSink,
     call: ChatCall,
     hooks: H,
@@ -364,12 +373,47 @@ pub async fn relay<H: ChatHooks>(
             provider: target.provider.name.clone(),
             attempts: attempts.made(),
         };
-        let url = format!("{}/chat/completions", target.provider.base_url);
         let deadline = upstream::deadline(&target.provider);
         let bytes = template.for_model(&target.upstream_model);
-        let resp =
-            match upstream::post(client, &target.provider, &url, bytes, stream, deadline).await {
-                Ok(r) => r,
+        let resp = match upstream::post(
+            client,
+            &target.provider,
+            "/chat/completions",
+            bytes,
+            stream,
+            deadline,
+        )
+        .await
+        {
+            Ok(r) => r,
+            Err(e) => {
+                if !target.failed(&mut guard, e.failure, false).retry {
+                    return failed(ticket, e.error);
+                }
+                last = Some(e.error);
+                continue;
+            }
+        };
+        if !stream && !H::EDITS_ANSWERS {
+            match raw_answer(
+                &target.provider,
+                resp,
+                deadline,
+                &answering.id,
+                prompt_estimate,
+            )
+            .await
+            {
+                Ok((bytes, tokens)) => {
+                    guard.ok();
+                    ticket.set_model(&answering.id);
+                    ticket.set_provider(&target.provider.name);
+                    ticket.finish(200, tokens);
+                    return Ok(Relayed {
+                        body: RelayedBody::Raw(bytes),
+                        answered,
+                    });
+                }
                 Err(e) => {
                     if !target.failed(&mut guard, e.failure, false).retry {
                         return failed(ticket, e.error);
@@ -377,7 +421,8 @@ pub async fn relay<H: ChatHooks>(
                     last = Some(e.error);
                     continue;
                 }
-            };
+            }
+        }
         if !stream {
             match whole_answer(
                 &target.provider,
@@ -412,7 +457,7 @@ pub async fn relay<H: ChatHooks>(
         }
 
         let mut relay = StreamRelay {
-            upstream: Box::pin(resp.bytes_stream()),
+            upstream: resp.into_stream(),
             parser: SseParser::new(),
             hooks: Some(hooks),
             alias: answering.id.clone(),
@@ -442,10 +487,13 @@ pub async fn relay<H: ChatHooks>(
             Ok(first) => {
                 relay.started = true;
                 relay.guard.ok();
-                let first = first.unwrap_or_default();
+                let first = relay.gather(first.unwrap_or_default()).await;
                 let rest = futures_util::stream::unfold(relay, |mut r| async move {
                     match r.step().await {
-                        Ok(Some(b)) => Some((Ok::<Bytes, std::convert::Infallible>(b), r)),
+                        Ok(Some(b)) => {
+                            let b = r.gather(b).await;
+                            Some((Ok::<Bytes, std::convert::Infallible>(b), r))
+                        }
                         Ok(None) => None,
                         Err(e) => {
                             let b = r.fail(&e);
@@ -492,15 +540,24 @@ pub async fn relay<H: ChatHooks>(
 /// A plain answer: read whole (before the deadline), checked, `model` rewritten.
 async fn whole_answer(
     provider: &Provider,
-    resp: reqwest::Response,
+    resp: upstream::Answer,
     deadline: tokio::time::Instant,
     alias: &str,
     prompt_estimate: i64,
 ) -> Result<(Value, Tokens), AttemptError> {
-    let bad = |e: Error| AttemptError::new(Failure::BadAnswer, e);
     let bytes = upstream::read_body(provider, resp, deadline).await?;
+    answer_tree(&bytes, alias, prompt_estimate)
+}
+
+/// A plain answer parsed, checked, `model` rewritten, tokens counted.
+fn answer_tree(
+    bytes: &[u8],
+    alias: &str,
+    prompt_estimate: i64,
+) -> Result<(Value, Tokens), AttemptError> {
+    let bad = |e: Error| AttemptError::new(Failure::BadAnswer, e);
     let mut v: Value =
-        serde_json::from_slice(&bytes).map_err(|_| bad(upstream::bad_answer("it is not JSON")))?;
+        serde_json::from_slice(bytes).map_err(|_| bad(upstream::bad_answer("it is not JSON")))?;
     let Some(obj) = v.as_object_mut() else {
         return Err(bad(upstream::bad_answer("it is not a JSON object")));
     };
@@ -516,6 +573,252 @@ async fn whole_answer(
         completion: estimate_tokens(completion_chars(obj, "message")),
     });
     Ok((v, tokens))
+}
+
+/// The fields of a plain answer the relay reads, borrowed from its bytes.
+#[derive(serde::Deserialize)]
+struct AnswerView<'a> {
+    #[serde(borrow)]
+    model: Option<&'a serde_json::value::RawValue>,
+    #[serde(borrow)]
+    choices: Option<&'a serde_json::value::RawValue>,
+    usage: Option<UsageView>,
+}
+
+#[derive(serde::Deserialize)]
+struct UsageView {
+    prompt_tokens: Option<i64>,
+    completion_tokens: Option<i64>,
+}
+
+/// A plain answer passed on as the upstream's bytes with `model` naming the
+/// alias. Anything unusual (not an object, no usage, duplicate keys) takes
+/// the tree path of [`whole_answer`], which also words the errors.
+async fn raw_answer(
+    provider: &Provider,
+    resp: upstream::Answer,
+    deadline: tokio::time::Instant,
+    alias: &str,
+    prompt_estimate: i64,
+) -> Result<(Bytes, Tokens), AttemptError> {
+    let bytes = upstream::read_body(provider, resp, deadline).await?;
+    if let Some(done) = splice_answer(&bytes, alias) {
+        return Ok(done);
+    }
+    let (v, tokens) = answer_tree(&bytes, alias, prompt_estimate)?;
+    let out = serde_json::to_vec(&v)
+        .map_err(|e| AttemptError::new(Failure::BadAnswer, Error::internal(e)))?;
+    Ok((Bytes::from(out), tokens))
+}
+
+/// The fast path of [`raw_answer`]: None when the answer needs the tree path.
+pub fn splice_answer(bytes: &[u8], alias: &str) -> Option<(Bytes, Tokens)> {
+    let first = bytes.iter().find(|b| !b.is_ascii_whitespace())?;
+    if *first != b'{' {
+        return None;
+    }
+    let view: AnswerView<'_> = serde_json::from_slice(bytes).ok()?;
+    if !view.choices?.get().starts_with('[') {
+        return None;
+    }
+    let usage = view.usage?;
+    let tokens = Tokens {
+        prompt: usage.prompt_tokens?,
+        completion: usage.completion_tokens.unwrap_or(0),
+    };
+    let mut out = Vec::with_capacity(bytes.len() + alias.len() + 16);
+    match view.model {
+        Some(m) => {
+            let start = (m.get().as_ptr() as usize).checked_sub(bytes.as_ptr() as usize)?;
+            let end = start + m.get().len();
+            out.extend_from_slice(bytes.get(..start)?);
+            serde_json::to_writer(&mut out, alias).ok()?;
+            out.extend_from_slice(bytes.get(end..)?);
+        }
+        None => {
+            let open = bytes.iter().position(|b| *b == b'{')?;
+            out.extend_from_slice(&bytes[..=open]);
+            out.extend_from_slice(b"\"model\":");
+            serde_json::to_writer(&mut out, alias).ok()?;
+            out.push(b',');
+            out.extend_from_slice(&bytes[open + 1..]);
+        }
+    }
+    Some((Bytes::from(out), tokens))
+}
+
+/// The fields of a stream chunk the relay reads, borrowed from its text.
+#[derive(serde::Deserialize)]
+struct ChunkView<'a> {
+    #[serde(borrow)]
+    model: Option<&'a serde_json::value::RawValue>,
+    #[serde(borrow)]
+    choices: Option<Vec<ChoiceView<'a>>>,
+    /// Present even when null (a null `usage` is removed too).
+    #[serde(borrow, default, deserialize_with = "present")]
+    usage: Option<&'a serde_json::value::RawValue>,
+}
+
+#[derive(serde::Deserialize)]
+struct ChoiceView<'a> {
+    #[serde(borrow)]
+    delta: Option<DeltaView<'a>>,
+    #[serde(borrow)]
+    finish_reason: Option<&'a serde_json::value::RawValue>,
+}
+
+#[derive(serde::Deserialize)]
+struct DeltaView<'a> {
+    #[serde(borrow)]
+    content: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow)]
+    tool_calls: Option<&'a serde_json::value::RawValue>,
+}
+
+fn present<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<&'de serde_json::value::RawValue>, D::Error> {
+    serde::Deserialize::deserialize(d).map(Some)
+}
+
+/// A stream chunk after [`splice_chunk`].
+#[derive(Debug, PartialEq)]
+pub struct SplicedChunk {
+    /// The chunk to send (None: drop it).
+    pub out: Option<Vec<u8>>,
+    /// The upstream's usage object, if the chunk has one.
+    pub usage: Option<Value>,
+    /// Characters of generated text (for the estimate without usage).
+    pub chars: usize,
+    /// A choice finished.
+    pub finish: bool,
+}
+
+/// The relay's work on one stream chunk without a JSON tree: `model` names
+/// the alias, and unless the client asked for usage, `usage` is removed (the
+/// usage-only chunk dropped), all by splicing the upstream's text. None when
+/// the chunk needs the tree path (an error, content parts, odd layout).
+pub fn splice_chunk(data: &str, alias: &str, client_usage: bool) -> Option<SplicedChunk> {
+    let view: ChunkView<'_> = serde_json::from_str(data).ok()?;
+    if !data.trim_start().starts_with('{') {
+        return None;
+    }
+    let choices = view.choices?;
+    let mut chars = 0;
+    let mut finish = false;
+    for c in &choices {
+        finish |= c.finish_reason.is_some();
+        if let Some(d) = &c.delta {
+            chars += d.content.as_deref().map_or(0, |t| t.chars().count());
+            if let Some(calls) = d.tool_calls {
+                let v: Value = serde_json::from_str(calls.get()).ok()?;
+                chars += tool_call_chars(Some(&v));
+            }
+        }
+    }
+    let usage_raw = view.usage.filter(|u| u.get() != "null");
+    let usage = match usage_raw {
+        Some(u) => Some(serde_json::from_str::<Value>(u.get()).ok()?).filter(Value::is_object),
+        None => None,
+    };
+    if !client_usage && choices.is_empty() && usage_raw.is_some() {
+        return Some(SplicedChunk {
+            out: None,
+            usage,
+            chars,
+            finish,
+        });
+    }
+    let offset = |raw: &serde_json::value::RawValue| -> Option<(usize, usize)> {
+        let start = (raw.get().as_ptr() as usize).checked_sub(data.as_ptr() as usize)?;
+        Some((start, start + raw.get().len()))
+    };
+    // Edits as (start, end, replacement), applied in order.
+    let mut edits: Vec<(usize, usize, Vec<u8>)> = Vec::with_capacity(2);
+    let mut alias_json = Vec::with_capacity(alias.len() + 2);
+    serde_json::to_writer(&mut alias_json, alias).ok()?;
+    match view.model {
+        Some(m) => {
+            let (a, b) = offset(m)?;
+            edits.push((a, b, alias_json));
+        }
+        None => {
+            let open = data.find('{')?;
+            let mut ins = b"\"model\":".to_vec();
+            ins.extend_from_slice(&alias_json);
+            if !data[open + 1..].trim_start().starts_with('}') {
+                ins.push(b',');
+            }
+            edits.push((open + 1, open + 1, ins));
+        }
+    }
+    if !client_usage {
+        if let Some(u) = view.usage {
+            let (a, b) = member_span(data, offset(u)?)?;
+            edits.push((a, b, Vec::new()));
+        }
+    }
+    edits.sort_by_key(|e| e.0);
+    let bytes = data.as_bytes();
+    let mut out = Vec::with_capacity(data.len() + alias.len() + 16);
+    let mut at = 0;
+    for (a, b, rep) in edits {
+        if a < at {
+            return None;
+        }
+        out.extend_from_slice(bytes.get(at..a)?);
+        out.extend_from_slice(&rep);
+        at = b;
+    }
+    out.extend_from_slice(bytes.get(at..)?);
+    Some(SplicedChunk {
+        out: Some(out),
+        usage,
+        chars,
+        finish,
+    })
+}
+
+/// The bytes to cut to remove the member `"usage": <value>` whose value
+/// spans `value`, with one neighbouring comma. None unless the key is
+/// written plainly as `"usage"`.
+fn member_span(data: &str, value: (usize, usize)) -> Option<(usize, usize)> {
+    let b = data.as_bytes();
+    let mut i = value.0;
+    while i > 0 && b[i - 1].is_ascii_whitespace() {
+        i -= 1;
+    }
+    if i == 0 || b[i - 1] != b':' {
+        return None;
+    }
+    i -= 1;
+    while i > 0 && b[i - 1].is_ascii_whitespace() {
+        i -= 1;
+    }
+    let key_start = i.checked_sub(7)?;
+    if &b[key_start..i] != b"\"usage\"" {
+        return None;
+    }
+    let mut j = key_start;
+    while j > 0 && b[j - 1].is_ascii_whitespace() {
+        j -= 1;
+    }
+    match b.get(j.checked_sub(1)?)? {
+        // `, "usage": v`: cut from the comma before it.
+        b',' => Some((j - 1, value.1)),
+        // `{"usage": v, ...` or `{"usage": v}`: cut the comma after it, if any.
+        b'{' => {
+            let mut k = value.1;
+            while k < b.len() && b[k].is_ascii_whitespace() {
+                k += 1;
+            }
+            if b.get(k) == Some(&b',') {
+                k += 1;
+            }
+            Some((key_start, k))
+        }
+        _ => None,
+    }
 }
 
 /// An `{"error": ...}` the upstream sent with a 2xx status or inside a stream.
@@ -545,6 +848,24 @@ fn idle_timeout(provider: &Provider) -> Error {
     )
 }
 
+/// What the upstream has for the relay.
+enum Next {
+    Event(SseEvent),
+    /// The body ended.
+    End,
+    /// Nothing complete without reading more.
+    Wait,
+}
+
+/// What one step of the relay made.
+enum Step {
+    Out(Bytes),
+    /// The stream is over.
+    Over,
+    /// Nothing more without reading from the upstream.
+    Wait,
+}
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Phase {
     Streaming,
@@ -553,7 +874,7 @@ enum Phase {
     Done,
 }
 
-type ByteStream = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
+use crate::models::upstream::ByteStream;
 
 struct StreamRelay<H> {
     upstream: ByteStream,
@@ -604,14 +925,22 @@ impl<H> StreamRelay<H> {
         }
     }
 
-    /// The next upstream event; None at a clean end of the body.
-    async fn next_event(&mut self) -> Result<Option<SseEvent>, Error> {
+    /// The next upstream event; None at a clean end of the body. Without
+    /// `may_read`, only what is already buffered: [`Next::Wait`] when that
+    /// holds no complete event.
+    async fn next_event(&mut self, may_read: bool) -> Result<Next, Error> {
         loop {
             if let Some(ev) = self.parser.next_event() {
-                return Ok(Some(ev));
+                return Ok(Next::Event(ev));
             }
             if self.eof {
-                return Ok(self.parser.finish());
+                return Ok(match self.parser.finish() {
+                    Some(ev) => Next::Event(ev),
+                    None => Next::End,
+                });
+            }
+            if !may_read {
+                return Ok(Next::Wait);
             }
             let idle = Duration::from_secs(self.provider.timeout_s);
             match tokio::time::timeout(idle, self.upstream.next()).await {
@@ -673,9 +1002,41 @@ impl<H: ChatHooks> StreamRelay<H> {
     /// The next piece of output: the frames for one upstream event (or
     /// several, when some produce nothing). None when the stream is over.
     async fn step(&mut self) -> Result<Option<Bytes>, Error> {
+        match self.step_with(true).await? {
+            Step::Out(b) => Ok(Some(b)),
+            Step::Over | Step::Wait => Ok(None),
+        }
+    }
+
+    /// The output for every event already received, after `first`: events
+    /// that came in one upstream read go to the client in one write.
+    async fn gather(&mut self, first: Bytes) -> Bytes {
+        let mut out: Option<Vec<u8>> = None;
+        loop {
+            match self.step_with(false).await {
+                Ok(Step::Out(b)) => out
+                    .get_or_insert_with(|| first.to_vec())
+                    .extend_from_slice(&b),
+                Ok(Step::Over | Step::Wait) => break,
+                Err(e) => {
+                    let tail = self.fail(&e);
+                    out.get_or_insert_with(|| first.to_vec())
+                        .extend_from_slice(&tail);
+                    break;
+                }
+            }
+        }
+        match out {
+            Some(v) => Bytes::from(v),
+            None => first,
+        }
+    }
+
+    async fn step_with(&mut self, may_read: bool) -> Result<Step, Error> {
         loop {
             match self.phase {
-                Phase::Done => return Ok(None),
+                Phase::Done => return Ok(Step::Over),
+                Phase::Draining if !may_read => return Ok(Step::Wait),
                 Phase::Draining => {
                     let upstream = &mut self.upstream;
                     let _ = tokio::time::timeout(DRAIN_WAIT, async {
@@ -683,15 +1044,16 @@ impl<H: ChatHooks> StreamRelay<H> {
                     })
                     .await;
                     self.phase = Phase::Done;
-                    return Ok(None);
+                    return Ok(Step::Over);
                 }
                 Phase::Streaming => {}
             }
-            let ev = match self.next_event().await? {
-                Some(ev) => ev,
+            let ev = match self.next_event(may_read).await? {
+                Next::Event(ev) => ev,
+                Next::Wait => return Ok(Step::Wait),
                 // Some servers end without [DONE]; after a finish_reason that is fine.
-                None if self.saw_finish => return Ok(Some(self.end().await)),
-                None => return Err(self.fault(Failure::CutOff, cut_off())),
+                Next::End if self.saw_finish => return Ok(Step::Out(self.end().await)),
+                Next::End => return Err(self.fault(Failure::CutOff, cut_off())),
             };
             if let Some(name) = ev.event.as_deref() {
                 if name == "error" {
@@ -701,7 +1063,7 @@ impl<H: ChatHooks> StreamRelay<H> {
                 }
                 if !name.is_empty() && name != "message" {
                     // Not an OpenAI event: passed on as it came.
-                    return Ok(Some(
+                    return Ok(Step::Out(
                         SseFrame::Event {
                             event: name.to_string(),
                             data: ev.data,
@@ -711,7 +1073,25 @@ impl<H: ChatHooks> StreamRelay<H> {
                 }
             }
             if ev.data.trim() == "[DONE]" {
-                return Ok(Some(self.end().await));
+                return Ok(Step::Out(self.end().await));
+            }
+            if !H::EDITS_ANSWERS {
+                if let Some(c) = splice_chunk(&ev.data, &self.alias, self.client_usage) {
+                    if c.usage.is_some() {
+                        self.usage = c.usage;
+                    }
+                    self.completion_chars += c.chars;
+                    self.saw_finish |= c.finish;
+                    self.hooks_touched = true;
+                    let Some(json) = c.out else {
+                        continue;
+                    };
+                    let mut out = Vec::with_capacity(json.len() + 8);
+                    out.extend_from_slice(b"data: ");
+                    out.extend_from_slice(&json);
+                    out.extend_from_slice(b"\n\n");
+                    return Ok(Step::Out(Bytes::from(out)));
+                }
             }
             let Ok(mut chunk) = serde_json::from_str::<Value>(&ev.data) else {
                 let e = upstream::bad_answer("a stream event is not JSON");
@@ -763,7 +1143,7 @@ impl<H: ChatHooks> StreamRelay<H> {
                 }
                 out.extend_from_slice(b"\n\n");
             }
-            return Ok(Some(Bytes::from(out)));
+            return Ok(Step::Out(Bytes::from(out)));
         }
     }
 
@@ -861,6 +1241,127 @@ mod tests {
             param(json!({"messages": msgs, "stream_options": {"include_usage": 1}})),
             Some("stream_options.include_usage".into())
         );
+    }
+
+    #[test]
+    fn splice_answer_names_the_alias_and_keeps_every_other_byte() {
+        let up = br#"{"id":"x","object":"chat.completion","model":"up/m","choices":[{"message":{"content":"hi"}}],"usage":{"prompt_tokens":3,"completion_tokens":4},"x_extra":{"k":[1,2]}}"#;
+        let (out, tokens) = splice_answer(up, "alias").expect("fast path");
+        assert_eq!(
+            std::str::from_utf8(&out).expect("utf8"),
+            r#"{"id":"x","object":"chat.completion","model":"alias","choices":[{"message":{"content":"hi"}}],"usage":{"prompt_tokens":3,"completion_tokens":4},"x_extra":{"k":[1,2]}}"#
+        );
+        assert_eq!(
+            tokens,
+            Tokens {
+                prompt: 3,
+                completion: 4
+            }
+        );
+        // The alias is JSON-escaped.
+        let (out, _) = splice_answer(up, "a\"b").expect("fast path");
+        let v: Value = serde_json::from_slice(&out).expect("json");
+        assert_eq!(v["model"], "a\"b");
+    }
+
+    #[test]
+    fn splice_answer_adds_a_missing_model() {
+        let up = br#" {"choices":[],"usage":{"prompt_tokens":1}}"#;
+        let (out, tokens) = splice_answer(up, "alias").expect("fast path");
+        let v: Value = serde_json::from_slice(&out).expect("json");
+        assert_eq!(v["model"], "alias");
+        assert_eq!(v["choices"], json!([]));
+        assert_eq!(
+            tokens,
+            Tokens {
+                prompt: 1,
+                completion: 0
+            }
+        );
+    }
+
+    #[test]
+    fn splice_answer_leaves_unusual_answers_to_the_tree_path() {
+        for up in [
+            &br#"{"model":"m","choices":[{}]}"#[..],
+            br#"{"model":"m","choices":[{}],"usage":null}"#,
+            br#"{"model":"m","choices":{},"usage":{"prompt_tokens":1}}"#,
+            br#"{"model":"m","model":"n","choices":[],"usage":{"prompt_tokens":1}}"#,
+            br#"{"error":{"message":"no"}}"#,
+            br#"["model","choices"]"#,
+            b"not json",
+        ] {
+            assert!(
+                splice_answer(up, "a").is_none(),
+                "{}",
+                String::from_utf8_lossy(up)
+            );
+        }
+    }
+
+    /// What the tree path makes of a chunk, for comparison.
+    fn tree(data: &str, alias: &str, client_usage: bool) -> Option<Value> {
+        let mut v: Value = serde_json::from_str(data).expect("json");
+        let o = v.as_object_mut().expect("object");
+        if !client_usage && !strip_usage(o) {
+            return None;
+        }
+        rewrite_model(o, alias);
+        Some(v)
+    }
+
+    #[test]
+    fn splice_chunk_matches_the_tree_path() {
+        let chunks = [
+            r#"{"id":"c","object":"chat.completion.chunk","model":"up","choices":[{"index":0,"delta":{"content":"héllo"},"finish_reason":null}]}"#,
+            r#"{"id":"c","model":"up","choices":[{"delta":{"content":"x"},"finish_reason":null}],"usage":null}"#,
+            r#"{"usage":null,"id":"c","model":"up","choices":[{"delta":{},"finish_reason":"stop"}]}"#,
+            r#"{ "usage" : null }"#,
+            r#"{"id":"c","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4}}"#,
+            r#"{"id":"c","model":"up","choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"a"}}]}}]}"#,
+            r#"{"choices":[{"delta":{"content":"a"}}], "usage": {"prompt_tokens":1}, "model":"up"}"#,
+        ];
+        for data in chunks {
+            for client_usage in [false, true] {
+                let Some(c) = splice_chunk(data, "alias\"x", client_usage) else {
+                    // `{ "usage" : null }` has no choices: the tree path's job.
+                    assert!(!data.contains("choices"), "{data}");
+                    continue;
+                };
+                let got = c
+                    .out
+                    .map(|o| serde_json::from_slice::<Value>(&o).expect("spliced is JSON"));
+                assert_eq!(
+                    got,
+                    tree(data, "alias\"x", client_usage),
+                    "{data} {client_usage}"
+                );
+            }
+        }
+        let c = splice_chunk(chunks[0], "a", false).expect("fast");
+        assert_eq!((c.chars, c.finish, c.usage), (5, false, None));
+        let c = splice_chunk(chunks[2], "a", false).expect("fast");
+        assert!(c.finish);
+        let c = splice_chunk(chunks[4], "a", false).expect("fast");
+        assert_eq!(c.out, None);
+        assert_eq!(
+            c.usage,
+            Some(json!({"prompt_tokens": 3, "completion_tokens": 4}))
+        );
+        assert_eq!(splice_chunk(chunks[5], "a", false).expect("fast").chars, 3);
+    }
+
+    #[test]
+    fn splice_chunk_leaves_odd_chunks_to_the_tree_path() {
+        for data in [
+            r#"{"error":{"message":"overloaded"}}"#,
+            r#"{"model":"a","model":"b","choices":[]}"#,
+            r#"{"choices":[{"delta":{"content":[{"type":"text","text":"x"}]}}]}"#,
+            r#"{"choices":[],"\u0075sage":null}"#,
+            r#"[{"choices":[]}]"#,
+        ] {
+            assert!(splice_chunk(data, "a", false).is_none(), "{data}");
+        }
     }
 
     #[test]

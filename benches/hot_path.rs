@@ -1,0 +1,174 @@
+//! The pure parts of the request path, without sockets: so a regression in
+//! one of them shows without a full load run (`bench/run.sh`).
+//!
+//! Run: cargo bench --bench hot_path
+//! (CI runs it once with `-- --warm-up-time 0.2 --measurement-time 0.5`, no thresholds.)
+
+use std::collections::HashMap;
+use std::hint::black_box;
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use gatehouse::agents::tools::{apply, offered_tools, ToolClass, ToolMode, ToolPolicy, ToolStatus};
+use gatehouse::proxy::body::ChatBody;
+use gatehouse::proxy::chat::{check_body, rewrite_model, strip_usage};
+use gatehouse::proxy::sse::SseParser;
+use gatehouse_pii::{Counts, Mode, Scanner, Vault};
+use serde_json::{json, Map, Value};
+
+/// A plain chat request like the load runs' (system + user message).
+fn chat_body() -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "model": "chat-model",
+        "messages": [
+            {"role": "system", "content": "You are a helpful assistant. Answer briefly."},
+            {"role": "user", "content": "Explain in two sentences why the sky is blue, please, for a child."}
+        ],
+        "temperature": 0.2,
+        "max_tokens": 64
+    }))
+    .expect("json")
+}
+
+/// 38 stream events as an OpenAI-compatible server sends them, usage last.
+fn stream_bytes() -> Vec<u8> {
+    let mut out = Vec::new();
+    let chunk = |delta: Value, finish: Value| {
+        json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1,
+               "model": "upstream/model", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+    };
+    let mut events = vec![chunk(
+        json!({"role": "assistant", "content": ""}),
+        Value::Null,
+    )];
+    for i in 0..35 {
+        events.push(chunk(json!({"content": format!("w{i:02} ")}), Value::Null));
+    }
+    events.push(chunk(json!({}), json!("stop")));
+    events.push(
+        json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1,
+        "model": "upstream/model", "choices": [],
+        "usage": {"prompt_tokens": 30, "completion_tokens": 35, "total_tokens": 65}}),
+    );
+    for e in events {
+        out.extend_from_slice(b"data: ");
+        out.extend_from_slice(e.to_string().as_bytes());
+        out.extend_from_slice(b"\n\n");
+    }
+    out.extend_from_slice(b"data: [DONE]\n\n");
+    out
+}
+
+fn tools_body(n: usize) -> Map<String, Value> {
+    let tools: Vec<Value> = (0..n)
+        .map(|i| {
+            json!({"type": "function", "function": {"name": format!("tool_{i}"),
+                "description": "Does one thing to a file in the workspace.",
+                "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}})
+        })
+        .collect();
+    match json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": tools}) {
+        Value::Object(m) => m,
+        _ => unreachable!(),
+    }
+}
+
+fn benches(c: &mut Criterion) {
+    let body = chat_body();
+    let mut g = c.benchmark_group("request");
+    g.throughput(Throughput::Bytes(body.len() as u64));
+    g.bench_function("chat_request_rewrite", |b| {
+        b.iter(|| {
+            let m: Map<String, Value> = serde_json::from_slice(black_box(&body)).expect("json");
+            check_body(&m).expect("valid");
+            let mut t = ChatBody::new(&m).expect("body");
+            black_box(t.for_model("upstream/model"));
+        })
+    });
+    g.finish();
+
+    let stream = stream_bytes();
+    let mut g = c.benchmark_group("stream");
+    g.throughput(Throughput::Bytes(stream.len() as u64));
+    g.bench_function("sse_parse_and_rewrite_38_events", |b| {
+        b.iter(|| {
+            let mut p = SseParser::new();
+            p.push(black_box(&stream));
+            let mut out = Vec::with_capacity(stream.len());
+            while let Some(ev) = p.next_event() {
+                if ev.data == "[DONE]" {
+                    break;
+                }
+                let mut v: Value = serde_json::from_str(&ev.data).expect("json");
+                let obj = v.as_object_mut().expect("object");
+                if !strip_usage(obj) {
+                    continue;
+                }
+                rewrite_model(obj, "chat-model");
+                out.extend_from_slice(b"data: ");
+                serde_json::to_writer(&mut out, &v).expect("write");
+                out.extend_from_slice(b"\n\n");
+            }
+            black_box(out);
+        })
+    });
+    g.finish();
+
+    let body20 = tools_body(20);
+    let classes: HashMap<String, ToolClass> = (0..20)
+        .map(|i| {
+            let class = if i % 2 == 0 {
+                ToolClass::Read
+            } else {
+                ToolClass::Execute
+            };
+            (format!("tool_{i}"), class)
+        })
+        .collect();
+    let contract: Vec<String> = (0..15).map(|i| format!("tool_{i}")).collect();
+    let decisions: HashMap<String, ToolStatus> =
+        [("tool_16".to_string(), ToolStatus::Accepted)].into();
+    let policy = ToolPolicy {
+        mode: ToolMode::Ask,
+        classes: &classes,
+        contract: &contract,
+        decisions: &decisions,
+        allow_local_mcp: false,
+    };
+    c.bench_function("tool_filtering_20_tools", |b| {
+        b.iter(|| {
+            let mut body = body20.clone();
+            let offered = offered_tools(&body).expect("tools");
+            let d = policy.decide(&offered);
+            apply(&mut body, &d.keep);
+            black_box((body, d.held));
+        })
+    });
+
+    let scanner = Scanner::new(&[]).expect("scanner");
+    let text = "Hi, I'm Ana (ana.souza@example.com, +1 415 555 0134). ".repeat(4)
+        + &"Please summarise the attached quarterly report in three bullet points. ".repeat(12);
+    let mut g = c.benchmark_group("pii");
+    g.throughput(Throughput::Bytes(text.len() as u64));
+    g.bench_function("protect_chat_body_redact", |b| {
+        let msg = json!({"model": "m", "messages": [{"role": "user", "content": text}]});
+        let Value::Object(base) = msg else {
+            unreachable!()
+        };
+        b.iter(|| {
+            let mut body = base.clone();
+            let (mut vault, mut counts) = (Vault::new(), Counts::new());
+            gatehouse::pii::protect_body(
+                &mut body,
+                &scanner,
+                Mode::Redact,
+                &mut vault,
+                &mut counts,
+            );
+            black_box(body);
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(hot_path, benches);
+criterion_main!(hot_path);

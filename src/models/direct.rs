@@ -1,0 +1,535 @@
+//! A lean HTTP/1.1 client for `http://` upstreams (model servers on the
+//! company's own network: vLLM, Ollama, TEI, llama.cpp). `https://`
+//! upstreams go through reqwest (TLS, certificates).
+//!
+//! Why not reqwest for these too: a pooled client drives each connection in
+//! a task of its own and hands the answer over through a channel, one body
+//! chunk at a time. That costs two cross-task wake-ups per request, and for
+//! streams one hand-over per event, so the gateway wrote one event per
+//! `writev` to its client while the upstream had sent the whole burst in one
+//! segment. Here the request's own task drives its connection: it writes the
+//! request, reads the answer, and takes every chunk already decoded from one
+//! socket read in one go ([`Exchange`] yields them together).
+//!
+//! Connections are kept per `host:port` (at most [`MAX_IDLE`] idle each, for
+//! at most [`IDLE_FOR`]); an idle connection is checked before reuse, and a
+//! request that fails on a reused connection before any answer (the server
+//! closed it while idle) is sent once more on a new one. Dropping an
+//! [`Exchange`] before its end closes the connection, so an upstream sees a
+//! client that went away.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::{pin, Pin};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use futures_util::Stream;
+use http_body_util::Full;
+use hyper::body::{Body, Incoming};
+use hyper::client::conn::http1::{Connection, SendRequest};
+use hyper::{HeaderMap, Request, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+
+type Conn = Connection<TokioIo<TcpStream>, Full<Bytes>>;
+type Sender = SendRequest<Full<Bytes>>;
+
+/// Idle connections kept per upstream address.
+const MAX_IDLE: usize = 256;
+/// How long an idle connection is kept.
+const IDLE_FOR: Duration = Duration::from_secs(90);
+/// The most bytes one poll of an [`Exchange`] gathers before handing them on.
+const MAX_GATHER: usize = 256 * 1024;
+
+struct Idle {
+    send: Sender,
+    conn: Conn,
+    since: Instant,
+}
+
+impl Idle {
+    /// Still open and ready for a request (the server may have closed it).
+    fn usable(&mut self) -> bool {
+        if self.since.elapsed() > IDLE_FOR {
+            return false;
+        }
+        let mut cx = Context::from_waker(futures_util::task::noop_waker_ref());
+        if Pin::new(&mut self.conn).poll(&mut cx).is_ready() {
+            return false;
+        }
+        matches!(self.send.poll_ready(&mut cx), Poll::Ready(Ok(())))
+    }
+}
+
+/// Why a direct call failed.
+#[derive(Debug)]
+pub enum DirectError {
+    /// No connection could be made (refused, unreachable).
+    Connect(std::io::Error),
+    /// The connection did not open within the connect timeout.
+    ConnectTimeout,
+    /// The exchange failed after the connection was made.
+    Http(hyper::Error),
+    /// The request could not be built (a bad header value).
+    Request(String),
+}
+
+impl std::fmt::Display for DirectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DirectError::Connect(e) => write!(f, "connect: {e}"),
+            DirectError::ConnectTimeout => f.write_str("connect: timed out"),
+            DirectError::Http(e) => write!(f, "{e}"),
+            DirectError::Request(e) => write!(f, "request: {e}"),
+        }
+    }
+}
+
+/// The pools of idle connections.
+pub struct DirectClient {
+    idle: parking_lot::Mutex<HashMap<String, Vec<Idle>>>,
+    connect_timeout: Duration,
+}
+
+impl DirectClient {
+    pub fn new(connect_timeout: Duration) -> DirectClient {
+        DirectClient {
+            idle: parking_lot::Mutex::new(HashMap::new()),
+            connect_timeout,
+        }
+    }
+
+    fn checkout(&self, authority: &str) -> Option<Idle> {
+        let mut pools = self.idle.lock();
+        let list = pools.get_mut(authority)?;
+        while let Some(mut c) = list.pop() {
+            if c.usable() {
+                return Some(c);
+            }
+        }
+        None
+    }
+
+    fn checkin(&self, authority: &str, c: Idle) {
+        let mut pools = self.idle.lock();
+        let list = pools.entry(authority.to_string()).or_default();
+        if list.len() < MAX_IDLE {
+            list.push(c);
+        }
+    }
+
+    async fn connect(&self, authority: &str) -> Result<Idle, DirectError> {
+        let tcp =
+            match tokio::time::timeout(self.connect_timeout, TcpStream::connect(authority)).await {
+                Err(_) => return Err(DirectError::ConnectTimeout),
+                Ok(Err(e)) => return Err(DirectError::Connect(e)),
+                Ok(Ok(s)) => s,
+            };
+        let _ = tcp.set_nodelay(true);
+        let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+            .await
+            .map_err(DirectError::Http)?;
+        Ok(Idle {
+            send,
+            conn,
+            since: Instant::now(),
+        })
+    }
+
+    /// POSTs `body` to `url` (an `http://` URL) with `headers`; returns once
+    /// the answer's head is in.
+    pub async fn post(
+        self: &std::sync::Arc<Self>,
+        url: &reqwest::Url,
+        headers: &HeaderMap,
+        body: Bytes,
+    ) -> Result<DirectResponse, DirectError> {
+        let host = url.host_str().unwrap_or_default();
+        let port = url.port_or_known_default().unwrap_or(80);
+        let authority = match url.port() {
+            Some(p) => format!("{host}:{p}"),
+            None => format!("{host}:{port}"),
+        };
+        let target = match url.query() {
+            Some(q) => format!("{}?{q}", url.path()),
+            None => url.path().to_string(),
+        };
+        let request = || -> Result<Request<Full<Bytes>>, DirectError> {
+            let mut req = Request::post(target.as_str())
+                .body(Full::new(body.clone()))
+                .map_err(|e| DirectError::Request(e.to_string()))?;
+            let h = req.headers_mut();
+            h.reserve(headers.len() + 1);
+            h.extend(headers.iter().map(|(k, v)| (k.clone(), v.clone())));
+            let host_value = hyper::header::HeaderValue::from_str(&authority)
+                .map_err(|e| DirectError::Request(e.to_string()))?;
+            h.insert(hyper::header::HOST, host_value);
+            Ok(req)
+        };
+        if let Some(mut c) = self.checkout(&authority) {
+            match exchange(&mut c, request()?).await {
+                Ok(resp) => return Ok(self.response(authority, c, resp)),
+                // Closed while idle, before it took the request: once more on a new one.
+                Err(e) if e.is_canceled() || e.is_incomplete_message() => {}
+                Err(e) => return Err(DirectError::Http(e)),
+            }
+        }
+        let mut c = self.connect(&authority).await?;
+        let resp = exchange(&mut c, request()?)
+            .await
+            .map_err(DirectError::Http)?;
+        Ok(self.response(authority, c, resp))
+    }
+
+    fn response(
+        self: &std::sync::Arc<Self>,
+        authority: String,
+        c: Idle,
+        resp: hyper::Response<Incoming>,
+    ) -> DirectResponse {
+        let (parts, body) = resp.into_parts();
+        DirectResponse {
+            status: parts.status,
+            body: Exchange {
+                conn: Some(c),
+                body,
+                conn_done: false,
+                eof: false,
+                pool: std::sync::Arc::clone(self),
+                authority,
+            },
+        }
+    }
+}
+
+/// Sends `req` on `c`, driving the connection until the answer's head is in.
+async fn exchange(
+    c: &mut Idle,
+    req: Request<Full<Bytes>>,
+) -> Result<hyper::Response<Incoming>, hyper::Error> {
+    let mut answer = pin!(c.send.send_request(req));
+    let conn = &mut c.conn;
+    let mut conn_done = false;
+    std::future::poll_fn(|cx| loop {
+        if let Poll::Ready(r) = answer.as_mut().poll(cx) {
+            return Poll::Ready(r);
+        }
+        if conn_done {
+            return Poll::Pending;
+        }
+        match Pin::new(&mut *conn).poll(cx) {
+            Poll::Pending => {
+                return match answer.as_mut().poll(cx) {
+                    Poll::Ready(r) => Poll::Ready(r),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+            Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+            // Closed: the answer future now resolves (with an error).
+            Poll::Ready(Ok(())) => conn_done = true,
+        }
+    })
+    .await
+}
+
+/// An answer's head and its body.
+pub struct DirectResponse {
+    pub status: StatusCode,
+    pub body: Exchange,
+}
+
+/// An answer's body, read by driving its connection in the reader's task.
+/// Each item is every byte available without waiting (one upstream read's
+/// worth), so a burst of stream events moves on as one piece. At its end the
+/// connection goes back to the pool; dropped before, it is closed.
+pub struct Exchange {
+    conn: Option<Idle>,
+    body: Incoming,
+    conn_done: bool,
+    eof: bool,
+    pool: std::sync::Arc<DirectClient>,
+    authority: String,
+}
+
+impl Exchange {
+    /// Reads the whole body.
+    pub async fn collect(mut self) -> Result<Bytes, hyper::Error> {
+        use futures_util::StreamExt;
+        let mut out = BytesMut::new();
+        while let Some(piece) = self.next().await {
+            let piece = piece?;
+            if out.is_empty() && self.eof {
+                // The whole body came in one piece: no copy.
+                return Ok(piece);
+            }
+            out.extend_from_slice(&piece);
+        }
+        Ok(out.freeze())
+    }
+
+    /// One frame of the body, if one is ready.
+    fn poll_body(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, hyper::Error>>> {
+        loop {
+            match Pin::new(&mut self.body).poll_frame(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
+                Poll::Ready(Some(Ok(frame))) => {
+                    if let Ok(data) = frame.into_data() {
+                        return Poll::Ready(Some(Ok(data)));
+                    }
+                    // Trailers: nothing for the relay.
+                }
+            }
+        }
+    }
+
+    /// Drives the connection once; true when that may have made a frame ready.
+    fn poll_conn(&mut self, cx: &mut Context<'_>) -> Result<bool, hyper::Error> {
+        if self.conn_done {
+            return Ok(false);
+        }
+        let Some(c) = self.conn.as_mut() else {
+            return Ok(false);
+        };
+        match Pin::new(&mut c.conn).poll(cx) {
+            Poll::Pending => Ok(true),
+            Poll::Ready(Ok(())) => {
+                self.conn_done = true;
+                Ok(true)
+            }
+            Poll::Ready(Err(e)) => {
+                self.conn_done = true;
+                Err(e)
+            }
+        }
+    }
+}
+
+impl Stream for Exchange {
+    type Item = Result<Bytes, hyper::Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        if this.eof {
+            return Poll::Ready(None);
+        }
+        let mut gathered: Option<BytesMut> = None;
+        let mut first: Option<Bytes> = None;
+        loop {
+            let frame = match this.poll_body(cx) {
+                Poll::Ready(f) => Some(f),
+                Poll::Pending => {
+                    if let Err(e) = this.poll_conn(cx) {
+                        return Poll::Ready(Some(Err(e)));
+                    }
+                    match this.poll_body(cx) {
+                        Poll::Ready(f) => Some(f),
+                        Poll::Pending => None,
+                    }
+                }
+            };
+            match frame {
+                // Nothing more without waiting.
+                None => break,
+                Some(None) => {
+                    this.eof = true;
+                    break;
+                }
+                Some(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
+                Some(Some(Ok(data))) => {
+                    match (&mut first, &mut gathered) {
+                        (None, None) => first = Some(data),
+                        (Some(f), None) => {
+                            let mut b = BytesMut::with_capacity(f.len() + data.len() + 512);
+                            b.extend_from_slice(f);
+                            b.extend_from_slice(&data);
+                            first = None;
+                            gathered = Some(b);
+                        }
+                        (_, Some(b)) => b.extend_from_slice(&data),
+                    }
+                    let size = first.as_ref().map_or(0, Bytes::len)
+                        + gathered.as_ref().map_or(0, BytesMut::len);
+                    if size >= MAX_GATHER {
+                        break;
+                    }
+                }
+            }
+        }
+        let out = match (first, gathered) {
+            (Some(f), _) => Some(f),
+            (None, Some(b)) => Some(b.freeze()),
+            (None, None) => None,
+        };
+        match out {
+            Some(b) => Poll::Ready(Some(Ok(b))),
+            None if this.eof => Poll::Ready(None),
+            None => Poll::Pending,
+        }
+    }
+}
+
+impl Drop for Exchange {
+    fn drop(&mut self) {
+        if !self.eof || self.conn_done {
+            return;
+        }
+        if let Some(mut c) = self.conn.take() {
+            c.since = Instant::now();
+            let pool = std::sync::Arc::clone(&self.pool);
+            pool.checkin(&self.authority, c);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_util::StreamExt;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    /// A raw HTTP/1.1 server: answers every request on a connection with
+    /// `answer`, then (if `close_after`) closes it. Counts connections.
+    async fn server(answer: &'static [u8], close_after: bool) -> (String, Arc<AtomicUsize>) {
+        let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = l.local_addr().expect("addr");
+        let conns = Arc::new(AtomicUsize::new(0));
+        let c = Arc::clone(&conns);
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                c.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 65536];
+                    let mut have = Vec::new();
+                    loop {
+                        let n = match s.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => n,
+                        };
+                        have.extend_from_slice(&buf[..n]);
+                        // Requests here have a Content-Length body; wait for the head + body.
+                        let Some(end) = have.windows(4).position(|w| w == b"\r\n\r\n") else {
+                            continue;
+                        };
+                        let head = String::from_utf8_lossy(&have[..end]).to_lowercase();
+                        let len: usize = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .and_then(|v| v.trim().parse().ok())
+                            .unwrap_or(0);
+                        if have.len() < end + 4 + len {
+                            continue;
+                        }
+                        have.drain(..end + 4 + len);
+                        if s.write_all(answer).await.is_err() {
+                            return;
+                        }
+                        if close_after {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (format!("http://{addr}/v1/x"), conns)
+    }
+
+    fn url(s: &str) -> reqwest::Url {
+        reqwest::Url::parse(s).expect("url")
+    }
+
+    const PLAIN: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+
+    #[tokio::test]
+    async fn sequential_requests_share_one_connection() {
+        let (u, conns) = server(PLAIN, false).await;
+        let client = Arc::new(DirectClient::new(Duration::from_secs(1)));
+        for _ in 0..5 {
+            let r = client
+                .post(&url(&u), &HeaderMap::new(), Bytes::from_static(b"{}"))
+                .await
+                .expect("post");
+            assert_eq!(r.status, StatusCode::OK);
+            assert_eq!(r.body.collect().await.expect("body"), "ok");
+        }
+        assert_eq!(conns.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_connection_closed_while_idle_is_replaced_without_failing_the_request() {
+        let (u, conns) = server(PLAIN, true).await;
+        let client = Arc::new(DirectClient::new(Duration::from_secs(1)));
+        for _ in 0..3 {
+            let r = client
+                .post(&url(&u), &HeaderMap::new(), Bytes::from_static(b"{}"))
+                .await
+                .expect("post");
+            assert_eq!(r.body.collect().await.expect("body"), "ok");
+            // Let the server's close arrive.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(conns.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn chunks_sent_together_arrive_as_one_piece() {
+        const CHUNKED: &[u8] = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n\
+            5\r\ndata1\r\n5\r\ndata2\r\n5\r\ndata3\r\n0\r\n\r\n";
+        let (u, _) = server(CHUNKED, false).await;
+        let client = Arc::new(DirectClient::new(Duration::from_secs(1)));
+        let r = client
+            .post(&url(&u), &HeaderMap::new(), Bytes::new())
+            .await
+            .expect("post");
+        let pieces: Vec<Bytes> = r.body.map(|p| p.expect("piece")).collect().await;
+        assert_eq!(pieces.concat(), b"data1data2data3");
+        assert!(pieces.len() <= 2, "{} pieces", pieces.len());
+    }
+
+    #[tokio::test]
+    async fn an_answer_dropped_before_its_end_closes_its_connection() {
+        // Announces more than it sends: the body never ends.
+        const ENDLESS: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nabc";
+        let (u, conns) = server(ENDLESS, false).await;
+        let client = Arc::new(DirectClient::new(Duration::from_secs(1)));
+        let r = client
+            .post(&url(&u), &HeaderMap::new(), Bytes::new())
+            .await
+            .expect("post");
+        drop(r);
+        let r = client
+            .post(&url(&u), &HeaderMap::new(), Bytes::new())
+            .await
+            .expect("post");
+        drop(r);
+        assert_eq!(
+            conns.load(Ordering::SeqCst),
+            2,
+            "the cut answer's connection was reused"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_is_a_connect_error() {
+        let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = l.local_addr().expect("addr");
+        drop(l);
+        let client = Arc::new(DirectClient::new(Duration::from_secs(1)));
+        let e = client
+            .post(
+                &url(&format!("http://{addr}/")),
+                &HeaderMap::new(),
+                Bytes::new(),
+            )
+            .await
+            .err()
+            .expect("refused");
+        assert!(matches!(e, DirectError::Connect(_)), "{e}");
+    }
+}
