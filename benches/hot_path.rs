@@ -10,7 +10,7 @@ use std::hint::black_box;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use gatehouse::agents::tools::{apply, offered_tools, ToolClass, ToolMode, ToolPolicy, ToolStatus};
 use gatehouse::proxy::body::ChatBody;
-use gatehouse::proxy::chat::{check_body, rewrite_model, strip_usage};
+use gatehouse::proxy::chat::{check_body, rewrite_model, splice_chunk, strip_usage};
 use gatehouse::proxy::sse::SseParser;
 use gatehouse_pii::{Counts, Mode, Scanner, Vault};
 use serde_json::{json, Map, Value};
@@ -107,6 +107,26 @@ fn benches(c: &mut Criterion) {
                 out.extend_from_slice(b"data: ");
                 serde_json::to_writer(&mut out, &v).expect("write");
                 out.extend_from_slice(b"\n\n");
+            }
+            black_box(out);
+        })
+    });
+    // What `/v1/chat/completions` does per event: splice, no JSON tree.
+    g.bench_function("sse_parse_and_splice_38_events", |b| {
+        b.iter(|| {
+            let mut p = SseParser::new();
+            p.push(black_box(&stream));
+            let mut out = Vec::with_capacity(stream.len());
+            while let Some(ev) = p.next_event() {
+                if ev.data == "[DONE]" {
+                    break;
+                }
+                let c = splice_chunk(&ev.data, "chat-model", false).expect("fast path");
+                if let Some(json) = c.out {
+                    out.extend_from_slice(b"data: ");
+                    out.extend_from_slice(&json);
+                    out.extend_from_slice(b"\n\n");
+                }
             }
             black_box(out);
         })

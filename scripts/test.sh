@@ -83,6 +83,13 @@ if [ -d tests/python ]; then
   fi
 fi
 
+# The criterion benches of the hot path's pure parts, once, so they keep
+# building and running. The dev profile reuses the test build (a release build
+# of every dependency would cost CI minutes): these figures are not for
+# comparison; `cargo bench --bench hot_path` gives real ones.
+run "cargo bench --bench hot_path (smoke run, dev profile)" bench.log \
+  cargo bench -q --profile dev --bench hot_path -- --warm-up-time 0.1 --measurement-time 0.2
+
 echo "== summary"
 for s in "${skipped[@]}"; do echo "SKIPPED: $s"; done
 for f in "${failed[@]}"; do echo "FAILED: $f"; done
