@@ -183,14 +183,7 @@ async fn patch_key(
 ) -> Result<impl IntoResponse> {
     let not_found = || Error::not_found("api_key_not_found", "You have no API key with this id.");
     if let Some(v) = &body.limits {
-        let limits = crate::limits::Limits::from_json(v)?;
-        let hash = app
-            .store
-            .set_api_key_limits(&u.id, &id, limits.to_db().as_deref())
-            .await?
-            .ok_or_else(not_found)?;
-        app.invalidate(crate::runtime::Invalidation::ApiKey(hash))
-            .await;
+        set_key_limits(&app, &u.id, &id, v).await?;
     }
     let row = app
         .store
@@ -200,6 +193,27 @@ async fn patch_key(
         .find(|r| r.id == id)
         .ok_or_else(not_found)?;
     Ok(Json(accounts::key_json(&row, None)))
+}
+
+/// Sets (null: clears) the limits of one of a user's keys, effective at once
+/// on every server; the API's PATCH and the console share it.
+pub(crate) async fn set_key_limits(
+    app: &AppState,
+    user_id: &str,
+    id: &str,
+    limits: &serde_json::Value,
+) -> Result<()> {
+    let limits = crate::limits::Limits::from_json(limits)?;
+    let hash = app
+        .store
+        .set_api_key_limits(user_id, id, limits.to_db().as_deref())
+        .await?
+        .ok_or_else(|| {
+            Error::not_found("api_key_not_found", "You have no API key with this id.")
+        })?;
+    app.invalidate(crate::runtime::Invalidation::ApiKey(hash))
+        .await;
+    Ok(())
 }
 
 /// Revoke one of the caller's keys; it stops working at once.

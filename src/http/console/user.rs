@@ -233,7 +233,7 @@ pub async fn keys(
             p.empty { "You have no API keys yet." }
         } @else {
             table {
-                thead { tr { th { "Name" } th { "Created" } th { "Expires" } th { "Models" } th { "Last used" } th {} } }
+                thead { tr { th { "Name" } th { "Created" } th { "Expires" } th { "Models" } th { "Limits" } th { "Last used" } th {} } }
                 tbody {
                     @for k in &rows {
                         tr {
@@ -241,6 +241,10 @@ pub async fn keys(
                             td { (when(k.created_at)) }
                             td { (opt_when(k.expires_at)) }
                             td { (crate::http::users::key_models(k).map(|m| m.join(", ")).unwrap_or_else(|| "every model".into())) }
+                            td.limits {
+                                (super::limits::summary(&crate::limits::Limits::from_db_or_closed(k.limits.as_deref(), &k.id)))
+                                " · " a href=(format!("/console/keys/{}/limits", enc(&k.id))) { "limits and use" }
+                            }
                             td { (opt_when(app.auth.last_used.api_keys.get(&k.id).map(|v| *v).max(k.last_used_at))) }
                             td { (button_form(&user, &format!("/console/keys/{}/delete", enc(&k.id)), "Delete", "danger")) }
                         }
