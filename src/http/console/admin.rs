@@ -301,7 +301,7 @@ pub async fn agents(
         h2 { "New agent" }
         form.row method="post" action="/console/admin/agents" {
             (csrf(&user))
-            label { "Address" input name="address" required pattern="[a-z0-9._@-]{1,64}"; }
+            label { "Address" input name="address" required pattern="[a-z0-9._@\\-]{1,64}"; }
             label { "Name" input name="name" required; }
             label { "Chat model" select name="model" { @for m in models.iter().filter(|m| m.kind == "chat") { option value=(m.id) { (m.id) } } } }
             label { "Tool contract (comma-separated)" input name="tool_contract"; }

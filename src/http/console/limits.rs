@@ -145,8 +145,9 @@ pub fn section(
     }
 }
 
-/// A refused value is shown on the form again with the API's message;
-/// anything else is an error page.
+/// A refused value is shown on the form again with the API's message (a
+/// page like any other, 200: the browser logs no failed load); anything
+/// else is an error page.
 fn refused(e: Error) -> Result<String, ConsoleError> {
     if e.kind == ErrorKind::Invalid {
         Ok(e.message)
@@ -180,12 +181,7 @@ async fn key_page(
         (section(user, &action, &limits, &used, typed, error))
         p { a href="/console/keys" { "← My API keys" } }
     };
-    let status = if error.is_some() {
-        StatusCode::BAD_REQUEST
-    } else {
-        StatusCode::OK
-    };
-    Ok((status, page(user, "Key limits", "/console/keys", body)).into_response())
+    Ok(page(user, "Key limits", "/console/keys", body).into_response())
 }
 
 pub async fn key_limits(
@@ -231,16 +227,7 @@ async fn user_page(
         (section(admin, &action, &limits, &used, typed, error))
         p { a href="/console/admin/users" { "← Users" } }
     };
-    let status = if error.is_some() {
-        StatusCode::BAD_REQUEST
-    } else {
-        StatusCode::OK
-    };
-    Ok((
-        status,
-        page(admin, "User limits", "/console/admin/users", body),
-    )
-        .into_response())
+    Ok(page(admin, "User limits", "/console/admin/users", body).into_response())
 }
 
 pub async fn user_limits(
@@ -298,16 +285,7 @@ async fn agent_page(
         (section(admin, &format!("{base}/limits"), &agent.limits, &used, typed, error))
         p { a href=(base) { "← Agent " (address) } }
     };
-    let status = if error.is_some() {
-        StatusCode::BAD_REQUEST
-    } else {
-        StatusCode::OK
-    };
-    Ok((
-        status,
-        page(admin, "Agent limits", "/console/admin/agents", body),
-    )
-        .into_response())
+    Ok(page(admin, "Agent limits", "/console/admin/agents", body).into_response())
 }
 
 pub async fn agent_limits(

@@ -50,7 +50,7 @@ pub async fn providers(
         h2 { "New provider" }
         form.stack method="post" action="/console/admin/sso" {
             (csrf(&user))
-            label { "Name (a-z, 0-9, _ and -)" input name="name" required pattern="[a-z0-9_-]{1,64}"; }
+            label { "Name (a-z, 0-9, _ and -)" input name="name" required pattern="[a-z0-9_\\-]{1,64}"; }
             label { "Button label (optional)" input name="display_name"; }
             label { "Issuer URL" input name="issuer" type="url" placeholder="https://login.example.com/realms/corp" required; }
             label { "Client id" input name="client_id" required autocomplete="off"; }
