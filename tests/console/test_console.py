@@ -356,7 +356,7 @@ def test_sso_providers_are_added_and_deleted_in_the_console(console, gateway):
         console.sign_in(ADMIN_EMAIL, ADMIN_PASSWORD)
         console.go("/console/admin/sso")
         console.page.fill("input[name=name]", "corp")
-        console.page.fill("input[name=display_name]", "Corp " + EVIL)
+        console.page.fill("input[name=display_name]", "Corp SSO")
         console.page.fill("input[name=issuer]", _Issuer.issuer)
         console.page.fill("input[name=client_id]", "gatehouse")
         console.page.fill("input[name=client_secret]", "a-client-secret")
@@ -366,8 +366,13 @@ def test_sso_providers_are_added_and_deleted_in_the_console(console, gateway):
         row = console.page.locator("tr[data-sso=corp]")
         assert f"{gateway.url}/api/auth/sso/corp/callback" in row.inner_text()
         assert "a-client-secret" not in console.page.content()
-        assert console.page.evaluate("window.__pwned") is None
         shot(console, "sso")
+        # A label full of markup is shown as text, here and on the sign-in page.
+        status, body, _ = http("PATCH", f"{gateway.url}/api/admin/sso/corp", {"display_name": "Corp " + EVIL}, gateway.admin)
+        assert status == 200, body
+        console.go("/console/admin/sso")
+        assert "Corp <script>" in row.inner_text()
+        assert console.page.evaluate("window.__pwned") is None
         # The sign-in page offers it (as text).
         ctx = console.page.context.browser.new_context()
         other = ctx.new_page()

@@ -127,7 +127,7 @@ pub fn section(
                                     span.count { (used_now) }
                                     @if let Some(l) = limit {
                                         " of " (l) " "
-                                        meter min="0" max=(l) value=(used_now.max(0)) { }
+                                        meter min="0" max=(l) low=(l * 7 / 10) high=(l * 9 / 10) optimum="0" value=(used_now.max(0)) { }
                                     }
                                 }
                             }
