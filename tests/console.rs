@@ -1165,6 +1165,12 @@ async fn a_target_shows_resting_after_its_upstream_fails_and_targets_and_fallbac
         "{page}"
     );
     assert!(page.contains("(3 failures in a row)"), "{page}");
+    // The overview lists it under "Needs attention".
+    let (_, page) = get_page(&app, &s.cookie, "/console/").await;
+    assert!(
+        page.contains("Target <code>dead/up</code> of model"),
+        "{page}"
+    );
     // The provider's failures, by cause.
     let (_, page) = get_page(&app, &s.cookie, "/console/admin/models").await;
     assert!(page.contains("3 connect"), "{page}");
@@ -1361,4 +1367,50 @@ async fn sso_providers_are_added_listed_and_deleted_in_the_console_under_the_api
         .await
         .unwrap();
     assert!(list.is_empty());
+}
+
+#[tokio::test]
+async fn a_key_created_in_the_console_may_carry_limits_checked_by_the_apis_rules() {
+    let app = spawn_app().await;
+    let (_, ann) = app.user("ann@example.com").await;
+    let s = console_sign_in(&app, "ann@example.com", USER_PASSWORD).await;
+    let r = post_form(
+        &app,
+        &s,
+        "/console/keys",
+        None,
+        &[
+            ("csrf", &s.csrf),
+            ("name", "bad"),
+            ("requests_per_minute", "0"),
+        ],
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    assert!(r
+        .text()
+        .await
+        .unwrap()
+        .contains("'limits.requests_per_minute' must be a positive whole number"));
+    let keys: Vec<Value> = app.get("/api/api-keys", &ann).await.json().await.unwrap();
+    assert!(keys.is_empty(), "no key was created: {keys:?}");
+    let r = post_form(
+        &app,
+        &s,
+        "/console/keys",
+        None,
+        &[
+            ("csrf", &s.csrf),
+            ("name", "good"),
+            ("requests_per_minute", "30"),
+            ("tokens_per_day", ""),
+        ],
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let keys: Vec<Value> = app.get("/api/api-keys", &ann).await.json().await.unwrap();
+    assert_eq!(
+        keys[0]["limits"],
+        json!({"requests_per_minute": 30, "tokens_per_minute": null, "tokens_per_day": null, "max_parallel": null})
+    );
 }

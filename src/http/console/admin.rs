@@ -107,9 +107,10 @@ pub async fn home(
         }
     }
     let open = app.store.open_approvals(now).await?;
+    let resting = super::models::unhealthy_targets(&app).await?;
     let body = html! {
         h1 { "Overview" }
-        @if !held.is_empty() || !open.is_empty() {
+        @if !held.is_empty() || !open.is_empty() || !resting.is_empty() {
             section.attention {
                 h2 { "Needs attention" }
                 ul {
@@ -119,6 +120,9 @@ pub async fn home(
                     @if held.len() > 20 { li { (held.len() - 20) " more held tools." } }
                     @for (agent, n) in &open {
                         li { (n) " open approval(s) for " a href=(format!("/console/admin/agents/{}?approvals=pending", enc(agent))) { (agent) } "." }
+                    }
+                    @for (model, target, state) in resting.iter().take(20) {
+                        li.target { "Target " code { (target) } " of model " a href=(format!("/console/admin/models/{}", enc(model))) { (model) } ": " (state) "." }
                     }
                 }
             }

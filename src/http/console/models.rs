@@ -66,6 +66,32 @@ async fn all_models(app: &AppState) -> Result<Vec<(ModelSpec, i64)>, ConsoleErro
         .collect())
 }
 
+/// Targets that are not healthy now, for the overview: (model, target,
+/// what its state reads).
+pub async fn unhealthy_targets(
+    app: &AppState,
+) -> Result<Vec<(String, String, String)>, ConsoleError> {
+    let (mono, wall) = (mono_ms(), now_ms());
+    let mut out = Vec::new();
+    for (m, _) in all_models(app).await? {
+        for t in &m.targets {
+            let s = app
+                .routing
+                .health
+                .get(&t.provider, &t.upstream_model)
+                .state(mono);
+            if !s.healthy {
+                out.push((
+                    m.id.clone(),
+                    format!("{}/{}", t.provider, t.upstream_model),
+                    state_text(&s, wall).1,
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// A model's targets with their state in this server.
 fn targets_table(app: &AppState, spec: &ModelSpec) -> Markup {
     let (mono, wall) = (mono_ms(), now_ms());

@@ -214,6 +214,8 @@ fn key_form(user: &ConsoleUser) -> Markup {
             label { "Name" input name="name" required maxlength="200"; }
             label { "Expires on (optional)" input type="date" name="expires_on"; }
             label { "Only these models (comma-separated, optional)" input name="models"; }
+            label { "Requests per minute (optional)" input name="requests_per_minute" inputmode="numeric" size="8"; }
+            label { "Tokens per day (optional)" input name="tokens_per_day" inputmode="numeric" size="10"; }
             button type="submit" { "Create key" }
         }
     }
@@ -270,8 +272,9 @@ pub async fn create_key(State(app): State<AppState>, posted: Posted) -> Out {
         name: posted.get("name").to_string(),
         expires_at,
         models,
-        // The console sets no limits; the API and the admin set them.
-        limits: crate::limits::Limits::default(),
+        // The other limits are on the key's limits page.
+        limits: crate::limits::Limits::from_json(&super::limits::limits_json(&posted.form))
+            .map_err(crate::error::Error::from)?,
     };
     let (row, secret) = accounts::create_key(&app.store, &posted.user.session.user.id, new).await?;
     let body = html! {
