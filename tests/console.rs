@@ -1247,6 +1247,24 @@ async fn a_target_shows_resting_after_its_upstream_fails_and_targets_and_fallbac
         .await
         .unwrap();
     assert_eq!(v["fallbacks"], json!(["chat-ok"]), "nothing changed");
+
+    // Model ids may hold a slash: its page and links still work.
+    let r = app
+        .post(
+            "/api/admin/models",
+            &admin,
+            &json!({"id": "org/chat", "kind": "chat", "provider": "p-chat-ok", "upstream_model": "up"}),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let (_, page) = get_page(&app, &s.cookie, "/console/admin/models").await;
+    assert!(
+        page.contains("href=\"/console/admin/models/org%2Fchat\""),
+        "{page}"
+    );
+    let (status, page) = get_page(&app, &s.cookie, "/console/admin/models/org%2Fchat").await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(page.contains("Model org/chat"), "{page}");
 }
 
 /// A minimal OpenID Connect issuer: its discovery document and key set,
