@@ -158,3 +158,19 @@ async fn a_lockout_ends_when_the_oldest_counted_failure_leaves_the_window() {
     tokio::time::sleep(left).await;
     assert_eq!(login(&p, admin, common::ADMIN_PASSWORD, &[]).await.0, 200);
 }
+
+#[tokio::test]
+async fn of_many_guesses_arriving_at_once_only_the_limit_is_checked() {
+    let (p, _dir) = server(&[("GATEHOUSE_LOGIN_MAX_FAILURES", "5")]).await;
+    let guesses = (0..30).map(|i| {
+        let p = &p;
+        async move { login(p, common::ADMIN_EMAIL, &format!("guess-{i}"), &[]).await }
+    });
+    let answers = futures_util::future::join_all(guesses).await;
+    let checked = answers.iter().filter(|a| a.0 == 400).count();
+    let refused = answers
+        .iter()
+        .filter(|a| *a == &(429, "too_many_attempts".to_string()))
+        .count();
+    assert_eq!((checked, refused), (5, 25), "{answers:?}");
+}
