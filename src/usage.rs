@@ -203,14 +203,53 @@ impl Drop for UsageTicket {
 
 const BATCH: usize = 256;
 
-/// Starts the writer; it ends when every sink is dropped, after writing what is queued.
-pub fn start(store: Store, capacity: usize) -> (UsageSink, tokio::task::JoinHandle<()>) {
+/// The writer task; [`UsageWriter::finish`] writes what is queued and ends it.
+pub struct UsageWriter {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    handle: tokio::task::JoinHandle<()>,
+}
+
+impl UsageWriter {
+    /// Takes no more records, writes every queued one and ends, waiting at
+    /// most `within` (a database that is away must not hold the shutdown).
+    pub async fn finish(mut self, within: Duration) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if tokio::time::timeout(within, &mut self.handle)
+            .await
+            .is_err()
+        {
+            tracing::error!("usage records could not all be written before shutdown");
+            self.handle.abort();
+        }
+    }
+}
+
+/// Starts the writer; it ends when every sink is dropped or when told to
+/// finish, after writing what is queued.
+pub fn start(store: Store, capacity: usize) -> (UsageSink, UsageWriter) {
     let (tx, mut rx) = mpsc::channel::<UsageRecord>(capacity.max(1));
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
     let counters = Arc::new(UsageCounters::default());
     let c = Arc::clone(&counters);
     let handle = tokio::spawn(async move {
         let mut batch = Vec::with_capacity(BATCH);
-        while rx.recv_many(&mut batch, BATCH).await > 0 {
+        let mut closing = false;
+        loop {
+            let got = tokio::select! {
+                biased;
+                n = rx.recv_many(&mut batch, BATCH) => n,
+                _ = &mut stopped, if !closing => {
+                    // Records already queued stay readable; later ones are refused.
+                    closing = true;
+                    rx.close();
+                    continue;
+                }
+            };
+            if got == 0 {
+                break;
+            }
             let n = batch.len() as u64;
             let mut attempt: u32 = 0;
             loop {
@@ -244,7 +283,13 @@ pub fn start(store: Store, capacity: usize) -> (UsageSink, tokio::task::JoinHand
             batch.clear();
         }
     });
-    (UsageSink { tx, counters }, handle)
+    (
+        UsageSink { tx, counters },
+        UsageWriter {
+            stop: Some(stop),
+            handle,
+        },
+    )
 }
 
 pub use crate::store::is_unavailable;

@@ -1,8 +1,6 @@
 //! Login, the caller's own account, and API keys.
 
-use std::net::SocketAddr;
-
-use axum::extract::{ConnectInfo, Path, State};
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::Json;
@@ -14,7 +12,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use crate::app::AppState;
 use crate::auth::{accounts, tokens};
 use crate::error::{Error, Result};
-use crate::http::extract::{ApiForm, ApiJson, LoginUser};
+use crate::http::extract::{ApiForm, ApiJson, ClientAddr, LoginUser};
 use crate::store::keys::ApiKeyRow;
 use crate::time::rfc3339;
 
@@ -61,7 +59,7 @@ pub struct LoginResponse {
               (status = 429, description = "too_many_attempts")))]
 async fn login(
     State(app): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    ClientAddr(client): ClientAddr,
     ApiForm(form): ApiForm<LoginForm>,
 ) -> Result<Json<LoginResponse>> {
     let username = form
@@ -86,8 +84,8 @@ async fn login(
             "'password' may have at most 1,024 characters.",
         ));
     }
-    let u = accounts::password_login(&app.auth, &app.login_throttle, &email, password, peer.ip())
-        .await?;
+    let u =
+        accounts::password_login(&app.auth, &app.login_throttle, &email, password, client).await?;
     Ok(Json(login_response(&app, &u.id)))
 }
 

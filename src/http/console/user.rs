@@ -1,9 +1,7 @@
 //! Pages every user has: sign-in and sign-out, their API keys, their agent
 //! sign-ins.
 
-use std::net::SocketAddr;
-
-use axum::extract::{ConnectInfo, Path, Query, Request, State};
+use axum::extract::{Path, Query, Request, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::{html, Markup};
@@ -129,7 +127,7 @@ pub async fn login_page(
 /// Password sign-in through the same rules (and throttle) as the API's login.
 pub async fn login(
     State(app): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    crate::http::extract::ClientAddr(client): crate::http::extract::ClientAddr,
     req: Request,
 ) -> Out {
     let headers = req.headers().clone();
@@ -160,9 +158,7 @@ pub async fn login(
         )
         .await);
     }
-    match accounts::password_login(&app.auth, &app.login_throttle, &email, password, peer.ip())
-        .await
-    {
+    match accounts::password_login(&app.auth, &app.login_throttle, &email, password, client).await {
         Ok(user) => {
             let started = console::start(&app.auth, &user.id).await?;
             let mut resp = Redirect::to(&next).into_response();
