@@ -41,6 +41,18 @@ pub struct Settings {
     pub metrics_token: Option<String>,
     /// How long a target rests after 3 failures in a row.
     pub target_cooldown_s: u64,
+    /// Seconds a connection has to send a complete request head.
+    pub header_timeout_s: u64,
+    /// Seconds a request body has to arrive in full (else 408).
+    pub body_timeout_s: u64,
+    /// Connections served at once; more wait in the listen backlog.
+    pub max_connections: usize,
+    /// Seconds an idle keep-alive connection stays open.
+    pub idle_timeout_s: u64,
+    /// Seconds requests in flight may run on after SIGTERM/SIGINT.
+    pub shutdown_grace_s: u64,
+    /// Peers whose `X-Forwarded-For` names the client (`GATEHOUSE_TRUSTED_PROXIES`).
+    pub trusted_proxies: Vec<ipnet::IpNet>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -59,6 +71,38 @@ fn parse_var<T: std::str::FromStr>(name: &str, default: T) -> Result<T, ConfigEr
             .parse()
             .map_err(|_| ConfigError(format!("{name} has an invalid value: {v:?}"))),
     }
+}
+
+/// A setting that takes any positive whole number (contract, "Small values work").
+fn positive_var<T>(name: &str, default: T) -> Result<T, ConfigError>
+where
+    T: std::str::FromStr + PartialOrd + Default,
+{
+    let bad = |v: &str| ConfigError(format!("{name} must be a positive whole number, not {v:?}"));
+    match var(name) {
+        None => Ok(default),
+        Some(v) => match v.trim().parse::<T>() {
+            Ok(n) if n > T::default() => Ok(n),
+            _ => Err(bad(&v)),
+        },
+    }
+}
+
+/// `GATEHOUSE_TRUSTED_PROXIES`: comma-separated addresses or CIDR ranges.
+pub fn parse_trusted_proxies(raw: &str) -> Result<Vec<ipnet::IpNet>, ConfigError> {
+    raw.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            p.parse::<ipnet::IpNet>()
+                .or_else(|_| p.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                .map_err(|_| {
+                    ConfigError(format!(
+                        "GATEHOUSE_TRUSTED_PROXIES: {p:?} is neither an IP address nor a CIDR range"
+                    ))
+                })
+        })
+        .collect()
 }
 
 fn positive(name: &str, v: i64) -> Result<i64, ConfigError> {
@@ -153,9 +197,12 @@ impl Settings {
                 parse_var("GATEHOUSE_SIGN_IN_MAX_AGE", 7_776_000)?,
             )?,
             max_body_bytes: parse_var("GATEHOUSE_MAX_BODY_BYTES", 16 * 1024 * 1024)?,
-            login_max_failures: parse_var("GATEHOUSE_LOGIN_MAX_FAILURES", 5)?,
-            login_max_failures_per_addr: parse_var("GATEHOUSE_LOGIN_MAX_FAILURES_PER_ADDR", 50)?,
-            login_lockout_s: parse_var("GATEHOUSE_LOGIN_LOCKOUT_S", 300)?,
+            login_max_failures: positive_var("GATEHOUSE_LOGIN_MAX_FAILURES", 5)?,
+            login_max_failures_per_addr: positive_var(
+                "GATEHOUSE_LOGIN_MAX_FAILURES_PER_ADDR",
+                50,
+            )?,
+            login_lockout_s: positive_var("GATEHOUSE_LOGIN_LOCKOUT_S", 300)?,
             cache_ttl_s: parse_var("GATEHOUSE_CACHE_TTL_S", 30)?,
             db_max_connections: parse_var("GATEHOUSE_DB_MAX_CONNECTIONS", 16)?,
             db_acquire_timeout_s: parse_var("GATEHOUSE_DB_ACQUIRE_TIMEOUT_S", 2)?,
@@ -181,6 +228,15 @@ impl Settings {
                 "GATEHOUSE_TARGET_COOLDOWN_S",
                 crate::models::routing::DEFAULT_COOLDOWN_S,
             )?,
+            header_timeout_s: positive_var("GATEHOUSE_HEADER_TIMEOUT_S", 30)?,
+            body_timeout_s: positive_var("GATEHOUSE_BODY_TIMEOUT_S", 60)?,
+            max_connections: positive_var("GATEHOUSE_MAX_CONNECTIONS", 10_000)?,
+            idle_timeout_s: positive_var("GATEHOUSE_IDLE_TIMEOUT_S", 75)?,
+            shutdown_grace_s: positive_var("GATEHOUSE_SHUTDOWN_GRACE_S", 30)?,
+            trusted_proxies: var("GATEHOUSE_TRUSTED_PROXIES")
+                .map(|v| parse_trusted_proxies(&v))
+                .transpose()?
+                .unwrap_or_default(),
         })
     }
 
@@ -211,6 +267,12 @@ impl Settings {
             metrics_token: None,
             password_hash_concurrency: 2,
             target_cooldown_s: crate::models::routing::DEFAULT_COOLDOWN_S,
+            header_timeout_s: 30,
+            body_timeout_s: 60,
+            max_connections: 10_000,
+            idle_timeout_s: 75,
+            shutdown_grace_s: 30,
+            trusted_proxies: Vec::new(),
         }
     }
 }

@@ -49,6 +49,7 @@ pub struct Server {
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     handle: tokio::task::JoinHandle<()>,
     background: Vec<tokio::task::JoinHandle<()>>,
+    usage_writer: usage::UsageWriter,
 }
 
 impl Server {
@@ -56,7 +57,9 @@ impl Server {
         format!("http://{}", self.addr)
     }
 
-    /// Stops accepting, finishes in-flight requests, flushes usage and stamps.
+    /// Stops accepting, lets requests in flight finish (up to
+    /// `GATEHOUSE_SHUTDOWN_GRACE_S`, then ends them), writes every pending
+    /// usage record and last-used stamp.
     pub async fn shutdown(mut self) {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
@@ -65,8 +68,12 @@ impl Server {
         for h in &self.background {
             h.abort();
         }
-        flush_last_used(&self.app).await;
-        self.app.limiter.flush().await;
+        // Bounded so the process ends within the grace period plus 5 s even
+        // when the database is away.
+        let within = Duration::from_secs(1);
+        let _ = tokio::time::timeout(within, flush_last_used(&self.app)).await;
+        let _ = tokio::time::timeout(within, self.app.limiter.flush()).await;
+        self.usage_writer.finish(Duration::from_secs(2)).await;
     }
 
     pub async fn wait(self) {
@@ -241,7 +248,7 @@ pub async fn start(settings: Settings) -> Result<Server, StartError> {
         .clone()
         .unwrap_or_else(|| format!("http://{addr}"));
 
-    let (usage_sink, usage_task) = usage::start(store.clone(), settings.usage_queue);
+    let (usage_sink, usage_writer) = usage::start(store.clone(), settings.usage_queue);
     let app: AppState = Arc::new(App::new(
         settings.clone(),
         store.clone(),
@@ -252,7 +259,7 @@ pub async fn start(settings: Settings) -> Result<Server, StartError> {
     ));
     app.reload_catalog().await?;
 
-    let mut background = vec![usage_task];
+    let mut background = Vec::new();
     // Counted by the other servers before the first request is served.
     app.limiter.announce().await?;
     background.push(app.limiter.spawn());
@@ -294,21 +301,15 @@ pub async fn start(settings: Settings) -> Result<Server, StartError> {
 
     let router = http::router(Arc::clone(&app));
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let handle = tokio::spawn(async move {
-        let service = router.into_make_service_with_connect_info::<SocketAddr>();
-        // Without TCP_NODELAY, streamed chunks stall on Nagle plus delayed ACK.
-        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-            let _ = tcp.set_nodelay(true);
-        });
-        let res = axum::serve(listener, service)
-            .with_graceful_shutdown(async move {
-                let _ = rx.await;
-            })
-            .await;
-        if let Err(e) = res {
-            tracing::error!(error = %e, "server stopped");
-        }
-    });
+    let limits = http::serve::ConnLimits {
+        header_timeout: Duration::from_secs(settings.header_timeout_s),
+        idle_timeout: Duration::from_secs(settings.idle_timeout_s),
+        max_connections: settings.max_connections,
+        shutdown_grace: Duration::from_secs(settings.shutdown_grace_s),
+    };
+    let handle = tokio::spawn(http::serve::serve(listener, router, limits, async move {
+        let _ = rx.await;
+    }));
     tracing::info!(%addr, "gatehouse listening");
     Ok(Server {
         addr,
@@ -316,5 +317,6 @@ pub async fn start(settings: Settings) -> Result<Server, StartError> {
         shutdown: Some(tx),
         handle,
         background,
+        usage_writer,
     })
 }

@@ -210,23 +210,65 @@ const LINGER: Duration = Duration::from_millis(10);
 /// PostgreSQL's limits on bound parameters).
 const ROWS_PER_INSERT: usize = 64;
 
-/// Starts the writer; it ends when every sink is dropped, after writing what is queued.
-pub fn start(store: Store, capacity: usize) -> (UsageSink, tokio::task::JoinHandle<()>) {
+/// The writer task; [`UsageWriter::finish`] writes what is queued and ends it.
+pub struct UsageWriter {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    handle: tokio::task::JoinHandle<()>,
+}
+
+impl UsageWriter {
+    /// Takes no more records, writes every queued one and ends, waiting at
+    /// most `within` (a database that is away must not hold the shutdown).
+    pub async fn finish(mut self, within: Duration) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if tokio::time::timeout(within, &mut self.handle)
+            .await
+            .is_err()
+        {
+            tracing::error!("usage records could not all be written before shutdown");
+            self.handle.abort();
+        }
+    }
+}
+
+/// Starts the writer; it ends when every sink is dropped or when told to
+/// finish, after writing what is queued.
+pub fn start(store: Store, capacity: usize) -> (UsageSink, UsageWriter) {
     let (tx, mut rx) = mpsc::channel::<UsageRecord>(capacity.max(1));
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
     let counters = Arc::new(UsageCounters::default());
     let c = Arc::clone(&counters);
     let handle = tokio::spawn(async move {
         let mut batch = Vec::with_capacity(BATCH);
-        while rx.recv_many(&mut batch, BATCH).await > 0 {
+        let mut closing = false;
+        loop {
+            let got = tokio::select! {
+                biased;
+                n = rx.recv_many(&mut batch, BATCH) => n,
+                _ = &mut stopped, if !closing => {
+                    // Records already queued stay readable; later ones are refused.
+                    closing = true;
+                    rx.close();
+                    continue;
+                }
+            };
+            if got == 0 {
+                break;
+            }
             // Linger briefly so that a trickle of requests shares one
             // transaction (one fsync) instead of waking the writer and the
-            // database thread for every record.
-            let linger = tokio::time::Instant::now() + LINGER;
-            while batch.len() < BATCH {
-                let room = BATCH - batch.len();
-                match tokio::time::timeout_at(linger, rx.recv_many(&mut batch, room)).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(_) => {}
+            // database thread for every record. Not while closing: what is
+            // queued is all there is.
+            if !closing {
+                let linger = tokio::time::Instant::now() + LINGER;
+                while batch.len() < BATCH {
+                    let room = BATCH - batch.len();
+                    match tokio::time::timeout_at(linger, rx.recv_many(&mut batch, room)).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(_) => {}
+                    }
                 }
             }
             let n = batch.len() as u64;
@@ -262,7 +304,13 @@ pub fn start(store: Store, capacity: usize) -> (UsageSink, tokio::task::JoinHand
             batch.clear();
         }
     });
-    (UsageSink { tx, counters }, handle)
+    (
+        UsageSink { tx, counters },
+        UsageWriter {
+            stop: Some(stop),
+            handle,
+        },
+    )
 }
 
 pub use crate::store::is_unavailable;

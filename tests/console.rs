@@ -804,3 +804,631 @@ async fn an_admin_sets_a_password_and_the_users_console_sessions_end() {
         .unwrap()
         .contains("There is no such console page."));
 }
+
+// ---- limits, models and single sign-on in the console ----
+
+const USER_PASSWORD: &str = "user-password-1";
+
+fn chat_body(model: &str) -> Value {
+    json!({"model": model, "messages": [{"role": "user", "content": "hi"}]})
+}
+
+/// The first `<tr data-limit="name">` row of a limits page.
+fn limit_row<'a>(page: &'a str, name: &str) -> &'a str {
+    let at = page
+        .find(&format!("data-limit=\"{name}\""))
+        .unwrap_or_else(|| panic!("no {name} row: {page}"));
+    let rest = &page[at..];
+    &rest[..rest.find("</tr>").unwrap_or(rest.len())]
+}
+
+#[tokio::test]
+async fn a_key_limit_set_in_the_console_is_enforced_by_the_api_and_shown_with_its_use() {
+    let stub = gatehouse_stub_upstream::Stub::start().await;
+    let app = spawn_app().await;
+    app.add_model("openai", &stub.openai_base_url(), "chat-1", "chat", "up")
+        .await;
+    let (_, ann) = app.user("ann@example.com").await;
+    let key = app.api_key(&ann, json!({"name": "backend"})).await;
+    let keys: Vec<Value> = app.get("/api/api-keys", &ann).await.json().await.unwrap();
+    let id = keys[0]["id"].as_str().unwrap().to_string();
+
+    let s = console_sign_in(&app, "ann@example.com", USER_PASSWORD).await;
+    let (status, page) = get_page(&app, &s.cookie, "/console/keys").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        page.contains(&format!("/console/keys/{id}/limits")),
+        "{page}"
+    );
+    let path = format!("/console/keys/{id}/limits");
+    let r = post_form(
+        &app,
+        &s,
+        &path,
+        None,
+        &[
+            ("csrf", &s.csrf),
+            ("requests_per_minute", "2"),
+            ("tokens_per_minute", ""),
+            ("tokens_per_day", " 100000 "),
+            ("max_parallel", ""),
+        ],
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    // The API sees what the console set...
+    let v: Value = app
+        .get(&format!("/api/api-keys/{id}/limits"), &ann)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        v["limits"],
+        json!({"requests_per_minute": 2, "tokens_per_minute": null, "tokens_per_day": 100000, "max_parallel": null})
+    );
+    // ...and enforces it: two requests this minute, the third refused.
+    for _ in 0..2 {
+        let r = app
+            .post("/v1/chat/completions", &key, &chat_body("chat-1"))
+            .await;
+        assert_eq!(r.status(), StatusCode::OK);
+    }
+    let r = app
+        .post("/v1/chat/completions", &key, &chat_body("chat-1"))
+        .await;
+    assert_eq!(
+        v1_code(r).await,
+        (StatusCode::TOO_MANY_REQUESTS, "rate_limited".into())
+    );
+    // The console shows the limit with this minute's use.
+    let (_, page) = get_page(&app, &s.cookie, &path).await;
+    let row = limit_row(&page, "requests_per_minute");
+    assert!(row.contains("value=\"2\""), "{row}");
+    assert!(row.contains("<span class=\"count\">2</span> of 2"), "{row}");
+    let (_, keys_page) = get_page(&app, &s.cookie, "/console/keys").await;
+    assert!(
+        keys_page.contains("2 requests/min · 100000 tokens/day"),
+        "{keys_page}"
+    );
+
+    // "Remove all limits": the key is unlimited again.
+    let r = post_form(&app, &s, &path, None, &[("csrf", &s.csrf), ("clear", "1")]).await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let r = app
+        .post("/v1/chat/completions", &key, &chat_body("chat-1"))
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_bad_limit_in_the_console_shows_the_apis_message_and_changes_nothing() {
+    let app = spawn_app().await;
+    let (_, ann) = app.user("ann@example.com").await;
+    app.api_key(&ann, json!({"name": "k", "limits": {"max_parallel": 3}}))
+        .await;
+    let keys: Vec<Value> = app.get("/api/api-keys", &ann).await.json().await.unwrap();
+    let id = keys[0]["id"].as_str().unwrap().to_string();
+    let s = console_sign_in(&app, "ann@example.com", USER_PASSWORD).await;
+    let path = format!("/console/keys/{id}/limits");
+    for bad in ["0", "-5", "1.5", "many"] {
+        let r = post_form(
+            &app,
+            &s,
+            &path,
+            None,
+            &[
+                ("csrf", &s.csrf),
+                ("requests_per_minute", bad),
+                ("max_parallel", "9"),
+            ],
+        )
+        .await;
+        // The form again (a page, not a failed load), with the API's own
+        // message and the typed value kept in the field.
+        assert_eq!(r.status(), StatusCode::OK, "{bad}");
+        let page = r.text().await.unwrap();
+        assert!(
+            page.contains("<p class=\"error\" role=\"alert\">"),
+            "{page}"
+        );
+        assert!(
+            page.contains("'limits.requests_per_minute' must be a positive whole number"),
+            "{bad}: {page}"
+        );
+        assert!(limit_row(&page, "requests_per_minute").contains(&format!("value=\"{bad}\"")));
+    }
+    let r = app
+        .patch(
+            &format!("/api/api-keys/{id}"),
+            &ann,
+            &json!({"limits": {"requests_per_minute": 0}}),
+        )
+        .await;
+    assert_eq!(
+        api_code(r).await,
+        (StatusCode::BAD_REQUEST, "validation_error".into())
+    );
+    let v: Value = app
+        .get(&format!("/api/api-keys/{id}/limits"), &ann)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["limits"]["max_parallel"], 3, "nothing changed: {v}");
+    // Someone else's key: not found, whatever its id.
+    let (_, bob) = app.user("bob@example.com").await;
+    let _ = bob;
+    let b = console_sign_in(&app, "bob@example.com", USER_PASSWORD).await;
+    let (status, _) = get_page(&app, &b.cookie, &path).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let r = post_form(
+        &app,
+        &b,
+        &path,
+        None,
+        &[("csrf", &b.csrf), ("max_parallel", "1")],
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn admins_set_user_and_agent_limits_in_the_console_and_the_api_applies_them() {
+    let stub = gatehouse_stub_upstream::Stub::start().await;
+    let app = spawn_app().await;
+    app.add_model("openai", &stub.openai_base_url(), "chat-1", "chat", "up")
+        .await;
+    let admin = app.admin_token().await;
+    let (ann_id, ann) = app.user("ann@example.com").await;
+    let key = app.api_key(&ann, json!({"name": "k"})).await;
+    let s = console_sign_in(&app, ADMIN_EMAIL, ADMIN_PASSWORD).await;
+
+    // A user's limit, for all of their keys.
+    let (_, users) = get_page(&app, &s.cookie, "/console/admin/users").await;
+    let path = format!("/console/admin/users/{ann_id}/limits");
+    assert!(users.contains(&path), "{users}");
+    let r = post_form(
+        &app,
+        &s,
+        &path,
+        None,
+        &[("csrf", &s.csrf), ("requests_per_minute", "1")],
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let v: Value = app
+        .get(&format!("/api/admin/users/{ann_id}/limits"), &admin)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["limits"]["requests_per_minute"], 1, "{v}");
+    assert_eq!(
+        app.post("/v1/chat/completions", &key, &chat_body("chat-1"))
+            .await
+            .status(),
+        StatusCode::OK
+    );
+    let r = app
+        .post("/v1/chat/completions", &key, &chat_body("chat-1"))
+        .await;
+    assert_eq!(
+        v1_code(r).await,
+        (StatusCode::TOO_MANY_REQUESTS, "rate_limited".into())
+    );
+    let (_, page) = get_page(&app, &s.cookie, &path).await;
+    assert!(
+        limit_row(&page, "requests_per_minute").contains("<span class=\"count\">1</span> of 1"),
+        "{page}"
+    );
+    let r = post_form(
+        &app,
+        &s,
+        &path,
+        None,
+        &[("csrf", &s.csrf), ("tokens_per_day", "0")],
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert!(r
+        .text()
+        .await
+        .unwrap()
+        .contains("'limits.tokens_per_day' must be a positive whole number"));
+
+    // An agent's limits.
+    app.post(
+        "/api/admin/agents",
+        &admin,
+        &json!({"address": "desk", "name": "Desk", "model": "chat-1"}),
+    )
+    .await;
+    let (_, page) = get_page(&app, &s.cookie, "/console/admin/agents/desk").await;
+    assert!(page.contains("/console/admin/agents/desk/limits"), "{page}");
+    let r = post_form(
+        &app,
+        &s,
+        "/console/admin/agents/desk/limits",
+        None,
+        &[
+            ("csrf", &s.csrf),
+            ("max_parallel", "2"),
+            ("tokens_per_minute", "5000"),
+        ],
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let v: Value = app
+        .get("/api/admin/agents/desk", &admin)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["limits"]["max_parallel"], 2, "{v}");
+    assert_eq!(v["limits"]["tokens_per_minute"], 5000, "{v}");
+    let (_, page) = get_page(&app, &s.cookie, "/console/admin/agents/desk").await;
+    assert!(page.contains("5000 tokens/min · 2 at once"), "{page}");
+    let r = post_form(
+        &app,
+        &s,
+        "/console/admin/agents/desk/limits",
+        None,
+        &[("csrf", &s.csrf), ("clear", "1")],
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let v: Value = app
+        .get("/api/admin/agents/desk", &admin)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["limits"]["max_parallel"], Value::Null, "{v}");
+
+    // Not for users who are not admins.
+    let a = console_sign_in(&app, "ann@example.com", USER_PASSWORD).await;
+    let r = post_form(&app, &a, &path, None, &[("csrf", &a.csrf), ("clear", "1")]).await;
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    assert_eq!(
+        get_page(&app, &a.cookie, "/console/admin/agents/desk/limits")
+            .await
+            .0,
+        StatusCode::FORBIDDEN
+    );
+}
+
+#[tokio::test]
+async fn a_target_shows_resting_after_its_upstream_fails_and_targets_and_fallbacks_change_in_the_console(
+) {
+    let stub = gatehouse_stub_upstream::Stub::start().await;
+    let app = spawn_app().await;
+    app.add_model("openai", &stub.openai_base_url(), "chat-ok", "chat", "up")
+        .await;
+    let admin = app.admin_token().await;
+    let s = console_sign_in(&app, ADMIN_EMAIL, ADMIN_PASSWORD).await;
+    // A provider nobody answers on, added in the console.
+    let r = post_form(
+        &app,
+        &s,
+        "/console/admin/providers",
+        None,
+        &[
+            ("csrf", &s.csrf),
+            ("name", "dead"),
+            ("type", "openai"),
+            ("base_url", "http://127.0.0.1:9/v1"),
+            ("timeout_s", "5"),
+        ],
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let r = post_form(
+        &app,
+        &s,
+        "/console/admin/models",
+        None,
+        &[
+            ("csrf", &s.csrf),
+            ("id", "chat-dead"),
+            ("kind", "chat"),
+            ("provider_0", "dead"),
+            ("upstream_model_0", "up"),
+            ("weight_0", "1"),
+            ("provider_1", "dead"),
+            ("upstream_model_1", ""),
+            ("weight_1", "1"),
+            ("routing", "weighted"),
+            ("fallbacks", ""),
+            ("max_attempts", "1"),
+        ],
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let (_, page) = get_page(&app, &s.cookie, "/console/admin/models").await;
+    assert!(page.contains("data-target=\"dead/up\""), "{page}");
+    assert!(
+        page.contains("<span class=\"state healthy\">healthy</span>"),
+        "{page}"
+    );
+
+    let key = app.api_key(&admin, json!({"name": "k"})).await;
+    for _ in 0..3 {
+        let r = app
+            .post("/v1/chat/completions", &key, &chat_body("chat-dead"))
+            .await;
+        assert!(r.status().is_server_error(), "{}", r.status());
+    }
+    let (_, page) = get_page(&app, &s.cookie, "/console/admin/models/chat-dead").await;
+    assert!(
+        page.contains("<span class=\"state resting\">resting until "),
+        "{page}"
+    );
+    assert!(page.contains("(3 failures in a row)"), "{page}");
+    // The overview lists it under "Needs attention".
+    let (_, page) = get_page(&app, &s.cookie, "/console/").await;
+    assert!(
+        page.contains("Target <code>dead/up</code> of model"),
+        "{page}"
+    );
+    // The provider's failures, by cause.
+    let (_, page) = get_page(&app, &s.cookie, "/console/admin/models").await;
+    assert!(page.contains("3 connect"), "{page}");
+
+    // A second target and a fallback, set in the console.
+    let r = post_form(
+        &app,
+        &s,
+        "/console/admin/models/chat-dead",
+        None,
+        &[
+            ("csrf", &s.csrf),
+            ("provider_0", "dead"),
+            ("upstream_model_0", "up"),
+            ("weight_0", "1"),
+            ("provider_1", "p-chat-ok"),
+            ("upstream_model_1", "up"),
+            ("weight_1", "3"),
+            ("provider_2", "dead"),
+            ("upstream_model_2", ""),
+            ("weight_2", "1"),
+            ("routing", "least_busy"),
+            ("fallbacks", "chat-ok"),
+            ("max_attempts", "3"),
+        ],
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let v: Value = app
+        .get("/api/admin/models/chat-dead", &admin)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["targets"].as_array().unwrap().len(), 2, "{v}");
+    assert_eq!(v["targets"][1]["weight"], 3, "{v}");
+    assert_eq!(v["routing"], "least_busy");
+    assert_eq!(v["fallbacks"], json!(["chat-ok"]));
+    assert_eq!(v["max_attempts"], 3);
+    // The resting target is passed over: the request is answered.
+    let r = app
+        .post("/v1/chat/completions", &key, &chat_body("chat-dead"))
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let (_, page) = get_page(&app, &s.cookie, "/console/admin/models").await;
+    assert!(
+        page.contains("chat-ok</span>") || page.contains(">chat-ok<"),
+        "{page}"
+    );
+
+    // The API's checks: a bad weight and an unknown fallback are refused with its message.
+    let r = post_form(
+        &app,
+        &s,
+        "/console/admin/models/chat-dead",
+        None,
+        &[
+            ("csrf", &s.csrf),
+            ("provider_0", "dead"),
+            ("upstream_model_0", "up"),
+            ("weight_0", "1"),
+            ("fallbacks", "nope"),
+            ("max_attempts", "3"),
+        ],
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let page = r.text().await.unwrap();
+    assert!(page.contains("nope"), "{page}");
+    let v: Value = app
+        .get("/api/admin/models/chat-dead", &admin)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["fallbacks"], json!(["chat-ok"]), "nothing changed");
+
+    // Model ids may hold a slash: its page and links still work.
+    let r = app
+        .post(
+            "/api/admin/models",
+            &admin,
+            &json!({"id": "org/chat", "kind": "chat", "provider": "p-chat-ok", "upstream_model": "up"}),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let (_, page) = get_page(&app, &s.cookie, "/console/admin/models").await;
+    assert!(
+        page.contains("href=\"/console/admin/models/org%2Fchat\""),
+        "{page}"
+    );
+    let (status, page) = get_page(&app, &s.cookie, "/console/admin/models/org%2Fchat").await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(page.contains("Model org/chat"), "{page}");
+}
+
+/// A minimal OpenID Connect issuer: its discovery document and key set,
+/// enough for the gateway's discovery checks when a provider is added.
+async fn discovery_server() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let issuer = format!("http://{}", listener.local_addr().unwrap());
+    let doc = json!({
+        "issuer": issuer,
+        "authorization_endpoint": format!("{issuer}/auth"),
+        "token_endpoint": format!("{issuer}/token"),
+        "jwks_uri": format!("{issuer}/jwks"),
+        "response_types_supported": ["code"],
+        "subject_types_supported": ["public"],
+        "id_token_signing_alg_values_supported": ["RS256"],
+    });
+    let jwks = json!({"keys": [{
+        "kty": "RSA", "use": "sig", "alg": "RS256", "kid": "k1", "e": "AQAB",
+        "n": "wwECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8gISIjJCUmJygpKissLS4vMDEyMzQ1Njc4OTo7PD0-P0BBQkNERUZHSElKS0xNTk9QUVJTVFVWV1hZWltcXV5fYGFiY2RlZmdoaWprbG1ub3BxcnN0dXZ3eHl6e3x9fn-AgYKDhIWGh4iJiouMjY6PkJGSk5SVlpeYmZqbnJ2en6ChoqOkpaanqKmqq6ytrq-wsbKztLW2t7i5uru8vb6_wMHCw8TFxsfIycrLzM3Oz9DR0tPU1dbX2Nna29zd3t_g4eLj5OXm5-jp6uvs7e7v8PHy8_T19vf4-fr7_P3-_w",
+    }]});
+    let router = axum::Router::new()
+        .route(
+            "/.well-known/openid-configuration",
+            axum::routing::get(move || async move { axum::Json(doc) }),
+        )
+        .route(
+            "/jwks",
+            axum::routing::get(move || async move { axum::Json(jwks) }),
+        );
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    issuer
+}
+
+#[tokio::test]
+async fn sso_providers_are_added_listed_and_deleted_in_the_console_under_the_apis_rules() {
+    let app = spawn_app().await;
+    let admin = app.admin_token().await;
+    let issuer = discovery_server().await;
+    let s = console_sign_in(&app, ADMIN_EMAIL, ADMIN_PASSWORD).await;
+    let (status, page) = get_page(&app, &s.cookie, "/console/admin/sso").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains("No single sign-on providers yet"), "{page}");
+    let form = |name: &'static str, issuer: String| {
+        vec![
+            ("csrf", s.csrf.clone()),
+            ("name", name.to_string()),
+            ("display_name", "Corp <b>SSO</b>".to_string()),
+            ("issuer", issuer),
+            ("client_id", "gatehouse".to_string()),
+            ("client_secret", "very-secret-value".to_string()),
+            ("allowed_domains", "corp.example, example.com".to_string()),
+            ("admin_group", "".to_string()),
+            ("create_users", "true".to_string()),
+        ]
+    };
+    let send = |f: Vec<(&'static str, String)>| {
+        let app = &app;
+        let cookie = s.cookie.clone();
+        async move {
+            no_redirects()
+                .post(app.u("/console/admin/sso"))
+                .header("cookie", cookie)
+                .form(&f)
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    let r = send(form("corp", issuer.clone())).await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let list: Vec<Value> = app
+        .get("/api/admin/sso", &admin)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(list.len(), 1);
+    assert_eq!(
+        list[0]["allowed_domains"],
+        json!(["corp.example", "example.com"])
+    );
+    let (_, page) = get_page(&app, &s.cookie, "/console/admin/sso").await;
+    assert!(
+        page.contains(&format!("{}/api/auth/sso/corp/callback", app.url)),
+        "{page}"
+    );
+    assert!(page.contains("Corp &lt;b&gt;SSO&lt;/b&gt;"), "{page}");
+    assert!(
+        !page.contains("very-secret-value"),
+        "the secret is never shown"
+    );
+    // The sign-in page offers it.
+    let (_, login) = get_page(&app, "", "/console/login").await;
+    assert!(login.contains("/api/auth/sso/corp/authorize"), "{login}");
+
+    // The API's rules: the same name again, an issuer not on https, a bad name.
+    let r = send(form("corp", issuer.clone())).await;
+    assert_eq!(r.status(), StatusCode::CONFLICT);
+    let r = send(form("other", "http://sso.example.com".into())).await;
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    assert!(r.text().await.unwrap().contains("must use https"));
+    let r = send(form("Bad Name", issuer.clone())).await;
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+
+    let r = post_form(
+        &app,
+        &s,
+        "/console/admin/sso/corp/delete",
+        None,
+        &[("csrf", &s.csrf)],
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let list: Vec<Value> = app
+        .get("/api/admin/sso", &admin)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert!(list.is_empty());
+}
+
+#[tokio::test]
+async fn a_key_created_in_the_console_may_carry_limits_checked_by_the_apis_rules() {
+    let app = spawn_app().await;
+    let (_, ann) = app.user("ann@example.com").await;
+    let s = console_sign_in(&app, "ann@example.com", USER_PASSWORD).await;
+    let r = post_form(
+        &app,
+        &s,
+        "/console/keys",
+        None,
+        &[
+            ("csrf", &s.csrf),
+            ("name", "bad"),
+            ("requests_per_minute", "0"),
+        ],
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    assert!(r
+        .text()
+        .await
+        .unwrap()
+        .contains("'limits.requests_per_minute' must be a positive whole number"));
+    let keys: Vec<Value> = app.get("/api/api-keys", &ann).await.json().await.unwrap();
+    assert!(keys.is_empty(), "no key was created: {keys:?}");
+    let r = post_form(
+        &app,
+        &s,
+        "/console/keys",
+        None,
+        &[
+            ("csrf", &s.csrf),
+            ("name", "good"),
+            ("requests_per_minute", "30"),
+            ("tokens_per_day", ""),
+        ],
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let keys: Vec<Value> = app.get("/api/api-keys", &ann).await.json().await.unwrap();
+    assert_eq!(
+        keys[0]["limits"],
+        json!({"requests_per_minute": 30, "tokens_per_minute": null, "tokens_per_day": null, "max_parallel": null})
+    );
+}

@@ -1,9 +1,7 @@
-//! Argon2id password hashes. Hashing runs on the blocking pool so a login
+//! Argon2id password hashes. Hashing runs on threads of its own so a login
 //! never stalls the async workers.
 
-use argon2::password_hash::{
-    rand_core::OsRng, PasswordHash, PasswordHasher, PasswordVerifier, SaltString,
-};
+use argon2::password_hash::{self, rand_core::OsRng, PasswordHash, PasswordVerifier, SaltString};
 use argon2::Argon2;
 use std::sync::OnceLock;
 
@@ -12,32 +10,161 @@ use tokio::sync::Semaphore;
 /// At most this many hashes at once (`GATEHOUSE_PASSWORD_HASH_CONCURRENCY`):
 /// a flood of logins waits here instead of filling the blocking pool and
 /// memory (each Argon2id hash takes 19 MiB).
+static CONCURRENCY: OnceLock<usize> = OnceLock::new();
 static HASH_SLOTS: OnceLock<Semaphore> = OnceLock::new();
+static HASHERS: OnceLock<Hashers> = OnceLock::new();
 
 /// Sets the number of hashes that may run at once; the first call wins.
 pub fn set_concurrency(n: usize) {
-    let _ = HASH_SLOTS.set(Semaphore::new(n.max(1)));
+    let _ = CONCURRENCY.set(n.max(1));
+}
+
+fn concurrency() -> usize {
+    *CONCURRENCY.get_or_init(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
 }
 
 fn slots() -> &'static Semaphore {
-    HASH_SLOTS
-        .get_or_init(|| Semaphore::new(std::thread::available_parallelism().map_or(2, |n| n.get())))
+    HASH_SLOTS.get_or_init(|| Semaphore::new(concurrency()))
+}
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// A fixed set of threads that do nothing but hash. On the blocking pool a
+/// flood spread the hashes over many threads, and the allocator kept each
+/// thread's 19 MiB after use: memory grew with the flood, not with the
+/// concurrency setting.
+struct Hashers {
+    jobs: parking_lot::Mutex<std::sync::mpsc::Sender<Job>>,
+}
+
+fn hashers() -> &'static Hashers {
+    HASHERS.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel::<Job>();
+        let rx = std::sync::Arc::new(parking_lot::Mutex::new(rx));
+        for i in 0..concurrency() {
+            let rx = std::sync::Arc::clone(&rx);
+            let spawned = std::thread::Builder::new()
+                .name(format!("password-hash-{i}"))
+                .spawn(move || loop {
+                    let job = rx.lock().recv();
+                    match job {
+                        Ok(job) => {
+                            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+                        }
+                        Err(_) => break,
+                    }
+                });
+            if let Err(e) = spawned {
+                tracing::error!(error = %e, "could not start a password hashing thread");
+            }
+        }
+        Hashers {
+            jobs: parking_lot::Mutex::new(tx),
+        }
+    })
+}
+
+/// Runs `f` on a hashing thread once a slot is free.
+async fn on_hasher<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, String> {
+    let _slot = slots().acquire().await.map_err(|e| e.to_string())?;
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    hashers()
+        .jobs
+        .lock()
+        .send(Box::new(move || {
+            let _ = tx.send(f());
+        }))
+        .map_err(|_| "no password hashing thread".to_string())?;
+    rx.await
+        .map_err(|_| "a password hashing thread failed".to_string())
+}
+
+thread_local! {
+    /// Argon2's working memory (19 MiB), kept by each hashing thread and
+    /// reused: allocating it per hash let the allocator keep many copies.
+    static BLOCKS: std::cell::RefCell<Vec<argon2::Block>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Argon2id (version 0x13) of `password` with `params` and raw `salt` into `out`.
+fn argon2id_into(
+    params: &argon2::Params,
+    password: &[u8],
+    salt: &[u8],
+    out: &mut [u8],
+) -> Result<(), argon2::Error> {
+    let ctx = Argon2::new(
+        argon2::Algorithm::Argon2id,
+        argon2::Version::V0x13,
+        params.clone(),
+    );
+    BLOCKS.with(|blocks| {
+        let mut blocks = blocks.borrow_mut();
+        let n = params.block_count();
+        if blocks.len() != n {
+            *blocks = vec![argon2::Block::default(); n];
+        }
+        ctx.hash_password_into_with_memory(password, salt, out, &mut blocks[..])
+    })
+}
+
+/// The PHC string of an Argon2id hash with `params` and `salt`.
+fn argon2id_phc<'a>(
+    params: &argon2::Params,
+    password: &[u8],
+    salt: password_hash::Salt<'a>,
+) -> password_hash::Result<PasswordHash<'a>> {
+    let mut salt_buf = [0u8; 64];
+    let salt_bytes = salt.decode_b64(&mut salt_buf)?;
+    let len = params
+        .output_len()
+        .unwrap_or(argon2::Params::DEFAULT_OUTPUT_LEN);
+    let output = password_hash::Output::init_with(len, |out| {
+        argon2id_into(params, password, salt_bytes, out).map_err(password_hash::Error::from)
+    })?;
+    Ok(PasswordHash {
+        algorithm: argon2::ARGON2ID_IDENT,
+        version: Some(argon2::Version::V0x13.into()),
+        params: password_hash::ParamsString::try_from(params)?,
+        salt: Some(salt),
+        hash: Some(output),
+    })
 }
 
 pub fn hash_blocking(password: &str) -> Result<String, String> {
     let salt = SaltString::generate(&mut OsRng);
-    Argon2::default()
-        .hash_password(password.as_bytes(), &salt)
-        .map(|h| h.to_string())
-        .map_err(|e| e.to_string())
+    argon2id_phc(
+        &argon2::Params::default(),
+        password.as_bytes(),
+        salt.as_salt(),
+    )
+    .map(|h| h.to_string())
+    .map_err(|e| e.to_string())
 }
 
 pub fn verify_blocking(hash: &str, password: &str) -> bool {
-    match PasswordHash::new(hash) {
-        Ok(parsed) => Argon2::default()
+    let Ok(parsed) = PasswordHash::new(hash) else {
+        return false;
+    };
+    let ours = parsed.algorithm == argon2::ARGON2ID_IDENT
+        && parsed
+            .version
+            .is_none_or(|v| v == u32::from(argon2::Version::V0x13));
+    match (
+        ours,
+        parsed.salt,
+        parsed.hash,
+        argon2::Params::try_from(&parsed),
+    ) {
+        (true, Some(salt), Some(expected), Ok(params)) => {
+            argon2id_phc(&params, password.as_bytes(), salt)
+                .ok()
+                .and_then(|h| h.hash)
+                // Output compares in constant time.
+                .is_some_and(|got| got == expected)
+        }
+        _ => Argon2::default()
             .verify_password(password.as_bytes(), &parsed)
             .is_ok(),
-        Err(_) => false,
     }
 }
 
@@ -49,18 +176,12 @@ fn dummy_hash() -> &'static str {
 }
 
 pub async fn hash(password: String) -> Result<String, String> {
-    let _slot = slots().acquire().await.map_err(|e| e.to_string())?;
-    tokio::task::spawn_blocking(move || hash_blocking(&password))
-        .await
-        .map_err(|e| e.to_string())?
+    on_hasher(move || hash_blocking(&password)).await?
 }
 
 /// Verifies `password` against `hash`, or against a dummy hash when `hash` is None.
 pub async fn verify(hash: Option<String>, password: String) -> bool {
-    let Ok(_slot) = slots().acquire().await else {
-        return false;
-    };
-    tokio::task::spawn_blocking(move || match hash {
+    on_hasher(move || match hash {
         Some(h) => verify_blocking(&h, &password),
         None => {
             let _ = verify_blocking(dummy_hash(), &password);
@@ -91,4 +212,34 @@ pub fn check_password_rules(password: &str) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use argon2::password_hash::PasswordHasher;
+
+    #[test]
+    fn our_hashes_and_the_argon2_crates_verify_each_other() {
+        let ours = hash_blocking("correct horse").unwrap();
+        let parsed = PasswordHash::new(&ours).unwrap();
+        assert!(Argon2::default()
+            .verify_password(b"correct horse", &parsed)
+            .is_ok());
+        assert!(
+            ours.starts_with("$argon2id$v=19$m=19456,t=2,p=1$"),
+            "{ours}"
+        );
+
+        let salt = SaltString::generate(&mut OsRng);
+        let stock = Argon2::default()
+            .hash_password(b"battery staple", &salt)
+            .unwrap()
+            .to_string();
+        assert!(verify_blocking(&stock, "battery staple"));
+        assert!(!verify_blocking(&stock, "battery stapler"));
+        assert!(verify_blocking(&ours, "correct horse"));
+        assert!(!verify_blocking(&ours, "correct horsE"));
+        assert!(!verify_blocking("not a hash", "x"));
+    }
 }

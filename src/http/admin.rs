@@ -97,20 +97,7 @@ async fn update_user(
     if let Some(l) = limits {
         // Written first: the change below drops the user's cached credentials
         // (with their limits) here and on the other servers.
-        let found = app
-            .store
-            .set_limits(
-                crate::store::limits::LimitsOwner::User,
-                &id,
-                l.to_db().as_deref(),
-            )
-            .await?;
-        if !found {
-            return Err(Error::not_found(
-                "user_not_found",
-                "There is no user with this id.",
-            ));
-        }
+        store_user_limits(&app, &id, l).await?;
     }
     let change = accounts::UserChange {
         is_active: body.is_active,
@@ -119,6 +106,31 @@ async fn update_user(
     };
     let user = accounts::update_user(&app.auth, &id, change).await?;
     Ok(Json(accounts::user_json(&user)))
+}
+
+/// Writes a user's limits (`user_not_found` when there is no such user).
+/// Callers then drop the user's cached credentials (`accounts::update_user`
+/// does); the console goes through here too.
+pub(crate) async fn store_user_limits(
+    app: &AppState,
+    id: &str,
+    limits: crate::limits::Limits,
+) -> Result<()> {
+    let found = app
+        .store
+        .set_limits(
+            crate::store::limits::LimitsOwner::User,
+            id,
+            limits.to_db().as_deref(),
+        )
+        .await?;
+    if !found {
+        return Err(Error::not_found(
+            "user_not_found",
+            "There is no user with this id.",
+        ));
+    }
+    Ok(())
 }
 
 fn provider_view(p: &ProviderRow) -> serde_json::Value {

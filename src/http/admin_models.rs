@@ -169,17 +169,28 @@ async fn patch_model(
     Path(id): Path<String>,
     ApiJson(body): ApiJson<ModelPatch>,
 ) -> Result<impl IntoResponse> {
-    let row = app.store.model(&id).await?.ok_or_else(not_found)?;
-    let targets = app.store.model_targets(&id).await?;
+    let (spec, created_at) = change_model(&app, &id, &body).await?;
+    Ok(Json(model_view(&app, &spec, created_at)))
+}
+
+/// Applies a change to a model (the admin API and the console share it);
+/// returns the new model and when it was created.
+pub(crate) async fn change_model(
+    app: &App,
+    id: &str,
+    body: &ModelPatch,
+) -> Result<(ModelSpec, i64)> {
+    let row = app.store.model(id).await?.ok_or_else(not_found)?;
+    let targets = app.store.model_targets(id).await?;
     let current = spec_of(&row, targets).ok_or_else(not_found)?;
     let form = body.apply(&current).map_err(form_error)?;
-    let spec = validate(&app, &form).await?;
+    let spec = validate(app, &form).await?;
     let (new_row, new_targets) = rows_of(&spec);
     if !app.store.update_model(&new_row, &new_targets).await? {
         return Err(not_found());
     }
     app.invalidate(Invalidation::Catalog).await;
-    Ok(Json(model_view(&app, &spec, row.created_at)))
+    Ok((spec, row.created_at))
 }
 
 /// Remove a model no agent chats with and no model falls back on.

@@ -21,7 +21,11 @@ use crate::users::UserInfo;
 pub struct BodyLimit {
     pub bytes: usize,
     pub code: &'static str,
+    /// How long the body may take to arrive (`GATEHOUSE_BODY_TIMEOUT_S`).
+    pub timeout: std::time::Duration,
 }
+
+pub const DEFAULT_BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 pub async fn read_body(req: Request) -> Result<Bytes> {
     let limit = req
@@ -31,7 +35,9 @@ pub async fn read_body(req: Request) -> Result<Bytes> {
         .unwrap_or(BodyLimit {
             bytes: 1024 * 1024,
             code: "payload_too_large",
+            timeout: DEFAULT_BODY_TIMEOUT,
         });
+    let deadline = tokio::time::Instant::now() + limit.timeout;
     let too_large = || {
         Error::new(
             crate::error::ErrorKind::TooLarge,
@@ -53,7 +59,25 @@ pub async fn read_body(req: Request) -> Result<Bytes> {
         }
     }
     let limited = http_body_util::Limited::new(req.into_body(), limit.bytes);
-    match limited.collect().await {
+    let mut collect = std::pin::pin!(limited.collect());
+    // A body that came with its head needs no timer; one still arriving
+    // gets one, counted from when reading began.
+    let collected = match futures_util::FutureExt::now_or_never(collect.as_mut()) {
+        Some(r) => r,
+        None => tokio::time::timeout_at(deadline, collect)
+            .await
+            .map_err(|_| {
+                Error::new(
+                    crate::error::ErrorKind::Timeout,
+                    "request_timeout",
+                    format!(
+                        "The request body did not arrive within {} seconds.",
+                        limit.timeout.as_secs()
+                    ),
+                )
+            })?,
+    };
+    match collected {
         Ok(c) => Ok(c.to_bytes()),
         Err(e)
             if e.downcast_ref::<http_body_util::LengthLimitError>()
@@ -247,4 +271,59 @@ impl FromRequestParts<AppState> for ApiKeyAuth {
         });
         Ok(ApiKeyAuth { key, user })
     }
+}
+
+/// The client's address for the login throttle (contract, "Hardening" →
+/// "Login"): the connection's peer, unless that peer is a trusted proxy;
+/// then the rightmost `X-Forwarded-For` address that is not a trusted proxy.
+pub struct ClientAddr(pub std::net::IpAddr);
+
+impl FromRequestParts<AppState> for ClientAddr {
+    type Rejection = Error;
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self> {
+        let peer = parts
+            .extensions
+            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+            .map(|c| c.0.ip())
+            .ok_or_else(|| Error::internal("no peer address on the request"))?;
+        let forwarded = parts
+            .headers
+            .get_all("x-forwarded-for")
+            .iter()
+            .filter_map(|v| v.to_str().ok());
+        Ok(ClientAddr(client_addr(
+            peer,
+            forwarded,
+            &state.settings.trusted_proxies,
+        )))
+    }
+}
+
+/// See [`ClientAddr`]. `forwarded`: the `X-Forwarded-For` header values in
+/// the order received (each a comma-separated list, nearest hop last).
+pub fn client_addr<'a>(
+    peer: std::net::IpAddr,
+    forwarded: impl Iterator<Item = &'a str>,
+    trusted: &[ipnet::IpNet],
+) -> std::net::IpAddr {
+    let is_trusted = |ip: &std::net::IpAddr| trusted.iter().any(|net| net.contains(ip));
+    if !is_trusted(&peer) {
+        return peer;
+    }
+    let hops: Vec<&str> = forwarded.flat_map(|v| v.split(',')).collect();
+    let mut client = peer;
+    for hop in hops.iter().rev() {
+        let hop = hop.trim();
+        let ip = hop
+            .parse::<std::net::IpAddr>()
+            .ok()
+            .or_else(|| hop.parse::<std::net::SocketAddr>().ok().map(|s| s.ip()));
+        // An entry we cannot read ends the chain: trust stops at what we know.
+        let Some(ip) = ip else { break };
+        client = ip;
+        if !is_trusted(&ip) {
+            break;
+        }
+    }
+    client
 }

@@ -12,6 +12,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use crate::app::{App, AppState};
 use crate::error::{Error, ErrorKind, Result};
 use crate::http::extract::{AdminUser, LoginUser};
+use crate::limits::engine::Used;
 use crate::limits::{Admission, Limits, RateHeaders, Refusal, Subject};
 use crate::usage::{EndHook, Tokens};
 
@@ -62,7 +63,7 @@ pub fn end_hook(mut admission: Admission) -> EndHook {
     })
 }
 
-fn view(limits: &Limits, used: crate::limits::engine::Used) -> serde_json::Value {
+fn view(limits: &Limits, used: Used) -> serde_json::Value {
     json!({"limits": limits, "used": used})
 }
 
@@ -75,12 +76,23 @@ async fn key_limits(
     LoginUser(u): LoginUser,
     Path(id): Path<String>,
 ) -> Result<impl IntoResponse> {
-    let stored = app.store.api_key_limits(&u.id, &id).await?.ok_or_else(|| {
-        Error::not_found("api_key_not_found", "You have no API key with this id.")
-    })?;
-    let limits = Limits::from_db_or_closed(stored.as_deref(), &id);
-    let used = app.limiter.used(&Subject::api_key(&id, limits).key).await;
+    let (limits, used) = key_usage(&app, &u.id, &id).await?;
     Ok(Json(view(&limits, used)))
+}
+
+/// One of a user's keys: its limits and what it uses now (the API's view and
+/// the console's).
+pub(crate) async fn key_usage(app: &App, user_id: &str, id: &str) -> Result<(Limits, Used)> {
+    let stored = app
+        .store
+        .api_key_limits(user_id, id)
+        .await?
+        .ok_or_else(|| {
+            Error::not_found("api_key_not_found", "You have no API key with this id.")
+        })?;
+    let limits = Limits::from_db_or_closed(stored.as_deref(), id);
+    let used = app.limiter.used(&Subject::api_key(id, limits).key).await;
+    Ok((limits, used))
 }
 
 /// A user's limits and what the user uses now (all of the user's keys and sign-ins).
@@ -97,7 +109,18 @@ async fn user_limits(
         .user_by_id(&id)
         .await?
         .ok_or_else(|| Error::not_found("user_not_found", "There is no user with this id."))?;
-    let limits = Limits::from_db_or_closed(user.limits.as_deref(), &id);
-    let used = app.limiter.used(&Subject::user(&id, limits).key).await;
+    let (limits, used) = user_usage(&app, &id, user.limits.as_deref()).await;
     Ok(Json(view(&limits, used)))
+}
+
+/// A user's limits (their stored form) and what the user uses now.
+pub(crate) async fn user_usage(app: &App, id: &str, stored: Option<&str>) -> (Limits, Used) {
+    let limits = Limits::from_db_or_closed(stored, id);
+    let used = app.limiter.used(&Subject::user(id, limits).key).await;
+    (limits, used)
+}
+
+/// What an agent uses now (all its users' chats).
+pub(crate) async fn agent_usage(app: &App, address: &str, limits: Limits) -> Used {
+    app.limiter.used(&Subject::agent(address, limits).key).await
 }

@@ -13,6 +13,7 @@ pub mod error;
 pub mod extract;
 pub mod limits;
 pub mod metrics;
+pub mod serve;
 pub mod signins;
 pub mod sso;
 pub mod system;
@@ -98,21 +99,25 @@ pub fn body_limit_for(path: &str, max_body_bytes: usize) -> BodyLimit {
         BodyLimit {
             bytes: 512 * 1024,
             code: "manifest_too_large",
+            timeout: extract::DEFAULT_BODY_TIMEOUT,
         }
     } else if path.starts_with("/v1/agents/") && path.ends_with("/events") {
         BodyLimit {
             bytes: 2 * 1024 * 1024,
             code: "payload_too_large",
+            timeout: extract::DEFAULT_BODY_TIMEOUT,
         }
     } else if path.starts_with("/v1/") {
         BodyLimit {
             bytes: max_body_bytes,
             code: "payload_too_large",
+            timeout: extract::DEFAULT_BODY_TIMEOUT,
         }
     } else {
         BodyLimit {
             bytes: 1024 * 1024,
             code: "payload_too_large",
+            timeout: extract::DEFAULT_BODY_TIMEOUT,
         }
     }
 }
@@ -122,7 +127,8 @@ async fn body_limits(
     mut req: Request,
     next: Next,
 ) -> Response {
-    let limit = body_limit_for(req.uri().path(), app.settings.max_body_bytes);
+    let mut limit = body_limit_for(req.uri().path(), app.settings.max_body_bytes);
+    limit.timeout = std::time::Duration::from_secs(app.settings.body_timeout_s);
     req.extensions_mut().insert(limit);
     next.run(req).await
 }

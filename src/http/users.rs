@@ -1,8 +1,6 @@
 //! Login, the caller's own account, and API keys.
 
-use std::net::SocketAddr;
-
-use axum::extract::{ConnectInfo, Path, State};
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::Json;
@@ -14,7 +12,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use crate::app::AppState;
 use crate::auth::{accounts, tokens};
 use crate::error::{Error, Result};
-use crate::http::extract::{ApiForm, ApiJson, LoginUser};
+use crate::http::extract::{ApiForm, ApiJson, ClientAddr, LoginUser};
 use crate::store::keys::ApiKeyRow;
 use crate::time::rfc3339;
 
@@ -61,7 +59,7 @@ pub struct LoginResponse {
               (status = 429, description = "too_many_attempts")))]
 async fn login(
     State(app): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    ClientAddr(client): ClientAddr,
     ApiForm(form): ApiForm<LoginForm>,
 ) -> Result<Json<LoginResponse>> {
     let username = form
@@ -86,8 +84,8 @@ async fn login(
             "'password' may have at most 1,024 characters.",
         ));
     }
-    let u = accounts::password_login(&app.auth, &app.login_throttle, &email, password, peer.ip())
-        .await?;
+    let u =
+        accounts::password_login(&app.auth, &app.login_throttle, &email, password, client).await?;
     Ok(Json(login_response(&app, &u.id)))
 }
 
@@ -183,14 +181,7 @@ async fn patch_key(
 ) -> Result<impl IntoResponse> {
     let not_found = || Error::not_found("api_key_not_found", "You have no API key with this id.");
     if let Some(v) = &body.limits {
-        let limits = crate::limits::Limits::from_json(v)?;
-        let hash = app
-            .store
-            .set_api_key_limits(&u.id, &id, limits.to_db().as_deref())
-            .await?
-            .ok_or_else(not_found)?;
-        app.invalidate(crate::runtime::Invalidation::ApiKey(hash))
-            .await;
+        set_key_limits(&app, &u.id, &id, v).await?;
     }
     let row = app
         .store
@@ -200,6 +191,27 @@ async fn patch_key(
         .find(|r| r.id == id)
         .ok_or_else(not_found)?;
     Ok(Json(accounts::key_json(&row, None)))
+}
+
+/// Sets (null: clears) the limits of one of a user's keys, effective at once
+/// on every server; the API's PATCH and the console share it.
+pub(crate) async fn set_key_limits(
+    app: &AppState,
+    user_id: &str,
+    id: &str,
+    limits: &serde_json::Value,
+) -> Result<()> {
+    let limits = crate::limits::Limits::from_json(limits)?;
+    let hash = app
+        .store
+        .set_api_key_limits(user_id, id, limits.to_db().as_deref())
+        .await?
+        .ok_or_else(|| {
+            Error::not_found("api_key_not_found", "You have no API key with this id.")
+        })?;
+    app.invalidate(crate::runtime::Invalidation::ApiKey(hash))
+        .await;
+    Ok(())
 }
 
 /// Revoke one of the caller's keys; it stops working at once.

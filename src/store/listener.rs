@@ -22,10 +22,10 @@ pub fn spawn<F, Fut>(
 ) -> Option<tokio::task::JoinHandle<()>>
 where
     F: Fn(Heard) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = ()> + Send,
+    Fut: Future<Output = ()> + Send + 'static,
 {
     if store.backend != Backend::Postgres {
-        return None;
+        return Some(tokio::spawn(watch_users(store.clone(), on_heard)));
     }
     Some(tokio::spawn(async move {
         loop {
@@ -61,4 +61,34 @@ where
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
     }))
+}
+
+/// On SQLite no other server shares the database, but the command line
+/// (`gatehouse users set-password`, `users disable`) may change users under
+/// a running server: a change of the users table drops every cache, so the
+/// change applies within a second, not at the end of the cache lifetime.
+async fn watch_users<F, Fut>(store: Store, on_heard: F)
+where
+    F: Fn(Heard) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let fingerprint = || async {
+        sqlx::query_as::<_, (i64, i64)>("SELECT COUNT(*), COALESCE(MAX(updated_at), 0) FROM users")
+            .fetch_one(&store.pool)
+            .await
+            .ok()
+    };
+    let mut last = fingerprint().await;
+    let mut tick = tokio::time::interval(Duration::from_millis(300));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let now = fingerprint().await;
+        if now.is_some() && now != last {
+            if last.is_some() {
+                on_heard(Heard::Everything).await;
+            }
+            last = now;
+        }
+    }
 }

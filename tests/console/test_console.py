@@ -236,6 +236,160 @@ def test_a_cross_site_post_is_refused(console, gateway, host):
     assert all(u["email"] != "eve@example.com" for u in users)
 
 
+def test_a_key_limit_set_in_the_console_is_enforced_by_the_api(console, gateway):
+    email, _ = gateway.user()
+    console.sign_in(email, USER_PASSWORD)
+    console.page.fill("input[name=name]", "limited backend")
+    console.page.click("button:has-text('Create key')")
+    console.page.wait_for_load_state()
+    key = console.page.locator("#new-key").inner_text()
+    console.go("/console/keys")
+    console.page.locator("tr", has_text="limited backend").locator("a:has-text('limits and use')").click()
+    console.page.wait_for_load_state()
+    # A bad value: the API's own message, nothing saved.
+    console.page.fill("input[name=requests_per_minute]", "0")
+    console.page.click("button:has-text('Save limits')")
+    console.page.wait_for_load_state()
+    assert "'limits.requests_per_minute' must be a positive whole number" in console.page.locator(".error").inner_text()
+    console.page.fill("input[name=requests_per_minute]", "1")
+    console.page.click("button:has-text('Save limits')")
+    console.page.wait_for_load_state()
+    assert console.page.url.endswith("/console/keys?done=updated")
+    assert "1 requests/min" in console.page.locator("tr", has_text="limited backend").inner_text()
+    body = {"model": "console-chat", "messages": [{"role": "user", "content": "hi"}]}
+    status, answer, _ = http("POST", f"{gateway.url}/v1/chat/completions", body, key)
+    assert status == 200, answer
+    status, answer, headers = http("POST", f"{gateway.url}/v1/chat/completions", body, key)
+    assert status == 429 and answer["error"]["code"] == "rate_limited", answer
+    assert int(headers["Retry-After"]) >= 1
+    console.page.locator("a:has-text('limits and use')").first.click()
+    console.page.wait_for_load_state()
+    used = console.page.locator("tr[data-limit=requests_per_minute] td.used").inner_text()
+    assert used.startswith("1 of 1"), used
+    shot(console, "key-limits")
+    assert console.errors == [], console.errors
+
+
+def test_a_target_shows_resting_after_its_upstream_fails(console, gateway):
+    admin = gateway.admin
+    status, body, _ = http(
+        "POST", f"{gateway.url}/api/admin/providers",
+        {"name": "down", "type": "openai", "base_url": "http://127.0.0.1:9/v1", "timeout_s": 5}, admin,
+    )
+    assert status == 201, body
+    status, body, _ = http(
+        "POST", f"{gateway.url}/api/admin/models",
+        {"id": "flaky", "kind": "chat", "targets": [{"provider": "down", "upstream_model": "m"}], "max_attempts": 1},
+        admin,
+    )
+    assert status == 201, body
+    status, body, _ = http("POST", f"{gateway.url}/api/api-keys", {"name": "flaky"}, admin)
+    key = body["key"]
+    for _ in range(3):
+        status, _, _ = http("POST", f"{gateway.url}/v1/chat/completions",
+                            {"model": "flaky", "messages": [{"role": "user", "content": "hi"}]}, key)
+        assert status >= 500
+    console.sign_in(ADMIN_EMAIL, ADMIN_PASSWORD)
+    console.go("/console/admin/models")
+    state = console.page.locator("section[data-model=flaky] .state").inner_text()
+    assert state.startswith("resting until "), state
+    assert "down" in console.page.locator("tr[data-provider=down]").inner_text()
+    # Give it a second target and a fallback, in the console.
+    console.page.click("section[data-model=flaky] h3 a")
+    console.page.wait_for_load_state()
+    console.page.select_option("select[name=provider_1]", "stub")
+    console.page.fill("input[name=upstream_model_1]", "up-chat")
+    console.page.fill("input[name=fallbacks]", "console-chat")
+    console.page.click("button:has-text('Save model')")
+    console.page.wait_for_load_state()
+    assert "Saved." in console.page.locator(".note").inner_text()
+    states = console.page.locator("table.targets .state").all_inner_texts()
+    assert len(states) == 2 and states[0].startswith("resting until") and states[1] == "healthy", states
+    status, model, _ = http("GET", f"{gateway.url}/api/admin/models/flaky", token=admin)
+    assert model["fallbacks"] == ["console-chat"] and len(model["targets"]) == 2, model
+    shot(console, "model")
+    assert console.errors == [], console.errors
+
+
+class _Issuer(httpserver.BaseHTTPRequestHandler):
+    """A minimal OpenID Connect issuer: discovery document and key set."""
+
+    issuer = ""
+    N = (
+        "wwECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8gISIjJCUmJygpKissLS4vMDEyMzQ1Njc4OTo7PD0-P0BBQkNERUZHSElKS0xNTk9QUVJTVFVWV1hZ"
+        "WltcXV5fYGFiY2RlZmdoaWprbG1ub3BxcnN0dXZ3eHl6e3x9fn-AgYKDhIWGh4iJiouMjY6PkJGSk5SVlpeYmZqbnJ2en6ChoqOkpaanqKmqq6ytrq-wsbKz"
+        "tLW2t7i5uru8vb6_wMHCw8TFxsfIycrLzM3Oz9DR0tPU1dbX2Nna29zd3t_g4eLj5OXm5-jp6uvs7e7v8PHy8_T19vf4-fr7_P3-_w"
+    )
+
+    def do_GET(self):
+        import json
+
+        if self.path == "/.well-known/openid-configuration":
+            body = {
+                "issuer": self.issuer, "authorization_endpoint": f"{self.issuer}/auth",
+                "token_endpoint": f"{self.issuer}/token", "jwks_uri": f"{self.issuer}/jwks",
+                "response_types_supported": ["code"], "subject_types_supported": ["public"],
+                "id_token_signing_alg_values_supported": ["RS256"],
+            }
+        elif self.path == "/jwks":
+            body = {"keys": [{"kty": "RSA", "use": "sig", "alg": "RS256", "kid": "k1", "e": "AQAB", "n": self.N}]}
+        else:
+            self.send_response(404)
+            self.end_headers()
+            return
+        raw = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(raw)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_sso_providers_are_added_and_deleted_in_the_console(console, gateway):
+    port = free_port()
+    _Issuer.issuer = f"http://127.0.0.1:{port}"
+    server = httpserver.HTTPServer(("127.0.0.1", port), _Issuer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        console.sign_in(ADMIN_EMAIL, ADMIN_PASSWORD)
+        console.go("/console/admin/sso")
+        console.page.fill("input[name=name]", "corp")
+        console.page.fill("input[name=display_name]", "Corp SSO")
+        console.page.fill("input[name=issuer]", _Issuer.issuer)
+        console.page.fill("input[name=client_id]", "gatehouse")
+        console.page.fill("input[name=client_secret]", "a-client-secret")
+        console.page.fill("input[name=allowed_domains]", "example.com")
+        console.page.click("button:has-text('Add provider')")
+        console.page.wait_for_load_state()
+        row = console.page.locator("tr[data-sso=corp]")
+        assert f"{gateway.url}/api/auth/sso/corp/callback" in row.inner_text()
+        assert "a-client-secret" not in console.page.content()
+        shot(console, "sso")
+        # A label full of markup is shown as text, here and on the sign-in page.
+        status, body, _ = http("PATCH", f"{gateway.url}/api/admin/sso/corp", {"display_name": "Corp " + EVIL}, gateway.admin)
+        assert status == 200, body
+        console.go("/console/admin/sso")
+        assert "Corp <script>" in row.inner_text()
+        assert console.page.evaluate("window.__pwned") is None
+        # The sign-in page offers it (as text).
+        ctx = console.page.context.browser.new_context()
+        other = ctx.new_page()
+        other.goto(gateway.url + "/console/login")
+        assert "Corp <script>" in other.locator("section.sso a").inner_text()
+        assert other.evaluate("window.__pwned") is None
+        ctx.close()
+        row.locator("button:has-text('Delete')").click()
+        console.page.wait_for_load_state()
+        assert console.page.locator("tr[data-sso=corp]").count() == 0
+        status, providers, _ = http("GET", f"{gateway.url}/api/admin/sso", token=gateway.admin)
+        assert providers == []
+        assert console.dialogs == [] and console.errors == [], console.errors
+    finally:
+        server.shutdown()
+
+
 def test_no_browser_console_errors_on_any_page(console, gateway):
     gateway.agent("tour-agent", tool_contract=["known"])
     _, login = gateway.user()
@@ -255,6 +409,8 @@ def test_no_browser_console_errors_on_any_page(console, gateway):
     for _ in range(3):
         chat(gateway, "tour-agent", access, ["known", "search"])
 
+    status, users, _ = http("GET", f"{gateway.url}/api/admin/users", token=gateway.admin)
+    user_id = users[0]["id"]
     console.go("/console/login")
     shot(console, "sign-in")
     console.sign_in(ADMIN_EMAIL, ADMIN_PASSWORD)
@@ -267,6 +423,10 @@ def test_no_browser_console_errors_on_any_page(console, gateway):
         "/console/admin/agents/tour-agent/events": "events",
         "/console/admin/sign-ins": "sign-ins",
         "/console/admin/usage?group_by=agent": "usage",
+        "/console/admin/sso": None,
+        "/console/admin/models/console-chat": None,
+        "/console/admin/agents/tour-agent/limits": "agent-limits",
+        f"/console/admin/users/{user_id}/limits": None,
         "/console/keys": "keys",
         "/console/sign-ins": None,
     }
@@ -274,6 +434,8 @@ def test_no_browser_console_errors_on_any_page(console, gateway):
         resp = console.go(path)
         assert resp.status == 200, path
         assert len(resp.body()) < 100 * 1024, path
+        # Compiles every input's pattern: a bad one logs a console error.
+        console.page.evaluate("document.querySelectorAll('input[pattern]').forEach(i => { i.value = 'a'; i.checkValidity() })")
         if name:
             # Long lists: the first screenful is enough.
             shot(console, name, full_page=name not in ("events", "sign-ins"))

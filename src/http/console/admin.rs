@@ -19,7 +19,6 @@ use crate::app::AppState;
 use crate::auth::accounts;
 use crate::auth::signins::{self, EndReason};
 use crate::error::Error;
-use crate::models::{ModelForm, NewProvider};
 use crate::store::now_ms;
 use crate::store::signins::{SignInFilter, SignInRow};
 use crate::store::usage::GroupBy;
@@ -27,18 +26,18 @@ use crate::store::usage::GroupBy;
 const HOUR: i64 = 3_600_000;
 const DAY: i64 = 24 * HOUR;
 
-fn redirect(to: &str) -> Out {
+pub(super) fn redirect(to: &str) -> Out {
     Ok(Redirect::to(to).into_response())
 }
 
 /// Parses a form built from fields into one of the API's own bodies, so the
 /// console goes through exactly the API's checks.
-fn body_of<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, ConsoleError> {
+pub(super) fn body_of<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, ConsoleError> {
     let bytes = serde_json::to_vec(&v).map_err(Error::internal)?;
     Ok(crate::json::parse_json(&bytes)?)
 }
 
-fn list_field(s: &str) -> Vec<String> {
+pub(super) fn list_field(s: &str) -> Vec<String> {
     s.split([',', '\n'])
         .map(|x| x.trim().to_string())
         .filter(|x| !x.is_empty())
@@ -108,9 +107,10 @@ pub async fn home(
         }
     }
     let open = app.store.open_approvals(now).await?;
+    let resting = super::models::unhealthy_targets(&app).await?;
     let body = html! {
         h1 { "Overview" }
-        @if !held.is_empty() || !open.is_empty() {
+        @if !held.is_empty() || !open.is_empty() || !resting.is_empty() {
             section.attention {
                 h2 { "Needs attention" }
                 ul {
@@ -120,6 +120,9 @@ pub async fn home(
                     @if held.len() > 20 { li { (held.len() - 20) " more held tools." } }
                     @for (agent, n) in &open {
                         li { (n) " open approval(s) for " a href=(format!("/console/admin/agents/{}?approvals=pending", enc(agent))) { (agent) } "." }
+                    }
+                    @for (model, target, state) in resting.iter().take(20) {
+                        li.target { "Target " code { (target) } " of model " a href=(format!("/console/admin/models/{}", enc(model))) { (model) } ": " (state) "." }
                     }
                 }
             }
@@ -147,7 +150,7 @@ pub async fn home(
 
 #[derive(Deserialize, Default)]
 pub struct DoneQuery {
-    done: Option<String>,
+    pub(super) done: Option<String>,
 }
 
 pub async fn users(
@@ -161,7 +164,7 @@ pub async fn users(
         h1 { "Users" }
         (done_note(q.done.as_deref()))
         table {
-            thead { tr { th { "E-mail" } th { "Role" } th { "State" } th { "Created" } th { "Change" } } }
+            thead { tr { th { "E-mail" } th { "Role" } th { "State" } th { "Created" } th { "Limits" } th { "Change" } } }
             tbody {
                 @for u in &rows {
                     @let action = format!("/console/admin/users/{}", enc(&u.id));
@@ -170,6 +173,10 @@ pub async fn users(
                         td { @if u.admin() { "admin" } @else { "user" } }
                         td { @if u.active() { "active" } @else { span.bad { "disabled" } } }
                         td { (when(u.created_at)) }
+                        td.limits {
+                            (super::limits::summary(&crate::limits::Limits::from_db_or_closed(u.limits.as_deref(), &u.id)))
+                            " · " a href=(format!("{action}/limits")) { "limits and use" }
+                        }
                         td.actions {
                             @if u.id != me {
                                 form.inline method="post" action=(action) {
@@ -211,7 +218,7 @@ pub async fn users(
     Ok(page(&user, "Users", "/console/admin/users", body))
 }
 
-fn admin_only(posted: &Posted) -> Result<(), ConsoleError> {
+pub(super) fn admin_only(posted: &Posted) -> Result<(), ConsoleError> {
     if posted.user.is_admin() {
         Ok(())
     } else {
@@ -273,118 +280,6 @@ pub async fn change_user(
     redirect("/console/admin/users?done=updated")
 }
 
-pub async fn models(
-    State(app): State<AppState>,
-    ConsoleAdmin(user): ConsoleAdmin,
-    Query(q): Query<DoneQuery>,
-) -> Out {
-    let providers = app.store.list_providers().await?;
-    let models = app.store.list_models().await?;
-    let body = html! {
-        h1 { "Providers and models" }
-        (done_note(q.done.as_deref()))
-        h2 { "Providers" }
-        table {
-            thead { tr { th { "Name" } th { "Type" } th { "Base URL" } th { "Timeout" } th { "API key" } th {} } }
-            tbody {
-                @for p in &providers {
-                    tr {
-                        td { (p.name) } td { (p.kind) } td { code { (p.base_url) } } td { (p.timeout_s) " s" }
-                        td { @if p.api_key.is_some() { "set" } @else { "—" } }
-                        td { (button_form(&user, &format!("/console/admin/providers/{}/delete", enc(&p.name)), "Delete", "danger")) }
-                    }
-                }
-            }
-        }
-        form.row method="post" action="/console/admin/providers" {
-            (csrf(&user))
-            label { "Name" input name="name" required; }
-            label { "Type" select name="type" { option value="openai" { "openai" } option value="tei" { "tei" } option value="cohere" { "cohere" } } }
-            label { "Base URL" input name="base_url" placeholder="http://127.0.0.1:8000/v1" required; }
-            label { "API key (optional)" input type="password" name="api_key" autocomplete="off"; }
-            label { "Timeout (s)" input type="number" name="timeout_s" min="1" max="3600" value="120"; }
-            button type="submit" { "Add provider" }
-        }
-        h2 { "Models" }
-        table {
-            thead { tr { th { "Id" } th { "Kind" } th { "Provider" } th { "Upstream model" } th { "Created" } th {} } }
-            tbody {
-                @for m in &models {
-                    tr {
-                        td { (m.id) } td { (m.kind) } td { (m.provider) } td { (m.upstream_model) } td { (when(m.created_at)) }
-                        td { (button_form(&user, &format!("/console/admin/models/{}/delete", enc(&m.id)), "Delete", "danger")) }
-                    }
-                }
-            }
-        }
-        form.row method="post" action="/console/admin/models" {
-            (csrf(&user))
-            label { "Id (what clients send)" input name="id" required; }
-            label { "Kind" select name="kind" { option value="chat" { "chat" } option value="embeddings" { "embeddings" } option value="scoring" { "scoring" } } }
-            label { "Provider" select name="provider" { @for p in &providers { option value=(p.name) { (p.name) } } } }
-            label { "Upstream model" input name="upstream_model" required; }
-            button type="submit" { "Add model" }
-        }
-    };
-    Ok(page(
-        &user,
-        "Providers and models",
-        "/console/admin/models",
-        body,
-    ))
-}
-
-pub async fn create_provider(State(app): State<AppState>, posted: Posted) -> Out {
-    admin_only(&posted)?;
-    let timeout = posted
-        .opt("timeout_s")
-        .map(|t| {
-            t.parse::<i64>().map_err(|_| {
-                ConsoleError::new(
-                    StatusCode::BAD_REQUEST,
-                    "The timeout must be a whole number of seconds.",
-                )
-            })
-        })
-        .transpose()?;
-    let body: NewProvider = body_of(json!({
-        "name": posted.get("name").trim(), "type": posted.get("type"), "base_url": posted.get("base_url"),
-        "api_key": posted.opt("api_key"), "timeout_s": timeout,
-    }))?;
-    crate::http::admin::add_provider(&app, &body).await?;
-    redirect("/console/admin/models?done=created")
-}
-
-pub async fn delete_provider(
-    State(app): State<AppState>,
-    Path(name): Path<String>,
-    posted: Posted,
-) -> Out {
-    admin_only(&posted)?;
-    crate::http::admin::remove_provider(&app, &name).await?;
-    redirect("/console/admin/models?done=deleted")
-}
-
-pub async fn create_model(State(app): State<AppState>, posted: Posted) -> Out {
-    admin_only(&posted)?;
-    let body: ModelForm = body_of(json!({
-        "id": posted.get("id").trim(), "kind": posted.get("kind"), "provider": posted.get("provider"),
-        "upstream_model": posted.get("upstream_model").trim(),
-    }))?;
-    crate::http::admin_models::add_model(&app, &body).await?;
-    redirect("/console/admin/models?done=created")
-}
-
-pub async fn delete_model(
-    State(app): State<AppState>,
-    Path(id): Path<String>,
-    posted: Posted,
-) -> Out {
-    admin_only(&posted)?;
-    crate::http::admin_models::remove_model(&app, &id).await?;
-    redirect("/console/admin/models?done=deleted")
-}
-
 pub async fn agents(
     State(app): State<AppState>,
     ConsoleAdmin(user): ConsoleAdmin,
@@ -410,7 +305,7 @@ pub async fn agents(
         h2 { "New agent" }
         form.row method="post" action="/console/admin/agents" {
             (csrf(&user))
-            label { "Address" input name="address" required pattern="[a-z0-9._@-]{1,64}"; }
+            label { "Address" input name="address" required pattern="[a-z0-9._@\\-]{1,64}"; }
             label { "Name" input name="name" required; }
             label { "Chat model" select name="model" { @for m in models.iter().filter(|m| m.kind == "chat") { option value=(m.id) { (m.id) } } } }
             label { "Tool contract (comma-separated)" input name="tool_contract"; }
@@ -533,7 +428,11 @@ pub async fn agent(
             "Model " code { (agent.model) } " · tool mode " code { (agent.default_tool_mode.as_str()) }
             " · contract: " (if agent.tool_contract.is_empty() { "none (nothing is held)".to_string() } else { agent.tool_contract.join(", ") })
         }
-        p { a href=(format!("{base}/events")) { "Events →" } " · " a href="#settings" { "Settings ↓" } }
+        p {
+            "Limits: " span.limits { (super::limits::summary(&agent.limits)) } " · "
+            a href=(format!("{base}/limits")) { "Limits and use →" } " · "
+            a href=(format!("{base}/events")) { "Events →" } " · " a href="#settings" { "Settings ↓" }
+        }
         h2 { "Tools" }
         @if tools.is_empty() { p.empty { "No tools reported yet." } } @else {
             table id="tools" {

@@ -32,10 +32,11 @@ pub fn bare(title: &str, body: Markup) -> Html<String> {
     )
 }
 
-const ADMIN_NAV: [(&str, &str); 6] = [
+const ADMIN_NAV: [(&str, &str); 7] = [
     ("/console/", "Overview"),
     ("/console/admin/users", "Users"),
     ("/console/admin/models", "Providers & models"),
+    ("/console/admin/sso", "SSO"),
     ("/console/admin/agents", "Agents"),
     ("/console/admin/sign-ins", "Sign-ins"),
     ("/console/admin/usage", "Usage"),

@@ -8,6 +8,9 @@ mod admin;
 mod charts;
 mod guard;
 mod layout;
+mod limits;
+mod models;
+mod sso;
 mod user;
 
 use axum::extract::Request;
@@ -42,17 +45,33 @@ pub fn router() -> Router<AppState> {
         )
         .route("/console/admin/users/password", post(admin::set_password))
         .route("/console/admin/users/{id}", post(admin::change_user))
-        .route("/console/admin/models", get(admin::models))
-        .route("/console/admin/providers", post(admin::create_provider))
         .route(
-            "/console/admin/providers/{name}/delete",
-            post(admin::delete_provider),
+            "/console/keys/{id}/limits",
+            get(limits::key_limits).post(limits::set_key_limits),
         )
-        .route("/console/admin/models", post(admin::create_model))
+        .route(
+            "/console/admin/users/{id}/limits",
+            get(limits::user_limits).post(limits::set_user_limits),
+        )
+        .route(
+            "/console/admin/models",
+            get(models::models).post(models::create_model),
+        )
+        .route(
+            "/console/admin/models/{id}",
+            get(models::model).post(models::change_model),
+        )
         .route(
             "/console/admin/models/{id}/delete",
-            post(admin::delete_model),
+            post(models::delete_model),
         )
+        .route("/console/admin/providers", post(models::create_provider))
+        .route(
+            "/console/admin/providers/{name}/delete",
+            post(models::delete_provider),
+        )
+        .route("/console/admin/sso", get(sso::providers).post(sso::create))
+        .route("/console/admin/sso/{name}/delete", post(sso::delete))
         .route(
             "/console/admin/agents",
             get(admin::agents).post(admin::create_agent),
@@ -62,6 +81,10 @@ pub fn router() -> Router<AppState> {
             get(admin::agent).post(admin::change_agent),
         )
         .route("/console/admin/agents/{address}/events", get(admin::events))
+        .route(
+            "/console/admin/agents/{address}/limits",
+            get(limits::agent_limits).post(limits::set_agent_limits),
+        )
         .route(
             "/console/admin/agents/{address}/tools/{name}/{decision}",
             post(admin::decide_tool),

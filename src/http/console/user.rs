@@ -1,9 +1,7 @@
 //! Pages every user has: sign-in and sign-out, their API keys, their agent
 //! sign-ins.
 
-use std::net::SocketAddr;
-
-use axum::extract::{ConnectInfo, Path, Query, Request, State};
+use axum::extract::{Path, Query, Request, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::{html, Markup};
@@ -129,7 +127,7 @@ pub async fn login_page(
 /// Password sign-in through the same rules (and throttle) as the API's login.
 pub async fn login(
     State(app): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    crate::http::extract::ClientAddr(client): crate::http::extract::ClientAddr,
     req: Request,
 ) -> Out {
     let headers = req.headers().clone();
@@ -160,9 +158,7 @@ pub async fn login(
         )
         .await);
     }
-    match accounts::password_login(&app.auth, &app.login_throttle, &email, password, peer.ip())
-        .await
-    {
+    match accounts::password_login(&app.auth, &app.login_throttle, &email, password, client).await {
         Ok(user) => {
             let started = console::start(&app.auth, &user.id).await?;
             let mut resp = Redirect::to(&next).into_response();
@@ -214,6 +210,8 @@ fn key_form(user: &ConsoleUser) -> Markup {
             label { "Name" input name="name" required maxlength="200"; }
             label { "Expires on (optional)" input type="date" name="expires_on"; }
             label { "Only these models (comma-separated, optional)" input name="models"; }
+            label { "Requests per minute (optional)" input name="requests_per_minute" inputmode="numeric" size="8"; }
+            label { "Tokens per day (optional)" input name="tokens_per_day" inputmode="numeric" size="10"; }
             button type="submit" { "Create key" }
         }
     }
@@ -233,7 +231,7 @@ pub async fn keys(
             p.empty { "You have no API keys yet." }
         } @else {
             table {
-                thead { tr { th { "Name" } th { "Created" } th { "Expires" } th { "Models" } th { "Last used" } th {} } }
+                thead { tr { th { "Name" } th { "Created" } th { "Expires" } th { "Models" } th { "Limits" } th { "Last used" } th {} } }
                 tbody {
                     @for k in &rows {
                         tr {
@@ -241,6 +239,10 @@ pub async fn keys(
                             td { (when(k.created_at)) }
                             td { (opt_when(k.expires_at)) }
                             td { (crate::http::users::key_models(k).map(|m| m.join(", ")).unwrap_or_else(|| "every model".into())) }
+                            td.limits {
+                                (super::limits::summary(&crate::limits::Limits::from_db_or_closed(k.limits.as_deref(), &k.id)))
+                                " · " a href=(format!("/console/keys/{}/limits", enc(&k.id))) { "limits and use" }
+                            }
                             td { (opt_when(app.auth.last_used.api_keys.get(&k.id).map(|v| *v).max(k.last_used_at))) }
                             td { (button_form(&user, &format!("/console/keys/{}/delete", enc(&k.id)), "Delete", "danger")) }
                         }
@@ -266,8 +268,9 @@ pub async fn create_key(State(app): State<AppState>, posted: Posted) -> Out {
         name: posted.get("name").to_string(),
         expires_at,
         models,
-        // The console sets no limits; the API and the admin set them.
-        limits: crate::limits::Limits::default(),
+        // The other limits are on the key's limits page.
+        limits: crate::limits::Limits::from_json(&super::limits::limits_json(&posted.form))
+            .map_err(crate::error::Error::from)?,
     };
     let (row, secret) = accounts::create_key(&app.store, &posted.user.session.user.id, new).await?;
     let body = html! {

@@ -1,0 +1,394 @@
+//! The accept loop (contract, "Hardening" → "Connections" and "Operations" →
+//! "Graceful shutdown"): a connection cap, header and idle timeouts per
+//! connection, and a shutdown that stops accepting at once, lets requests
+//! and streams finish within a grace period, then ends the rest.
+//!
+//! The timeouts cost one timer per connection, not per request: a watchdog
+//! task per connection reads a few atomics the connection updates as
+//! requests begin and end and as bytes arrive.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::http::{Request, Response};
+use axum::Router;
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Notify, Semaphore};
+use tokio::task::JoinSet;
+use tower::Service;
+
+/// How connections are served (from the `GATEHOUSE_*` settings).
+#[derive(Clone, Copy, Debug)]
+pub struct ConnLimits {
+    /// A connection must send a complete request head within this.
+    pub header_timeout: Duration,
+    /// An idle keep-alive connection is closed after this.
+    pub idle_timeout: Duration,
+    /// Connections past this wait in the listen backlog.
+    pub max_connections: usize,
+    /// How long requests in flight may run on after the shutdown signal.
+    pub shutdown_grace: Duration,
+}
+
+/// Serves `router` on `listener` until `stop` fires, then shuts down
+/// gracefully (see the module comment). Returns when every connection ended.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    limits: ConnLimits,
+    stop: impl Future<Output = ()>,
+) {
+    let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let (closing_tx, closing) = watch::channel(false);
+    let mut conns = JoinSet::new();
+    tokio::pin!(stop);
+    loop {
+        // The permit is taken before accepting: past the cap, connections
+        // wait in the kernel's backlog instead of costing us anything.
+        let permit = tokio::select! {
+            biased;
+            () = &mut stop => break,
+            p = Arc::clone(&permits).acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+        };
+        let (tcp, peer) = tokio::select! {
+            biased;
+            () = &mut stop => break,
+            r = listener.accept() => match r {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait, don't spin.
+                    tracing::warn!(error = %e, "accepting a connection failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        while conns.try_join_next().is_some() {}
+        conns.spawn(serve_conn(
+            tcp,
+            peer,
+            router.clone(),
+            limits,
+            closing.clone(),
+            permit,
+        ));
+    }
+
+    // Connections the kernel accepted before we stopped are answered 503;
+    // then the listener closes and new connections are refused.
+    let shutdown_started = Instant::now();
+    while let Some(Ok((tcp, _))) = futures_util::FutureExt::now_or_never(listener.accept()) {
+        conns.spawn(refuse_conn(
+            tcp,
+            limits.header_timeout.min(limits.shutdown_grace),
+        ));
+    }
+    drop(listener);
+    tracing::info!(
+        connections = conns.len(),
+        grace_s = limits.shutdown_grace.as_secs(),
+        "shutting down: no new connections; requests in flight may finish"
+    );
+    let _ = closing_tx.send(true);
+    let drained = tokio::time::timeout(limits.shutdown_grace, async {
+        while conns.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(
+            connections = conns.len(),
+            "shutdown grace period over: ending the requests still in flight"
+        );
+        // Dropping a connection closes its socket (the client sees its
+        // stream end) and drops its handlers, whose usage tickets record.
+        conns.shutdown().await;
+    }
+    tracing::info!(
+        ms = shutdown_started.elapsed().as_millis() as u64,
+        "all connections closed"
+    );
+}
+
+/// What the watchdog of one connection reads. Times are milliseconds since
+/// the connection was accepted.
+struct ConnState {
+    born: Instant,
+    /// Requests whose head arrived and whose answer is not yet fully written.
+    active: AtomicUsize,
+    /// When the connection last became idle.
+    idle_since: AtomicU64,
+    /// When the first byte of the next request head arrived; `NONE` while
+    /// none did since the connection became idle.
+    head_started: AtomicU64,
+    wake: Notify,
+}
+
+const NONE: u64 = u64::MAX;
+
+impl ConnState {
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.born.elapsed().as_millis()).unwrap_or(NONE - 1)
+    }
+
+    fn request_began(&self) {
+        self.active.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn request_ended(&self) {
+        if self.active.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.head_started.store(NONE, Ordering::Release);
+            self.idle_since.store(self.now_ms(), Ordering::Release);
+            self.wake.notify_one();
+        }
+    }
+
+    fn bytes_arrived(&self) {
+        if self.head_started.load(Ordering::Relaxed) == NONE
+            && self.active.load(Ordering::Acquire) == 0
+        {
+            self.head_started.store(self.now_ms(), Ordering::Release);
+            self.wake.notify_one();
+        }
+    }
+
+    /// Resolves when the connection has been idle, or sending a request head,
+    /// for longer than allowed.
+    async fn expired(&self, limits: ConnLimits) {
+        let header_ms = u64::try_from(limits.header_timeout.as_millis()).unwrap_or(NONE / 2);
+        let idle_ms = u64::try_from(limits.idle_timeout.as_millis()).unwrap_or(NONE / 2);
+        loop {
+            let woken = self.wake.notified();
+            if self.active.load(Ordering::Acquire) > 0 {
+                // A request runs: its body has its own timeout, an answer
+                // (a stream) may take as long as it takes.
+                woken.await;
+                continue;
+            }
+            let started = self.head_started.load(Ordering::Acquire);
+            let deadline = if started == NONE {
+                self.idle_since
+                    .load(Ordering::Acquire)
+                    .saturating_add(idle_ms)
+            } else {
+                started.saturating_add(header_ms)
+            };
+            let now = self.now_ms();
+            if now >= deadline {
+                return;
+            }
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis(deadline - now)) => {}
+                () = woken => {}
+            }
+        }
+    }
+}
+
+async fn serve_conn(
+    tcp: TcpStream,
+    peer: SocketAddr,
+    router: Router,
+    limits: ConnLimits,
+    mut closing: watch::Receiver<bool>,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+) {
+    // Without TCP_NODELAY, streamed chunks stall on Nagle plus delayed ACK.
+    let _ = tcp.set_nodelay(true);
+    let state = Arc::new(ConnState {
+        born: Instant::now(),
+        active: AtomicUsize::new(0),
+        idle_since: AtomicU64::new(0),
+        // A new connection owes its first request head from the start.
+        head_started: AtomicU64::new(0),
+        wake: Notify::new(),
+    });
+    let io = TokioIo::new(Watched {
+        tcp,
+        state: Arc::clone(&state),
+    });
+    let service = ConnService {
+        router,
+        peer,
+        state: Arc::clone(&state),
+    };
+    let conn = hyper::server::conn::http1::Builder::new()
+        .keep_alive(true)
+        // Our watchdog keeps the header timeout (hyper's would also end
+        // idle keep-alive connections at the header timeout).
+        .header_read_timeout(None)
+        .serve_connection(io, service)
+        .with_upgrades();
+    tokio::pin!(conn);
+    let mut told = *closing.borrow();
+    if told {
+        conn.as_mut().graceful_shutdown();
+    }
+    loop {
+        tokio::select! {
+            _ = conn.as_mut() => return,
+            r = closing.changed(), if !told => {
+                told = true;
+                if r.is_ok() {
+                    // Finish the request in flight, then close; idle: close now.
+                    conn.as_mut().graceful_shutdown();
+                }
+            }
+            () = state.expired(limits) => return,
+        }
+    }
+}
+
+/// A connection that arrived as the server stopped: one 503, then closed.
+async fn refuse_conn(tcp: TcpStream, header_timeout: Duration) {
+    let service = hyper::service::service_fn(|_req: Request<Incoming>| async {
+        let body = crate::error::Error::new(
+            crate::error::ErrorKind::Unavailable,
+            "shutting_down",
+            "The server is shutting down; try again.",
+        );
+        let mut resp = Response::new(Body::from(
+            serde_json::json!({"detail": {"code": body.code, "message": body.message}}).to_string(),
+        ));
+        *resp.status_mut() = axum::http::StatusCode::SERVICE_UNAVAILABLE;
+        resp.headers_mut().insert(
+            axum::http::header::CONTENT_TYPE,
+            axum::http::HeaderValue::from_static("application/json"),
+        );
+        Ok::<_, Infallible>(resp)
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .keep_alive(false)
+        .serve_connection(TokioIo::new(tcp), service);
+    let _ = tokio::time::timeout(header_timeout, conn).await;
+}
+
+/// The router for one connection: adds the peer address and keeps the
+/// connection's count of requests in flight.
+#[derive(Clone)]
+struct ConnService {
+    router: Router,
+    peer: SocketAddr,
+    state: Arc<ConnState>,
+}
+
+impl hyper::service::Service<Request<Incoming>> for ConnService {
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
+
+    fn call(&self, req: Request<Incoming>) -> Self::Future {
+        self.state.request_began();
+        let guard = InFlight(Arc::clone(&self.state));
+        let mut req = req.map(Body::new);
+        req.extensions_mut().insert(ConnectInfo(self.peer));
+        let fut = self.router.clone().call(req);
+        Box::pin(async move {
+            let resp = fut.await?;
+            // The request counts until its answer is fully written (or dropped).
+            Ok(resp.map(|body| {
+                Body::new(Guarded {
+                    body,
+                    _guard: guard,
+                })
+            }))
+        })
+    }
+}
+
+struct InFlight(Arc<ConnState>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.request_ended();
+    }
+}
+
+struct Guarded {
+    body: Body,
+    _guard: InFlight,
+}
+
+impl http_body::Body for Guarded {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// The socket, telling the watchdog when bytes of a request head arrive.
+struct Watched {
+    tcp: TcpStream,
+    state: Arc<ConnState>,
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.tcp).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.state.bytes_arrived();
+        }
+        r
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.tcp).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.tcp).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.tcp.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.tcp).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.tcp).poll_shutdown(cx)
+    }
+}

@@ -1,0 +1,303 @@
+//! Connections (contract, "Hardening" → "Connections", "Small values work"),
+//! through the real binary: header, body and idle timeouts, the connection
+//! cap, slow connections that delay no one, and settings refused at start.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::procs::{free_port, login, post, spawn_server, Proc};
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+async fn server(extra: &[(&str, &str)]) -> (Proc, Option<tempfile::TempDir>) {
+    let (db, dir) = common::fresh_database().await;
+    (spawn_server(&db, extra).await, dir)
+}
+
+fn host(p: &Proc) -> String {
+    p.url.trim_start_matches("http://").to_string()
+}
+
+/// Reads until the peer closes the connection; how long that took, and what came.
+async fn read_until_closed(s: &mut TcpStream, within: Duration) -> Option<(Duration, String)> {
+    let start = Instant::now();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let left = within.checked_sub(start.elapsed())?;
+        match tokio::time::timeout(left, s.read(&mut buf)).await {
+            Err(_) => return None,
+            Ok(Ok(0)) | Ok(Err(_)) => {
+                return Some((start.elapsed(), String::from_utf8_lossy(&got).into()))
+            }
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+/// Reads one whole response of a keep-alive connection (head and a
+/// `Content-Length` body).
+async fn read_response(s: &mut TcpStream) -> String {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let text = String::from_utf8_lossy(&got).to_string();
+        if let Some(end) = text.find("\r\n\r\n") {
+            let len = text[..end]
+                .lines()
+                .find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    k.eq_ignore_ascii_case("content-length")
+                        .then(|| v.trim().parse::<usize>().ok())?
+                })
+                .unwrap_or(0);
+            if got.len() >= end + 4 + len {
+                return text;
+            }
+        }
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+            .await
+            .expect("an answer within 5 s")
+            .expect("read");
+        assert!(n > 0, "closed before the answer was complete: {text:?}");
+        got.extend_from_slice(&buf[..n]);
+    }
+}
+
+#[tokio::test]
+async fn a_connection_dribbling_its_request_head_is_closed_at_the_header_timeout() {
+    let (p, _dir) = server(&[("GATEHOUSE_HEADER_TIMEOUT_S", "2")]).await;
+    let mut s = TcpStream::connect(host(&p)).await.unwrap();
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let (mut reader, mut writer) = s.into_split();
+    // A byte every 300 ms: each arrives in time, the head never completes.
+    let dribble = tokio::spawn(async move {
+        for _ in 0..30 {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            if writer.write_all(b"X").await.is_err() {
+                break;
+            }
+        }
+    });
+    let start = Instant::now();
+    let mut buf = [0u8; 1024];
+    let closed = tokio::time::timeout(Duration::from_secs(6), async {
+        loop {
+            match reader.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    let took = start.elapsed();
+    dribble.abort();
+    assert!(
+        closed.is_ok(),
+        "the slow connection was not closed within 6 s"
+    );
+    assert!(
+        took >= Duration::from_millis(1500) && took < Duration::from_millis(3500),
+        "closed after {took:?}, not at the 2 s header timeout"
+    );
+
+    // A connection that sends nothing at all is closed too.
+    let mut silent = TcpStream::connect(host(&p)).await.unwrap();
+    let (took, _) = read_until_closed(&mut silent, Duration::from_secs(6))
+        .await
+        .expect("a silent connection is closed");
+    assert!(took < Duration::from_millis(3500), "closed after {took:?}");
+}
+
+#[tokio::test]
+async fn a_body_that_does_not_arrive_in_time_gets_408_request_timeout() {
+    let (p, _dir) = server(&[("GATEHOUSE_BODY_TIMEOUT_S", "2")]).await;
+    let c = common::client();
+    let admin = login(&c, &p.url, common::ADMIN_EMAIL, common::ADMIN_PASSWORD).await;
+    let r = post(&c, &p.url, &admin, "/api/api-keys", &json!({"name": "k"})).await;
+    assert_eq!(r.status(), 201);
+    let key = r.json::<Value>().await.unwrap()["key"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // /api: the /api error shape.
+    let mut s = TcpStream::connect(host(&p)).await.unwrap();
+    s.write_all(
+        b"POST /api/auth/jwt/login HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 100\r\n\r\nusername=a",
+    )
+    .await
+    .unwrap();
+    let start = Instant::now();
+    let answer = read_response(&mut s).await;
+    let took = start.elapsed();
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    let body: Value = serde_json::from_str(answer.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    assert_eq!(body["detail"]["code"], "request_timeout", "{body}");
+    assert!(
+        took >= Duration::from_millis(1500) && took < Duration::from_millis(4000),
+        "answered after {took:?}, not at the 2 s body timeout"
+    );
+
+    // /v1: the OpenAI error shape.
+    let mut s = TcpStream::connect(host(&p)).await.unwrap();
+    s.write_all(
+        format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\nContent-Type: application/json\r\nContent-Length: 500\r\n\r\n{{\"model\":"
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let answer = read_response(&mut s).await;
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    let body: Value = serde_json::from_str(answer.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    assert_eq!(body["error"]["code"], "request_timeout", "{body}");
+
+    // A body that comes in time, in pieces, is served.
+    let mut s = TcpStream::connect(host(&p)).await.unwrap();
+    let form = "username=nobody%40example.com&password=wrong-password";
+    s.write_all(
+        format!(
+            "POST /api/auth/jwt/login HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n",
+            form.len()
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    for piece in form.as_bytes().chunks(20) {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        s.write_all(piece).await.unwrap();
+    }
+    let answer = read_response(&mut s).await;
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert!(answer.contains("login_bad_credentials"), "{answer}");
+}
+
+#[tokio::test]
+async fn idle_keep_alive_connections_close_after_the_idle_timeout_not_the_header_timeout() {
+    let (p, _dir) = server(&[
+        ("GATEHOUSE_HEADER_TIMEOUT_S", "2"),
+        ("GATEHOUSE_IDLE_TIMEOUT_S", "5"),
+    ])
+    .await;
+    let mut s = TcpStream::connect(host(&p)).await.unwrap();
+    let req = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+    s.write_all(req).await.unwrap();
+    assert!(read_response(&mut s).await.starts_with("HTTP/1.1 200"));
+    // Idle for longer than the header timeout: still open.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    s.write_all(req).await.unwrap();
+    assert!(read_response(&mut s).await.starts_with("HTTP/1.1 200"));
+    // Then idle: closed at the idle timeout.
+    let (took, rest) = read_until_closed(&mut s, Duration::from_secs(9))
+        .await
+        .expect("the idle connection is closed");
+    assert!(rest.is_empty(), "{rest}");
+    assert!(
+        took >= Duration::from_millis(4000) && took < Duration::from_millis(6500),
+        "closed after {took:?}, not at the 5 s idle timeout"
+    );
+}
+
+#[tokio::test]
+async fn connections_past_the_cap_wait_until_one_ends() {
+    let (p, _dir) = server(&[("GATEHOUSE_MAX_CONNECTIONS", "4")]).await;
+    // The start-up health check's connection may still be open: let it go.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let mut s = TcpStream::connect(host(&p)).await.unwrap();
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        assert!(read_response(&mut s).await.starts_with("HTTP/1.1 200"));
+        held.push(s);
+    }
+    let url = format!("{}/healthz", p.url);
+    let waiting = tokio::spawn(async move {
+        let c = reqwest::Client::new();
+        let r = c.get(url).send().await.expect("answered");
+        (Instant::now(), r.status())
+    });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!waiting.is_finished(), "a fifth connection was served");
+    let freed = Instant::now();
+    drop(held.pop());
+    let (answered, status) = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("served once a connection ended")
+        .unwrap();
+    assert_eq!(status, 200);
+    assert!(answered.duration_since(freed) < Duration::from_secs(1));
+}
+
+/// `gatehouse serve` with one variable set; exit status and standard error.
+fn serve_with(var: &str, value: &str) -> (Option<i32>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gatehouse"))
+        .arg("serve")
+        .env("GATEHOUSE_LISTEN", format!("127.0.0.1:{}", free_port()))
+        .env(
+            "GATEHOUSE_DATABASE_URL",
+            format!("sqlite://{}", dir.path().join("g.db").display()),
+        )
+        .env(var, value)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+#[test]
+fn zero_negative_and_non_numbers_are_refused_at_start_naming_the_variable() {
+    for var in [
+        "GATEHOUSE_HEADER_TIMEOUT_S",
+        "GATEHOUSE_BODY_TIMEOUT_S",
+        "GATEHOUSE_MAX_CONNECTIONS",
+        "GATEHOUSE_IDLE_TIMEOUT_S",
+        "GATEHOUSE_SHUTDOWN_GRACE_S",
+        "GATEHOUSE_LOGIN_MAX_FAILURES",
+        "GATEHOUSE_LOGIN_MAX_FAILURES_PER_ADDR",
+        "GATEHOUSE_LOGIN_LOCKOUT_S",
+        "GATEHOUSE_SIGN_IN_MAX_AGE",
+        "GATEHOUSE_PASSWORD_HASH_CONCURRENCY",
+    ] {
+        for bad in ["0", "-1", "ten", "1.5"] {
+            let (code, err) = serve_with(var, bad);
+            assert_eq!(code, Some(2), "{var}={bad}: {err}");
+            assert!(err.contains(var), "{var}={bad}: {err}");
+        }
+    }
+    let (code, err) = serve_with("GATEHOUSE_TRUSTED_PROXIES", "10.0.0.0/8, proxy.example");
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("GATEHOUSE_TRUSTED_PROXIES"), "{err}");
+}
+
+#[tokio::test]
+async fn every_connection_setting_takes_one() {
+    let (p, _dir) = server(&[
+        ("GATEHOUSE_HEADER_TIMEOUT_S", "1"),
+        ("GATEHOUSE_BODY_TIMEOUT_S", "1"),
+        ("GATEHOUSE_MAX_CONNECTIONS", "1"),
+        ("GATEHOUSE_IDLE_TIMEOUT_S", "1"),
+        ("GATEHOUSE_SHUTDOWN_GRACE_S", "1"),
+    ])
+    .await;
+    // One connection at a time, each served.
+    for _ in 0..3 {
+        let r = reqwest::Client::new()
+            .get(format!("{}/healthz", p.url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+    }
+}
