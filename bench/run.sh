@@ -24,6 +24,9 @@
 #                          '{"requests_per_minute":100000000,"tokens_per_minute":100000000000,
 #                            "tokens_per_day":100000000000000,"max_parallel":100000}'
 #                          to measure what checking limits costs
+#   BENCH_OTLP=1           export the gateway's traces (OTLP/HTTP, every request
+#                          sampled) to a local collector (a second stub-upstream,
+#                          which accepts and drops them), to measure what tracing costs
 #   CARGO_TARGET_DIR       where the release binaries are
 set -euo pipefail
 
@@ -134,6 +137,16 @@ STUB=$(wait_line "$TMP/stub.out" '^listening on ' | sed 's/^listening on //')
 STUB_PORT=${STUB##*:}
 log "stub upstream at $STUB"
 
+# A local OTLP collector for the gateway's traces (BENCH_OTLP=1).
+OTEL_ENV=()
+if [ -n "${BENCH_OTLP:-}" ]; then
+    "$BIN/stub-upstream" --listen 127.0.0.1:0 --no-record >"$TMP/otlp.out" 2>&1 &
+    PIDS+=($!)
+    OTLP=$(wait_line "$TMP/otlp.out" '^listening on ' | sed 's/^listening on //')
+    OTEL_ENV=(OTEL_EXPORTER_OTLP_ENDPOINT="$OTLP" OTEL_TRACES_SAMPLER=always_on)
+    log "traces exported to $OTLP/v1/traces"
+fi
+
 # nginx as a plain reverse proxy with upstream keep-alive.
 NGINX_PORT=$(free_port)
 mkdir -p "$TMP/nginx"
@@ -189,7 +202,7 @@ if [[ " $TARGETS " == *" gatehouse "* ]]; then
         GATEHOUSE_DATABASE_URL="sqlite://$TMP/gatehouse.db" \
         GATEHOUSE_ADMIN_EMAIL=$ADMIN GATEHOUSE_ADMIN_PASSWORD=$PASSWORD \
         GATEHOUSE_LOG=warn \
-        "$BIN/gatehouse" serve >"$TMP/gatehouse.out" 2>&1 &
+        env "${OTEL_ENV[@]}" "$BIN/gatehouse" serve >"$TMP/gatehouse.out" 2>&1 &
     GATEHOUSE_PID=$!
     PIDS+=($GATEHOUSE_PID)
     GATEHOUSE=$(wait_line "$TMP/gatehouse.out" 'listening on ' | sed 's/.*listening on //')

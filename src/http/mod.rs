@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod signins;
 pub mod sso;
 pub mod system;
+pub mod trace;
 pub mod usage;
 pub mod users;
 pub mod v1;
@@ -88,6 +89,7 @@ pub fn router(state: AppState) -> Router {
         .layer(middleware::from_fn(error::render_errors))
         .layer(middleware::from_fn_with_state(state.clone(), body_limits))
         .layer(middleware::from_fn(access::log))
+        .layer(middleware::from_fn(trace::server_span))
         .layer(middleware::from_fn(request_id))
         .with_state(state)
 }

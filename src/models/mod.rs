@@ -3,6 +3,7 @@
 //! routing a request never touches the database.
 
 pub mod adapters;
+pub mod observed;
 pub mod requests;
 pub mod retrieval;
 pub mod routing;

@@ -110,6 +110,7 @@ pub async fn post(
     if let Ok(id) = REQUEST_ID.try_with(header::HeaderValue::clone) {
         req = req.header("x-request-id", id);
     }
+    req = crate::telemetry::inject(req);
     let resp = match tokio::time::timeout_at(deadline, req.send()).await {
         Err(_) => return Err(timeout()),
         Ok(Err(e)) if e.is_timeout() => return Err(timeout()),

@@ -53,6 +53,7 @@ use serde_json::{Map, Value};
 use super::body::ChatBody;
 use super::sse::{SseEvent, SseFrame, SseParser, DONE};
 use crate::error::{Error, ErrorKind};
+use crate::models::observed::Attempt;
 use crate::models::routing::{
     judge, mono_ms, next_pick, Answered, Failure, InFlight, Pick, ProviderStats,
 };
@@ -367,17 +368,22 @@ pub async fn relay<H: ChatHooks>(
         let url = format!("{}/chat/completions", target.provider.base_url);
         let deadline = upstream::deadline(&target.provider);
         let bytes = template.for_model(&target.upstream_model);
-        let resp =
-            match upstream::post(client, &target.provider, &url, bytes, stream, deadline).await {
-                Ok(r) => r,
-                Err(e) => {
-                    if !target.failed(&mut guard, e.failure, false).retry {
-                        return failed(ticket, e.error);
-                    }
-                    last = Some(e.error);
-                    continue;
+        let mut attempt = Attempt::start("chat", &target.provider, &target.upstream_model);
+        let sent = upstream::post(client, &target.provider, &url, bytes, stream, deadline);
+        let resp = match attempt.scope(sent).await {
+            Ok(r) => {
+                attempt.status(r.status().as_u16());
+                r
+            }
+            Err(e) => {
+                attempt.failed(e.failure);
+                if !target.failed(&mut guard, e.failure, false).retry {
+                    return failed(ticket, e.error);
                 }
-            };
+                last = Some(e.error);
+                continue;
+            }
+        };
         if !stream {
             match whole_answer(
                 &target.provider,
@@ -385,6 +391,7 @@ pub async fn relay<H: ChatHooks>(
                 deadline,
                 &answering.id,
                 prompt_estimate,
+                &mut attempt,
             )
             .await
             {
@@ -402,6 +409,7 @@ pub async fn relay<H: ChatHooks>(
                     });
                 }
                 Err(e) => {
+                    attempt.failed(e.failure);
                     if !target.failed(&mut guard, e.failure, false).retry {
                         return failed(ticket, e.error);
                     }
@@ -430,6 +438,7 @@ pub async fn relay<H: ChatHooks>(
             failure: None,
             phase: Phase::Streaming,
             ticket: Some(ticket),
+            attempt,
         };
         // Named before the first step, which may already end the stream.
         if let Some(t) = relay.ticket.as_mut() {
@@ -463,6 +472,7 @@ pub async fn relay<H: ChatHooks>(
                 // Retried only if the hooks saw nothing of this answer.
                 let retry = match relay.failure.take() {
                     Some(f) => {
+                        relay.attempt.failed(f);
                         let v = target.failed(&mut relay.guard, f, false);
                         v.retry && !relay.hooks_touched
                     }
@@ -496,6 +506,7 @@ async fn whole_answer(
     deadline: tokio::time::Instant,
     alias: &str,
     prompt_estimate: i64,
+    attempt: &mut Attempt,
 ) -> Result<(Value, Tokens), AttemptError> {
     let bad = |e: Error| AttemptError::new(Failure::BadAnswer, e);
     let bytes = upstream::read_body(provider, resp, deadline).await?;
@@ -510,6 +521,7 @@ async fn whole_answer(
         }
         return Err(bad(upstream::bad_answer("it has no 'choices'")));
     }
+    attempt.answer(obj.get("model"), obj.get("usage"));
     rewrite_model(obj, alias);
     let tokens = usage_tokens(obj.get("usage")).unwrap_or_else(|| Tokens {
         prompt: prompt_estimate,
@@ -582,6 +594,7 @@ struct StreamRelay<H> {
     phase: Phase,
     /// Always Some while the relay runs (see `hooks`).
     ticket: Option<UsageTicket>,
+    attempt: Attempt,
 }
 
 impl<H> StreamRelay<H> {
@@ -598,6 +611,8 @@ impl<H> StreamRelay<H> {
     }
 
     fn finish(&mut self, status: u16) {
+        self.attempt.answer(None, self.usage.as_ref());
+        self.attempt.finish();
         let tokens = self.tokens();
         if let Some(t) = self.ticket.as_mut() {
             t.finish(status, tokens);
@@ -648,6 +663,7 @@ impl<H> StreamRelay<H> {
         H: ChatHooks,
     {
         if let Some(f) = self.failure.take() {
+            self.attempt.failed(f);
             let verdict = judge(f, true);
             self.stats.failure(f.cause());
             if verdict.against_target {
@@ -742,6 +758,7 @@ impl<H: ChatHooks> StreamRelay<H> {
             if !self.client_usage && !strip_usage(obj) {
                 continue;
             }
+            self.attempt.answer(obj.get("model"), None);
             rewrite_model(obj, &self.alias);
             let mut before = Vec::new();
             self.hooks_touched = true;
