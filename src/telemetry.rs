@@ -337,6 +337,26 @@ pub fn scope<F: std::future::Future>(
     }
 }
 
+/// Runs `f` in an INTERNAL span named `name` (a child of the current
+/// span), for work that costs time beside the upstream calls (password
+/// hashing); just runs it when off.
+pub async fn in_span<F: std::future::Future>(name: &'static str, f: F) -> F::Output {
+    use opentelemetry::context::FutureExt as _;
+    let Some(t) = TRACING.get() else {
+        return f.await;
+    };
+    let parent = Context::current();
+    let span = t
+        .tracer
+        .span_builder(name)
+        .with_kind(SpanKind::Internal)
+        .start_with_context(&t.tracer, &parent);
+    let cx = parent.with_span(span);
+    let out = f.with_context(cx.clone()).await;
+    cx.span().end();
+    out
+}
+
 struct RequestHeaders<'a>(&'a mut Vec<(&'static str, String)>);
 
 impl Injector for RequestHeaders<'_> {

@@ -38,6 +38,7 @@ struct Got {
     event_texts: Vec<String>,
 }
 
+const INTERNAL: i32 = 1;
 const SERVER: i32 = 2;
 const CLIENT: i32 = 3;
 
@@ -244,6 +245,15 @@ async fn each_request_has_a_server_span_with_one_genai_client_span_per_attempt_a
     )
     .await;
     let prompt = json!([{"role": "user", "content": "my private prompt words"}]);
+    // Tried on up-broken first, then on its fallback.
+    let admin = api.token(ADMIN_EMAIL, ADMIN_PASSWORD).await;
+    api.post(
+        &admin,
+        "/api/admin/models",
+        json!({"id": "failover-m", "kind": "chat", "provider": "stub",
+               "upstream_model": "up-broken", "fallbacks": ["chat-m"]}),
+    )
+    .await;
 
     let caller = format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01");
     let r = call(
@@ -298,14 +308,36 @@ async fn each_request_has_a_server_span_with_one_genai_client_span_per_attempt_a
     .await;
     assert_eq!(r.status(), 503);
 
-    let ids = ["tr-chat", "tr-stream", "tr-embed", "tr-rerank", "tr-broken"];
+    let r = call(
+        &api,
+        &key,
+        "/v1/chat/completions",
+        "tr-failover",
+        json!({"model": "failover-m", "messages": prompt}),
+        None,
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-gatehouse-attempts"], "2");
+
+    let ids = [
+        "tr-chat",
+        "tr-stream",
+        "tr-embed",
+        "tr-rerank",
+        "tr-broken",
+        "tr-failover",
+    ];
     let spans = rx
         .wait_for("a server span and a client span per request", |spans| {
             ids.iter().all(|id| {
                 spans
                     .iter()
                     .find(|s| s.request_id() == Some(vec![id.to_string()]))
-                    .is_some_and(|srv| spans.iter().any(|c| c.parent == srv.span_id))
+                    .is_some_and(|srv| {
+                        let children = spans.iter().filter(|c| c.parent == srv.span_id).count();
+                        children >= if *id == "tr-failover" { 2 } else { 1 }
+                    })
             })
         })
         .await;
@@ -397,6 +429,38 @@ async fn each_request_has_a_server_span_with_one_genai_client_span_per_attempt_a
     let cl = client_of(&srv);
     assert_eq!(cl.str("error.type"), Some("503"));
     assert_eq!(cl.status_code, 2);
+
+    // Each attempt of a retried request: its own CLIENT span, a direct
+    // child of the request's, whose traceparent that attempt carried.
+    let srv = server_of("tr-failover");
+    let mut attempts: Vec<&Got> = spans.iter().filter(|s| s.parent == srv.span_id).collect();
+    attempts.sort_by_key(|s| s.name.clone());
+    let names: Vec<&str> = attempts.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["chat up-broken", "chat up-chat"]);
+    assert!(attempts.iter().all(|s| s.kind == CLIENT));
+    assert_eq!(attempts[0].str("error.type"), Some("503"));
+    assert_eq!(attempts[1].str("error.type"), None);
+    for (upstream, span) in [("up-broken", attempts[0]), ("up-chat", attempts[1])] {
+        let sent: Vec<String> = stub
+            .requests_for_model(upstream)
+            .iter()
+            .filter(|r| r.header("x-request-id") == Some("tr-failover"))
+            .filter_map(|r| r.header("traceparent").map(str::to_string))
+            .collect();
+        assert_eq!(sent, [format!("00-{}-{}-01", srv.trace_id, span.span_id)]);
+    }
+
+    // A login's slow step has its own span beside the request's.
+    let login = spans
+        .iter()
+        .find(|s| s.name == "POST /api/auth/jwt/login")
+        .expect("the login's span");
+    assert!(
+        spans.iter().any(|s| s.name == "password verify"
+            && s.parent == login.span_id
+            && s.kind == INTERNAL),
+        "{spans:#?}"
+    );
 
     // No prompt, answer, input or query text in any span.
     for span in &spans {
