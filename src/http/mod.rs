@@ -89,7 +89,6 @@ pub fn router(state: AppState) -> Router {
         .layer(middleware::from_fn(error::render_errors))
         .layer(middleware::from_fn_with_state(state.clone(), body_limits))
         .layer(middleware::from_fn(access::log))
-        .layer(middleware::from_fn(trace::server_span))
         .layer(middleware::from_fn(request_id))
         .with_state(state)
 }
@@ -147,7 +146,7 @@ async fn request_id(mut req: Request, next: Next) -> Response {
     let mut resp = crate::models::upstream::REQUEST_ID
         .scope(
             id.clone(),
-            tracing::Instrument::instrument(next.run(req), span),
+            tracing::Instrument::instrument(trace::run(req, next), span),
         )
         .await;
     resp.headers_mut().insert("x-request-id", id);
