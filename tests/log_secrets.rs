@@ -258,10 +258,23 @@ async fn no_secret_or_found_pii_value_appears_in_debug_and_trace_logs() {
     if let Ok(path) = std::env::var("GATEHOUSE_TEST_LOG_DUMP") {
         std::fs::write(path, &all).unwrap();
     }
-    assert!(
-        all.contains("upstream attempt"),
-        "the debug line per attempt is there"
-    );
+    // One debug line per upstream attempt: 4 with the key, 2 chats per agent.
+    let attempts: Vec<&str> = all
+        .lines()
+        .filter(|l| l.contains("upstream attempt"))
+        .collect();
+    assert_eq!(attempts.len(), 8, "{attempts:#?}");
+    for l in &attempts {
+        for part in [
+            "provider=stub",
+            "upstream_model=up-",
+            "status=200",
+            "duration_ms=",
+            "request_id=",
+        ] {
+            assert!(l.contains(part), "{part} in {l}");
+        }
+    }
     for secret in &secrets {
         let tail = &secret[secret.len().saturating_sub(16)..];
         if let Some(line) = all.lines().find(|l| l.contains(tail)) {

@@ -10,6 +10,7 @@ use std::time::Instant;
 use serde_json::Value;
 
 use crate::models::routing::Failure;
+use crate::models::upstream;
 use crate::models::Provider;
 use crate::telemetry::{self, ClientSpan, SpanContext};
 
@@ -23,6 +24,8 @@ pub struct Attempt(Option<Box<Watched>>);
 struct Watched {
     provider: Arc<Provider>,
     upstream_model: String,
+    /// A stream's attempt ends outside the request's task: its id is kept.
+    request_id: Option<reqwest::header::HeaderValue>,
     started: Instant,
     span: Option<SpanContext>,
     log: bool,
@@ -47,6 +50,7 @@ impl Attempt {
         Attempt(Some(Box::new(Watched {
             provider: Arc::clone(provider),
             upstream_model: upstream_model.to_string(),
+            request_id: upstream::REQUEST_ID.try_with(Clone::clone).ok(),
             started: Instant::now(),
             span,
             log,
@@ -114,6 +118,7 @@ impl Attempt {
             let duration_ms = (w.started.elapsed().as_secs_f64() * 1e6).round() / 1000.0;
             tracing::debug!(
                 target: "gatehouse::upstream",
+                request_id = w.request_id.as_ref().and_then(|v| v.to_str().ok()),
                 provider = %w.provider.name,
                 upstream_model = %w.upstream_model,
                 status = w.status,
