@@ -127,9 +127,37 @@ impl Receiver {
 
 async fn receive(State(spans): State<Arc<Mutex<Vec<Got>>>>, req: Request) -> &'static str {
     let path = req.uri().path().to_string();
+    let json = req
+        .headers()
+        .get("content-type")
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
     let body: Bytes = axum::body::to_bytes(req.into_body(), 64 << 20)
         .await
         .unwrap();
+    if json {
+        // OTLP/JSON: only span names are read (enough to see it arrived whole).
+        let v: Value = serde_json::from_slice(&body).expect("OTLP JSON");
+        let mut got = spans.lock();
+        for rs in v["resourceSpans"].as_array().into_iter().flatten() {
+            for ss in rs["scopeSpans"].as_array().into_iter().flatten() {
+                for sp in ss["spans"].as_array().into_iter().flatten() {
+                    got.push(Got {
+                        path: path.clone(),
+                        service: None,
+                        name: sp["name"].as_str().unwrap_or("").to_string(),
+                        kind: 0,
+                        trace_id: String::new(),
+                        span_id: String::new(),
+                        parent: String::new(),
+                        attrs: HashMap::new(),
+                        status_code: 0,
+                        event_texts: vec!["json".into()],
+                    });
+                }
+            }
+        }
+        return "";
+    }
     let export = ExportTraceServiceRequest::decode(body).expect("OTLP protobuf");
     let mut got = spans.lock();
     for rs in export.resource_spans {
@@ -685,4 +713,32 @@ async fn the_sampler_variable_is_honoured() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let _ = stop(s);
     assert!(rx.spans().is_empty(), "{:#?}", rx.spans());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http_json_protocol_exports_otlp_json() {
+    let rx = Receiver::start().await;
+    let s = serve(&[
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", &rx.base()),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
+        ("OTEL_BSP_SCHEDULE_DELAY", "50"),
+    ])
+    .await;
+    let r = Api::new(&s.url)
+        .c
+        .get(format!("{}/healthz", s.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let spans = rx
+        .wait_for("the /healthz span, as JSON", |spans| {
+            spans.iter().any(|s| s.name == "GET /healthz")
+        })
+        .await;
+    assert!(
+        spans.iter().all(|s| s.event_texts == ["json"]),
+        "{spans:#?}"
+    );
+    let _ = stop(s);
 }
