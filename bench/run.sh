@@ -27,6 +27,8 @@
 #   BENCH_OTLP=1           export the gateway's traces (OTLP/HTTP, every request
 #                          sampled) to a local collector (a second stub-upstream,
 #                          which accepts and drops them), to measure what tracing costs
+#   BENCH_OTLP_SAMPLER=always_on  with BENCH_OTLP: OTEL_TRACES_SAMPLER (e.g. traceidratio,
+#   BENCH_OTLP_SAMPLER_ARG=1.0     with ..._ARG=0.1; always_off: spans made, none exported)
 #   CARGO_TARGET_DIR       where the release binaries are
 set -euo pipefail
 
@@ -143,7 +145,8 @@ if [ -n "${BENCH_OTLP:-}" ]; then
     "$BIN/stub-upstream" --listen 127.0.0.1:0 --no-record >"$TMP/otlp.out" 2>&1 &
     PIDS+=($!)
     OTLP=$(wait_line "$TMP/otlp.out" '^listening on ' | sed 's/^listening on //')
-    OTEL_ENV=(OTEL_EXPORTER_OTLP_ENDPOINT="$OTLP" OTEL_TRACES_SAMPLER=always_on)
+    OTEL_ENV=(OTEL_EXPORTER_OTLP_ENDPOINT="$OTLP" OTEL_TRACES_SAMPLER="${BENCH_OTLP_SAMPLER:-always_on}"
+        OTEL_TRACES_SAMPLER_ARG="${BENCH_OTLP_SAMPLER_ARG:-1.0}")
     log "traces exported to $OTLP/v1/traces"
 fi
 
