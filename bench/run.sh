@@ -27,6 +27,11 @@
 #                          '{"requests_per_minute":100000000,"tokens_per_minute":100000000000,
 #                            "tokens_per_day":100000000000000,"max_parallel":100000}'
 #                          to measure what checking limits costs
+#   BENCH_OTLP=1           export the gateway's traces (OTLP/HTTP, every request
+#                          sampled) to a local collector (a second stub-upstream,
+#                          which accepts and drops them), to measure what tracing costs
+#   BENCH_OTLP_SAMPLER=always_on  with BENCH_OTLP: OTEL_TRACES_SAMPLER (e.g. traceidratio,
+#   BENCH_OTLP_SAMPLER_ARG=1.0     with ..._ARG=0.1; always_off: spans made, none exported)
 #   CARGO_TARGET_DIR       where the release binaries are
 set -euo pipefail
 
@@ -137,6 +142,17 @@ STUB=$(wait_line "$TMP/stub.out" '^listening on ' | sed 's/^listening on //')
 STUB_PORT=${STUB##*:}
 log "stub upstream at $STUB"
 
+# A local OTLP collector for the gateway's traces (BENCH_OTLP=1).
+OTEL_ENV=()
+if [ -n "${BENCH_OTLP:-}" ]; then
+    "$BIN/stub-upstream" --listen 127.0.0.1:0 --no-record >"$TMP/otlp.out" 2>&1 &
+    PIDS+=($!)
+    OTLP=$(wait_line "$TMP/otlp.out" '^listening on ' | sed 's/^listening on //')
+    OTEL_ENV=(OTEL_EXPORTER_OTLP_ENDPOINT="$OTLP" OTEL_TRACES_SAMPLER="${BENCH_OTLP_SAMPLER:-always_on}"
+        OTEL_TRACES_SAMPLER_ARG="${BENCH_OTLP_SAMPLER_ARG:-1.0}")
+    log "traces exported to $OTLP/v1/traces"
+fi
+
 # nginx as a plain reverse proxy with upstream keep-alive.
 NGINX_PORT=$(free_port)
 mkdir -p "$TMP/nginx"
@@ -192,7 +208,7 @@ if [[ " $TARGETS " == *" gatehouse "* ]]; then
         GATEHOUSE_DATABASE_URL="sqlite://$TMP/gatehouse.db" \
         GATEHOUSE_ADMIN_EMAIL=$ADMIN GATEHOUSE_ADMIN_PASSWORD=$PASSWORD \
         GATEHOUSE_LOG=warn GATEHOUSE_ACCESS_TOKEN_TTL=86400 \
-        "$BIN/gatehouse" serve >"$TMP/gatehouse.out" 2>&1 &
+        env "${OTEL_ENV[@]}" "$BIN/gatehouse" serve >"$TMP/gatehouse.out" 2>&1 &
     GATEHOUSE_PID=$!
     PIDS+=($GATEHOUSE_PID)
     GATEHOUSE=$(wait_line "$TMP/gatehouse.out" 'listening on ' | sed 's/.*listening on //')

@@ -16,6 +16,7 @@ pub mod runtime;
 pub mod secrets;
 pub mod sso;
 pub mod store;
+pub mod telemetry;
 pub mod time;
 pub mod usage;
 pub mod users;

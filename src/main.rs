@@ -98,6 +98,7 @@ fn fail(format: logs::Format, e: &CliError) -> ! {
 }
 
 async fn serve(settings: Settings, format: logs::Format) -> CliResult {
+    gatehouse::telemetry::init();
     let server = gatehouse::start(settings)
         .await
         .map_err(|e| CliError::failed(e.to_string()))?;
@@ -124,5 +125,6 @@ async fn serve(settings: Settings, format: logs::Format) -> CliResult {
     };
     shutdown.await;
     server.shutdown().await;
+    gatehouse::telemetry::shutdown().await;
     Ok(())
 }

@@ -181,15 +181,19 @@ pub async fn hash(password: String) -> Result<String, String> {
 
 /// Verifies `password` against `hash`, or against a dummy hash when `hash` is None.
 pub async fn verify(hash: Option<String>, password: String) -> bool {
-    on_hasher(move || match hash {
-        Some(h) => verify_blocking(&h, &password),
-        None => {
-            let _ = verify_blocking(dummy_hash(), &password);
-            false
-        }
+    // Its own span in a login's trace: the one slow step of a login.
+    crate::telemetry::in_span("password verify", async move {
+        on_hasher(move || match hash {
+            Some(h) => verify_blocking(&h, &password),
+            None => {
+                let _ = verify_blocking(dummy_hash(), &password);
+                false
+            }
+        })
+        .await
+        .unwrap_or(false)
     })
     .await
-    .unwrap_or(false)
 }
 
 pub fn warm_up() {

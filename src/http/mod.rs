@@ -17,6 +17,7 @@ pub mod serve;
 pub mod signins;
 pub mod sso;
 pub mod system;
+pub mod trace;
 pub mod usage;
 pub mod users;
 pub mod v1;
@@ -151,7 +152,7 @@ async fn request_id(mut req: Request, next: Next) -> Response {
     let mut resp = crate::models::upstream::REQUEST_ID
         .scope(
             id.clone(),
-            tracing::Instrument::instrument(next.run(req), span),
+            tracing::Instrument::instrument(trace::run(req, next), span),
         )
         .await;
     resp.headers_mut().insert("x-request-id", id);

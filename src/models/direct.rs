@@ -193,6 +193,7 @@ impl DirectClient {
         DirectResponse {
             status: parts.status,
             body: Exchange {
+                status: parts.status.as_u16(),
                 conn: Some(c),
                 body,
                 conn_done: false,
@@ -245,6 +246,8 @@ pub struct DirectResponse {
 /// worth), so a burst of stream events moves on as one piece. At its end the
 /// connection goes back to the pool; dropped before, it is closed.
 pub struct Exchange {
+    /// The answer's status.
+    pub status: u16,
     conn: Option<Idle>,
     body: Incoming,
     conn_done: bool,

@@ -4,6 +4,7 @@
 
 pub mod adapters;
 pub mod direct;
+pub mod observed;
 pub mod requests;
 pub mod retrieval;
 pub mod routing;

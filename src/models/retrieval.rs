@@ -14,6 +14,7 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use crate::models::adapters::{self, Adapter, UpstreamCall, Vector};
+use crate::models::observed::Attempt;
 pub use crate::models::requests::{EmbedRequest, Encoding, RerankRequest};
 use crate::models::routing::{next_pick, Answered, Failure};
 use crate::models::upstream;
@@ -153,6 +154,7 @@ pub fn shape_results(
 async fn routed<T>(
     client: &crate::models::upstream::UpstreamClient,
     model: &Model,
+    operation: &'static str,
     build: impl Fn(&dyn Adapter, &str) -> Result<UpstreamCall, serde_json::Error>,
     parse: impl Fn(&dyn Adapter, Value) -> Result<T, String>,
 ) -> Result<(T, Answered), Error> {
@@ -174,12 +176,14 @@ async fn routed<T>(
             }
         };
         target.stats.attempt();
-        let result = upstream::post_for_json(client, &target.provider, path, body)
-            .await
-            .and_then(|answer| {
-                parse(adapter, answer)
-                    .map_err(|m| AttemptError::new(Failure::BadAnswer, upstream::bad_answer(m)))
-            });
+        let mut attempt = Attempt::start(operation, &target.provider, &target.upstream_model);
+        let sent = upstream::post_for_json(client, &target.provider, path, body);
+        let result = attempt.scope(sent).await.and_then(|answer| {
+            attempt.status(200);
+            attempt.answer(answer.get("model"), answer.get("usage"));
+            parse(adapter, answer)
+                .map_err(|m| AttemptError::new(Failure::BadAnswer, upstream::bad_answer(m)))
+        });
         match result {
             Ok(v) => {
                 pick.guard.ok();
@@ -191,6 +195,7 @@ async fn routed<T>(
                 return Ok((v, answered));
             }
             Err(e) => {
+                attempt.failed(e.failure);
                 if !target.failed(&mut pick.guard, e.failure, false).retry {
                     return Err(e.error);
                 }
@@ -211,6 +216,7 @@ pub async fn embed(
     let ((data, reported), answered) = routed(
         client,
         model,
+        "embeddings",
         |a, m| a.embed_call(m, &req),
         |a, answer| {
             let parsed = a.parse_embed(answer, inputs)?;
@@ -245,6 +251,7 @@ pub async fn rerank(
     let (parsed, answered) = routed(
         client,
         model,
+        "rerank",
         |a, m| a.rerank_call(m, &req),
         |a, answer| a.parse_rerank(answer, documents),
     )

@@ -162,6 +162,13 @@ impl From<hyper::Error> for BodyError {
 pub type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, BodyError>> + Send>>;
 
 impl Answer {
+    pub fn status(&self) -> u16 {
+        match self {
+            Answer::Reqwest(r) => r.status().as_u16(),
+            Answer::Direct(x) => x.status,
+        }
+    }
+
     /// The whole body.
     pub async fn bytes(self) -> Result<Bytes, BodyError> {
         match self {
@@ -214,6 +221,7 @@ pub async fn post(
         headers.insert("x-request-id", id);
     }
     let timeout = || AttemptError::new(Failure::TimeoutBeforeHead, timeout_error(provider));
+    crate::telemetry::inject(&mut headers);
     let unreachable = |e: &dyn std::fmt::Display| {
         tracing::warn!(provider = %provider.name, error = %e, "upstream unreachable");
         AttemptError::new(Failure::Connect, unavailable_error())

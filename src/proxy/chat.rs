@@ -53,6 +53,7 @@ use serde_json::{Map, Value};
 use super::body::ChatBody;
 use super::sse::{SseEvent, SseFrame, SseParser, DONE};
 use crate::error::{Error, ErrorKind};
+use crate::models::observed::Attempt;
 use crate::models::routing::{
     judge, mono_ms, next_pick, Answered, Failure, InFlight, Pick, ProviderStats,
 };
@@ -375,18 +376,22 @@ pub async fn relay<H: ChatHooks>(
         };
         let deadline = upstream::deadline(&target.provider);
         let bytes = template.for_model(&target.upstream_model);
-        let resp = match upstream::post(
+        let mut attempt = Attempt::start("chat", &target.provider, &target.upstream_model);
+        let sent = upstream::post(
             client,
             &target.provider,
             "/chat/completions",
             bytes,
             stream,
             deadline,
-        )
-        .await
-        {
-            Ok(r) => r,
+        );
+        let resp = match attempt.scope(sent).await {
+            Ok(r) => {
+                attempt.status(r.status());
+                r
+            }
             Err(e) => {
+                attempt.failed(e.failure);
                 if !target.failed(&mut guard, e.failure, false).retry {
                     return failed(ticket, e.error);
                 }
@@ -401,11 +406,13 @@ pub async fn relay<H: ChatHooks>(
                 deadline,
                 &answering.id,
                 prompt_estimate,
+                &mut attempt,
             )
             .await
             {
                 Ok((bytes, tokens)) => {
                     guard.ok();
+                    attempt.finish();
                     ticket.set_model(&answering.id);
                     ticket.set_provider(&target.provider.name);
                     ticket.finish(200, tokens);
@@ -415,6 +422,7 @@ pub async fn relay<H: ChatHooks>(
                     });
                 }
                 Err(e) => {
+                    attempt.failed(e.failure);
                     if !target.failed(&mut guard, e.failure, false).retry {
                         return failed(ticket, e.error);
                     }
@@ -430,6 +438,7 @@ pub async fn relay<H: ChatHooks>(
                 deadline,
                 &answering.id,
                 prompt_estimate,
+                &mut attempt,
             )
             .await
             {
@@ -447,6 +456,7 @@ pub async fn relay<H: ChatHooks>(
                     });
                 }
                 Err(e) => {
+                    attempt.failed(e.failure);
                     if !target.failed(&mut guard, e.failure, false).retry {
                         return failed(ticket, e.error);
                     }
@@ -475,6 +485,7 @@ pub async fn relay<H: ChatHooks>(
             failure: None,
             phase: Phase::Streaming,
             ticket: Some(ticket),
+            attempt,
         };
         // Named before the first step, which may already end the stream.
         if let Some(t) = relay.ticket.as_mut() {
@@ -511,6 +522,7 @@ pub async fn relay<H: ChatHooks>(
                 // Retried only if the hooks saw nothing of this answer.
                 let retry = match relay.failure.take() {
                     Some(f) => {
+                        relay.attempt.failed(f);
                         let v = target.failed(&mut relay.guard, f, false);
                         v.retry && !relay.hooks_touched
                     }
@@ -544,9 +556,10 @@ async fn whole_answer(
     deadline: tokio::time::Instant,
     alias: &str,
     prompt_estimate: i64,
+    attempt: &mut Attempt,
 ) -> Result<(Value, Tokens), AttemptError> {
     let bytes = upstream::read_body(provider, resp, deadline).await?;
-    answer_tree(&bytes, alias, prompt_estimate)
+    answer_tree(&bytes, alias, prompt_estimate, attempt)
 }
 
 /// A plain answer parsed, checked, `model` rewritten, tokens counted.
@@ -554,6 +567,7 @@ fn answer_tree(
     bytes: &[u8],
     alias: &str,
     prompt_estimate: i64,
+    attempt: &mut Attempt,
 ) -> Result<(Value, Tokens), AttemptError> {
     let bad = |e: Error| AttemptError::new(Failure::BadAnswer, e);
     let mut v: Value =
@@ -567,6 +581,7 @@ fn answer_tree(
         }
         return Err(bad(upstream::bad_answer("it has no 'choices'")));
     }
+    attempt.answer(obj.get("model"), obj.get("usage"));
     rewrite_model(obj, alias);
     let tokens = usage_tokens(obj.get("usage")).unwrap_or_else(|| Tokens {
         prompt: prompt_estimate,
@@ -600,12 +615,16 @@ async fn raw_answer(
     deadline: tokio::time::Instant,
     alias: &str,
     prompt_estimate: i64,
+    attempt: &mut Attempt,
 ) -> Result<(Bytes, Tokens), AttemptError> {
     let bytes = upstream::read_body(provider, resp, deadline).await?;
-    if let Some(done) = splice_answer(&bytes, alias) {
-        return Ok(done);
+    // A span records the answer's model and usage: the tree path reads them.
+    if !attempt.wants_answer() {
+        if let Some(done) = splice_answer(&bytes, alias) {
+            return Ok(done);
+        }
     }
-    let (v, tokens) = answer_tree(&bytes, alias, prompt_estimate)?;
+    let (v, tokens) = answer_tree(&bytes, alias, prompt_estimate, attempt)?;
     let out = serde_json::to_vec(&v)
         .map_err(|e| AttemptError::new(Failure::BadAnswer, Error::internal(e)))?;
     Ok((Bytes::from(out), tokens))
@@ -903,6 +922,7 @@ struct StreamRelay<H> {
     phase: Phase,
     /// Always Some while the relay runs (see `hooks`).
     ticket: Option<UsageTicket>,
+    attempt: Attempt,
 }
 
 impl<H> StreamRelay<H> {
@@ -919,6 +939,8 @@ impl<H> StreamRelay<H> {
     }
 
     fn finish(&mut self, status: u16) {
+        self.attempt.answer(None, self.usage.as_ref());
+        self.attempt.finish();
         let tokens = self.tokens();
         if let Some(t) = self.ticket.as_mut() {
             t.finish(status, tokens);
@@ -977,6 +999,7 @@ impl<H> StreamRelay<H> {
         H: ChatHooks,
     {
         if let Some(f) = self.failure.take() {
+            self.attempt.failed(f);
             let verdict = judge(f, true);
             self.stats.failure(f.cause());
             if verdict.against_target {
@@ -1075,7 +1098,7 @@ impl<H: ChatHooks> StreamRelay<H> {
             if ev.data.trim() == "[DONE]" {
                 return Ok(Step::Out(self.end().await));
             }
-            if !H::EDITS_ANSWERS {
+            if !H::EDITS_ANSWERS && !self.attempt.wants_answer() {
                 if let Some(c) = splice_chunk(&ev.data, &self.alias, self.client_usage) {
                     if c.usage.is_some() {
                         self.usage = c.usage;
@@ -1122,6 +1145,7 @@ impl<H: ChatHooks> StreamRelay<H> {
             if !self.client_usage && !strip_usage(obj) {
                 continue;
             }
+            self.attempt.answer(obj.get("model"), None);
             rewrite_model(obj, &self.alias);
             let mut before = Vec::new();
             self.hooks_touched = true;

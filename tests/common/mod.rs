@@ -9,12 +9,14 @@
 //! - [`procs`]: `gatehouse serve` processes and setup through their HTTP API;
 //! - [`models`]: a gateway with providers on the stub upstream, SSE reading;
 //! - [`agent_chat`]: agent chats on the stub upstream (PII, AG-UI);
-//! - [`stub`]: scripts for the stub upstream.
+//! - [`stub`]: scripts for the stub upstream;
+//! - [`captured`]: a `gatehouse serve` process with its output captured.
 // Each test file uses a different part of this module.
 #![allow(dead_code)]
 
 pub mod agent_chat;
 pub mod agents;
+pub mod captured;
 pub mod models;
 pub mod procs;
 pub mod stub;

@@ -104,6 +104,10 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
     if let Some(rest) = path.strip_prefix("/_stub/") {
         return control(&shared, &parts.method, rest, parts.uri.query(), &bytes);
     }
+    // An OTLP/HTTP trace collector that accepts and drops (bench/run.sh BENCH_OTLP).
+    if path == "/v1/traces" && parts.method == Method::POST {
+        return Response::new(Body::empty());
+    }
     shared.requests.fetch_add(1, Ordering::Relaxed);
     let body: Value = if bytes.is_empty() {
         Value::Null
