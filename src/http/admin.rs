@@ -180,6 +180,7 @@ async fn delete_provider(
 }
 
 #[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 struct ModelsQuery {
     kind: Option<String>,
 }
