@@ -6,6 +6,9 @@ pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod error;
+/// Entry points for the fuzz targets and their corpus replay (tests only).
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod http;
 pub mod json;
 pub mod limits;

@@ -192,6 +192,7 @@ async fn delete_provider(
 }
 
 #[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 struct ModelsQuery {
     kind: Option<String>,
 }

@@ -272,6 +272,7 @@ async fn admin_reject_tool(
 }
 
 #[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 struct EventsQuery {
     device_id: Option<String>,
     after: Option<String>,
@@ -331,6 +332,7 @@ async fn admin_events(
 }
 
 #[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 struct ApprovalsQuery {
     status: Option<String>,
 }

@@ -13,6 +13,7 @@ pub mod error;
 pub mod extract;
 pub mod limits;
 pub mod metrics;
+pub mod openapi;
 pub mod serve;
 pub mod signins;
 pub mod sso;
@@ -62,10 +63,18 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .merge(sso::routes())
 }
 
-pub fn router(state: AppState) -> Router {
-    let (router, mut api) = routes().split_for_parts();
+/// The document `/openapi.json` serves (see [`openapi`]).
+pub fn openapi_document() -> serde_json::Value {
+    let (_, mut api) = routes().split_for_parts();
     api.info.version = env!("CARGO_PKG_VERSION").to_string();
-    let api = std::sync::Arc::new(api);
+    let mut doc = serde_json::to_value(&api).unwrap_or_default();
+    openapi::complete(&mut doc);
+    doc
+}
+
+pub fn router(state: AppState) -> Router {
+    let (router, _) = routes().split_for_parts();
+    let api = std::sync::Arc::new(openapi_document());
     router
         .route(
             "/openapi.json",

@@ -138,6 +138,7 @@ async fn sign_out(
 }
 
 #[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 struct AdminQuery {
     /// A user's e-mail: that user's sign-ins, ended ones included.
     user: Option<String>,

@@ -15,6 +15,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
 }
 
 #[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 struct UsageQuery {
     /// RFC 3339; records at or after it (default: all).
     from: Option<String>,

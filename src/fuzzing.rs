@@ -1,0 +1,400 @@
+//! Entry points for the `cargo fuzz` targets in `fuzz/` and for
+//! `tests/fuzz_corpora.rs`, which replays their corpora on stable Rust.
+//!
+//! Each function takes arbitrary bytes, runs the code that reads hostile
+//! input (the same public functions the server calls, in the same order),
+//! and panics only when an invariant breaks: a panic is a finding. Nothing
+//! here touches the network or a database.
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+
+use gatehouse_pii::{Counts, Mode, Scanner, StreamRestorer, Vault};
+use serde_json::{Map, Value};
+
+use crate::agents::agent::{AgentAddress, ToolName};
+use crate::agents::approvals::{answered_calls, enforce, tool_calls_of_response, ApprovalState};
+use crate::agents::chat::parse_headers;
+use crate::agents::ids::{is_conversation_id, is_tool_name};
+use crate::agents::manifest;
+use crate::agents::tools::{
+    apply, offered_tools, refuse_legacy_functions, ToolClass, ToolMode, ToolPolicy, ToolStatus,
+};
+use crate::proxy::agui::AgUi;
+use crate::proxy::body::ChatBody;
+use crate::proxy::chat::{
+    ask_for_usage, check_body, completion_chars, is_stream, prompt_chars, rewrite_model,
+    strip_usage, usage_tokens,
+};
+use crate::proxy::sse::{SseEvent, SseFrame, SseParser};
+
+/// One scanner for every input (building one per input would dominate).
+fn scanner() -> &'static Scanner {
+    static SCANNER: OnceLock<Scanner> = OnceLock::new();
+    SCANNER.get_or_init(|| {
+        let terms = ["Acme Corp".to_string(), "Project Falcon".to_string()];
+        Scanner::new(&terms).expect("the fixed terms build a scanner")
+    })
+}
+
+/// The first byte picks options; the rest is the input.
+fn split(data: &[u8]) -> (u8, &[u8]) {
+    match data.split_first() {
+        Some((b, rest)) => (*b, rest),
+        None => (0, data),
+    }
+}
+
+/// Cuts `s` into pieces at char boundaries, sizes taken from `sizes`.
+fn pieces<'a>(s: &'a str, sizes: &[u8]) -> Vec<&'a str> {
+    let mut out = vec![];
+    let mut at = 0;
+    let mut i = 0;
+    while at < s.len() {
+        let want = sizes.get(i % sizes.len().max(1)).copied().unwrap_or(7) as usize % 17 + 1;
+        let mut end = (at + want).min(s.len());
+        while !s.is_char_boundary(end) {
+            end += 1;
+        }
+        out.push(&s[at..end]);
+        at = end;
+        i += 1;
+    }
+    out
+}
+
+/// The agent chat body rewrite, in the order the handler runs it: legacy
+/// refusal, tool checks, body checks, tool rules, approval enforcement, PII
+/// protection, and the upstream body. Also the model chat route's part.
+pub fn chat_body(data: &[u8]) {
+    let (opts, json) = split(data);
+    let Ok(mut body) = serde_json::from_slice::<Map<String, Value>>(json) else {
+        return;
+    };
+    // /v1/chat/completions: checks, then the upstream body.
+    let _ = check_body(&body);
+    upstream_body(&body, "upstream-model");
+
+    if refuse_legacy_functions(&body).is_err() {
+        return;
+    }
+    let Ok(offered) = offered_tools(&body) else {
+        return;
+    };
+    assert!(offered.len() <= crate::agents::tools::MAX_REQUEST_TOOLS);
+    assert!(offered.iter().all(|n| is_tool_name(n)));
+    if check_body(&body).is_err() {
+        return;
+    }
+    let mode = [
+        ToolMode::Off,
+        ToolMode::ReadOnly,
+        ToolMode::Ask,
+        ToolMode::Auto,
+    ][usize::from(opts & 3)];
+    // Some tools known to the manifest, a contract naming every other one.
+    let classes: HashMap<String, ToolClass> = offered
+        .iter()
+        .step_by(2)
+        .map(|n| (n.clone(), ToolClass::Read))
+        .collect();
+    let contract: Vec<String> = offered.iter().skip(1).step_by(2).cloned().collect();
+    let decisions: HashMap<String, ToolStatus> = offered
+        .iter()
+        .skip(2)
+        .step_by(3)
+        .map(|n| (n.clone(), ToolStatus::Accepted))
+        .collect();
+    let policy = ToolPolicy {
+        mode,
+        classes: &classes,
+        contract: &contract,
+        decisions: &decisions,
+        allow_local_mcp: opts & 4 != 0,
+    };
+    let decision = policy.decide(&offered);
+    if body.contains_key("tools") || body.contains_key("tool_choice") {
+        apply(&mut body, &decision.keep);
+    }
+    // What goes upstream offers only kept tools.
+    if let Ok(left) = offered_tools(&body) {
+        assert!(left.iter().all(|n| decision.keep.contains(n)), "{left:?}");
+    }
+    assert!(decision.held.iter().all(|n| !decision.keep.contains(n)));
+
+    let answered = answered_calls(&body);
+    let states: HashMap<String, ApprovalState> = answered
+        .iter()
+        .enumerate()
+        .map(|(i, id)| {
+            let s = [
+                ApprovalState::Approved,
+                ApprovalState::Denied,
+                ApprovalState::Expired,
+                ApprovalState::Pending,
+            ][(i + usize::from(opts >> 4)) % 4];
+            (id.clone(), s)
+        })
+        .collect();
+    if enforce(&mut body, &states).is_err() {
+        return;
+    }
+
+    let pii = [Mode::Off, Mode::Redact, Mode::TokenizeReversible][usize::from(opts >> 3 & 1) + 1];
+    let mut vault = Vault::new();
+    let mut counts = Counts::new();
+    crate::pii::protect_body(&mut body, scanner(), pii, &mut vault, &mut counts);
+    // Tool names are not scanned: the tool rules' decision still holds.
+    if let Ok(after) = offered_tools(&body) {
+        assert!(after.iter().all(|n| decision.keep.contains(n)));
+    }
+    let _ = is_stream(&body);
+    let _ = prompt_chars(&body);
+    upstream_body(&body, "agent-model");
+}
+
+/// The bytes sent upstream parse back as the body with the upstream model.
+fn upstream_body(body: &Map<String, Value>, upstream_model: &str) {
+    let mut body = body.clone();
+    let stream = is_stream(&body);
+    let _ = ask_for_usage(&mut body, stream);
+    let mut template = ChatBody::new(&body).expect("a JSON map serialises");
+    let bytes = template.for_model(upstream_model);
+    let again = template.for_model(upstream_model);
+    assert_eq!(bytes, again);
+    let sent: Map<String, Value> =
+        serde_json::from_slice(&bytes).expect("the upstream body is JSON");
+    body.insert("model".into(), Value::String(upstream_model.into()));
+    // Compared through the same write and read (floats read back exactly then).
+    let expected: Map<String, Value> =
+        serde_json::from_slice(&serde_json::to_vec(&body).expect("a JSON map serialises"))
+            .expect("serialised JSON parses");
+    assert_eq!(sent, expected);
+}
+
+/// The manifest parser and its canonical hash.
+pub fn manifest(data: &[u8]) {
+    let Ok(m) = manifest::parse(data) else {
+        return;
+    };
+    assert!(m.tools.len() <= manifest::MAX_TOOLS);
+    assert!(m.context.len() <= manifest::MAX_CONTEXT);
+    let mut names = std::collections::HashSet::new();
+    for t in &m.tools {
+        assert!(is_tool_name(&t.name));
+        assert!(names.insert(t.name.as_str()), "duplicate {}", t.name);
+        assert!(t.description.chars().count() <= manifest::MAX_DESCRIPTION_CHARS);
+        let _ = t.parameters_hash();
+    }
+    let hash = m.hash();
+    assert!(hash.starts_with("sha256:") && hash.len() == 7 + 64);
+    // White space does not count: the compact and the pretty form of the
+    // same document (same number spellings) hash the same.
+    if let Ok(v) = serde_json::from_slice::<Value>(data) {
+        let compact = serde_json::to_vec(&v).expect("a Value serialises");
+        let pretty = serde_json::to_vec_pretty(&v).expect("a Value serialises");
+        let a = manifest::parse(&compact).expect("the compact form parses too");
+        let b = manifest::parse(&pretty).expect("the pretty form parses too");
+        assert_eq!(a.hash(), b.hash());
+    }
+}
+
+fn parse_all(chunks: &[&[u8]]) -> Vec<SseEvent> {
+    let mut p = SseParser::new();
+    let mut out = vec![];
+    for c in chunks {
+        p.push(c);
+        while let Some(ev) = p.next_event() {
+            out.push(ev);
+        }
+    }
+    out.extend(p.finish());
+    out
+}
+
+/// The SSE parser (bytes split anywhere give the same events) and the
+/// relay's work on each event: usage handling, the `model` rewrite, AG-UI
+/// events, PII restore across chunks, and the frames written back.
+pub fn sse(data: &[u8]) {
+    let (opts, bytes) = split(data);
+    let whole = parse_all(&[bytes]);
+    // Split at positions taken from the input itself.
+    let step = usize::from(opts % 13) + 1;
+    let chunks: Vec<&[u8]> = bytes.chunks(step).collect();
+    assert_eq!(parse_all(&chunks), whole, "split every {step} bytes");
+
+    let mut vault = Vault::new();
+    let mut counts = Counts::new();
+    let _ = vault.tokenize(
+        scanner(),
+        "mail ann@example.com or call +1 415 555 0100",
+        &mut counts,
+    );
+    let vault = Arc::new(vault);
+    let mut content = StreamRestorer::new(Arc::clone(&vault), false);
+    let mut args = StreamRestorer::new(Arc::clone(&vault), true);
+    let mut agui = AgUi::new("conv".into(), "turn".into());
+    let _ = agui.run_started();
+    let mut completion = 0usize;
+    for ev in &whole {
+        // A frame written from an event reads back as that event.
+        let frame = match &ev.event {
+            Some(name) if !name.is_empty() => SseFrame::Event {
+                event: name.clone(),
+                data: ev.data.clone(),
+            },
+            _ => SseFrame::Data(ev.data.clone()),
+        };
+        let back = parse_all(&[&frame.to_bytes()]);
+        assert_eq!(back.len(), 1, "{frame:?}");
+        assert_eq!(back[0].data, ev.data);
+
+        let Ok(mut chunk) = serde_json::from_str::<Value>(&ev.data) else {
+            continue;
+        };
+        let Some(obj) = chunk.as_object_mut() else {
+            continue;
+        };
+        let _ = usage_tokens(obj.get("usage"));
+        completion = completion.saturating_add(completion_chars(obj, "delta"));
+        if opts & 0x80 == 0 && !strip_usage(obj) {
+            continue;
+        }
+        rewrite_model(obj, "alias");
+        if let Some(choices) = obj.get_mut("choices").and_then(Value::as_array_mut) {
+            for c in choices {
+                if let Some(Value::String(s)) = c.pointer_mut("/delta/content") {
+                    *s = content.push(s);
+                }
+                if let Some(Value::String(s)) =
+                    c.pointer_mut("/delta/tool_calls/0/function/arguments")
+                {
+                    *s = args.push(s);
+                }
+            }
+        }
+        let _ = tool_calls_of_response(&chunk);
+        let _ = agui.on_chunk(&chunk);
+        let out = SseFrame::json(&chunk).to_bytes();
+        let back = parse_all(&[&out]);
+        assert_eq!(back.len(), 1);
+        let reread: Value = serde_json::from_str(&back[0].data).expect("a written chunk is JSON");
+        let expected: Value = serde_json::from_str(&chunk.to_string()).expect("JSON parses");
+        assert_eq!(reread, expected);
+    }
+    let _ = content.finish();
+    let _ = args.finish();
+    let _ = agui.finish(None, "alias", vec![]);
+    let _ = agui.error("cut off", "upstream_error");
+}
+
+/// The PII scanner, redaction, tokens and their restore (whole and streamed).
+pub fn pii(data: &[u8]) {
+    let (opts, bytes) = split(data);
+    let Ok(text) = std::str::from_utf8(bytes) else {
+        return;
+    };
+    let s = scanner();
+    let findings = s.scan(text);
+    let mut last = 0;
+    for f in &findings {
+        assert!(
+            f.start >= last && f.start < f.end && f.end <= text.len(),
+            "{f:?}"
+        );
+        assert!(text.is_char_boundary(f.start) && text.is_char_boundary(f.end));
+        last = f.end;
+    }
+    let mut counts = Counts::new();
+    let redacted = gatehouse_pii::redact(s, text, &mut counts);
+    assert_eq!(counts.total() as usize, findings.len());
+    if findings.is_empty() {
+        assert_eq!(redacted, text);
+    }
+    let mut vault = Vault::new();
+    let mut counts = Counts::new();
+    let tokenized = vault.tokenize(s, text, &mut counts);
+    // A second pass gives every value its first token again.
+    let mut counts2 = Counts::new();
+    let twice = vault.tokenize(s, text, &mut counts2);
+    assert_eq!(tokenized, twice);
+    let restored = vault.restore(&tokenized);
+    if !text.contains('[') {
+        assert_eq!(restored, text);
+    }
+    let vault = Arc::new(vault);
+    for json in [false, true] {
+        let mut r = StreamRestorer::new(Arc::clone(&vault), json);
+        let mut streamed = String::new();
+        for p in pieces(&tokenized, &[opts, opts.rotate_left(3), 1]) {
+            streamed.push_str(&r.push(p));
+            assert!(vault.is_empty() || r.held_len() < vault.max_token_len().max(1));
+        }
+        streamed.push_str(&r.finish());
+        let whole = if json {
+            vault.restore_json(&tokenized)
+        } else {
+            vault.restore(&tokenized)
+        };
+        assert_eq!(streamed, whole);
+    }
+}
+
+/// Conversation, turn and event ids, tool names, agent addresses, and the
+/// agent chat headers that carry them.
+pub fn ids(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let conv = text.chars().count() <= 128
+        && !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || ".:_-".contains(c));
+    assert_eq!(is_conversation_id(&text), conv, "{text:?}");
+    let tool = text.len() <= 64
+        && !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-".contains(c));
+    assert_eq!(is_tool_name(&text), tool);
+    assert_eq!(ToolName::parse(&text).is_some(), tool);
+    let address = text.len() <= 64
+        && !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-@".contains(c));
+    assert_eq!(AgentAddress::parse(&text).is_some(), address);
+    assert_eq!(AgentAddress::parse_field("address", &text).is_ok(), address);
+    if let Some(m) = ToolMode::parse(&text) {
+        assert_eq!(m.as_str(), text);
+    }
+    if let Some(c) = ToolClass::parse(&text) {
+        assert_eq!(c.as_str(), text);
+    }
+    if let Some(a) = ApprovalState::parse(&text) {
+        assert_eq!(a.as_str(), text);
+    }
+    let _ = crate::pii::choose_mode(
+        Mode::Redact,
+        data.first().is_some_and(|b| b & 1 == 1),
+        Some(&text),
+    );
+
+    // Header values: the raw bytes, split into the five headers at `\n`.
+    let names = [
+        "X-Service-Tool-Mode",
+        "X-Service-Conversation-Id",
+        "X-Service-Turn-Id",
+        "X-Service-PII-Mode",
+        "X-Service-Events",
+    ];
+    let values: Vec<&[u8]> = data.split(|b| *b == b'\n').collect();
+    let lookup = |name: &str| {
+        let i = names.iter().position(|n| n.eq_ignore_ascii_case(name))?;
+        values.get(i).copied().filter(|v| !v.is_empty())
+    };
+    if let Ok(h) = parse_headers(lookup) {
+        for id in [&h.conversation_id, &h.turn_id].into_iter().flatten() {
+            assert!(is_conversation_id(id));
+        }
+    }
+}
