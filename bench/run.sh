@@ -387,5 +387,8 @@ if [ -n "$GATEHOUSE_OK" ] && [[ " ${ACTIVE[*]} " == *" gatehouse "* ]]; then
         awk '/^gatehouse_usage_records_(written|dropped|failed)_total/ {sub("gatehouse_usage_records_", "", $1); sub("_total", "", $1); printf "%s %s, ", $1, $2}')
     echo "Gateway usage records: ${written%, } (requests sent to the gateway, warm-up included: one record each)."
     echo
+    # Resident memory: the peak over the whole run (VmHWM) and now.
+    echo "Gateway resident memory: peak $(awk '/^VmHWM/ {print $2 / 1024}' "/proc/$GATEHOUSE_PID/status") MiB, now $(awk '/^VmRSS/ {print $2 / 1024}' "/proc/$GATEHOUSE_PID/status") MiB."
+    echo
 fi
 log "raw results in $OUT"

@@ -41,11 +41,6 @@ enum ConfigCommand {
     },
 }
 
-/// mimalloc: the relay allocates many small, short-lived buffers per request
-/// (JSON, headers); measured in docs/performance.md.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[tokio::main]
 async fn main() {
     // Usage errors exit 2 with clap's message and usage text.
@@ -99,6 +94,13 @@ fn fail(format: logs::Format, e: &CliError) -> ! {
 
 async fn serve(settings: Settings, format: logs::Format) -> CliResult {
     gatehouse::telemetry::init();
+    // Handlers first: a SIGTERM that comes while the server starts (it
+    // answers before the banner is out) must stop it gracefully, not kill it.
+    #[cfg(unix)]
+    let signals = {
+        use tokio::signal::unix::{signal, SignalKind};
+        signal(SignalKind::terminate()).and_then(|t| Ok((t, signal(SignalKind::interrupt())?)))
+    };
     let server = gatehouse::start(settings)
         .await
         .map_err(|e| CliError::failed(e.to_string()))?;
@@ -109,19 +111,20 @@ async fn serve(settings: Settings, format: logs::Format) -> CliResult {
         logs::Format::Json => println!("{}", logs::line(format, "INFO", &banner)),
     }
     let shutdown = async {
-        let ctrl_c = tokio::signal::ctrl_c();
         #[cfg(unix)]
         {
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(mut term) => tokio::select! { _ = ctrl_c => {}, _ = term.recv() => {} },
+            match signals {
+                Ok((mut term, mut int)) => {
+                    tokio::select! { _ = int.recv() => {}, _ = term.recv() => {} }
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "no SIGTERM handler; stopping on Ctrl-C only");
-                    let _ = ctrl_c.await;
+                    let _ = tokio::signal::ctrl_c().await;
                 }
             }
         }
         #[cfg(not(unix))]
-        let _ = ctrl_c.await;
+        let _ = tokio::signal::ctrl_c().await;
     };
     shutdown.await;
     server.shutdown().await;

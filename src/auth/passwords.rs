@@ -46,7 +46,20 @@ fn hashers() -> &'static Hashers {
             let spawned = std::thread::Builder::new()
                 .name(format!("password-hash-{i}"))
                 .spawn(move || loop {
-                    let job = rx.lock().recv();
+                    KEEP_BLOCKS.with(|k| k.set(true));
+                    let job = {
+                        let rx = rx.lock();
+                        match rx.try_recv() {
+                            Ok(job) => Ok(job),
+                            Err(std::sync::mpsc::TryRecvError::Empty) => {
+                                // Idle: give the work area back (19 MiB of
+                                // resident memory per thread otherwise).
+                                release_blocks();
+                                rx.recv()
+                            }
+                            Err(std::sync::mpsc::TryRecvError::Disconnected) => break,
+                        }
+                    };
                     match job {
                         Ok(job) => {
                             let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
@@ -81,8 +94,16 @@ async fn on_hasher<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) ->
 
 thread_local! {
     /// Argon2's working memory (19 MiB), kept by each hashing thread and
-    /// reused: allocating it per hash let the allocator keep many copies.
+    /// reused while hashes queue up (allocating it per hash let the
+    /// allocator keep many copies), released when the thread goes idle.
     static BLOCKS: std::cell::RefCell<Vec<argon2::Block>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// Set on the hashing threads; any other thread frees the work area
+    /// right after its hash (the start-up hash, say).
+    static KEEP_BLOCKS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+fn release_blocks() {
+    BLOCKS.with(|b| *b.borrow_mut() = Vec::new());
 }
 
 /// Argon2id (version 0x13) of `password` with `params` and raw `salt` into `out`.
@@ -103,7 +124,11 @@ fn argon2id_into(
         if blocks.len() != n {
             *blocks = vec![argon2::Block::default(); n];
         }
-        ctx.hash_password_into_with_memory(password, salt, out, &mut blocks[..])
+        let done = ctx.hash_password_into_with_memory(password, salt, out, &mut blocks[..]);
+        if !KEEP_BLOCKS.with(std::cell::Cell::get) {
+            *blocks = Vec::new();
+        }
+        done
     })
 }
 
