@@ -146,12 +146,11 @@ impl DirectClient {
         headers: &HeaderMap,
         body: Bytes,
     ) -> Result<DirectResponse, DirectError> {
-        let host = url.host_str().unwrap_or_default();
-        let port = url.port_or_known_default().unwrap_or(80);
-        let authority = match url.port() {
-            Some(p) => format!("{host}:{p}"),
-            None => format!("{host}:{port}"),
-        };
+        let authority = format!(
+            "{}:{}",
+            url.host_str().unwrap_or_default(),
+            url.port_or_known_default().unwrap_or(80)
+        );
         let target = match url.query() {
             Some(q) => format!("{}?{q}", url.path()),
             None => url.path().to_string(),

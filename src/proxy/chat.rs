@@ -399,61 +399,45 @@ pub async fn relay<H: ChatHooks>(
                 continue;
             }
         };
-        if !stream && !H::EDITS_ANSWERS {
-            match raw_answer(
-                &target.provider,
-                resp,
-                deadline,
-                &answering.id,
-                prompt_estimate,
-                &mut attempt,
-            )
-            .await
-            {
-                Ok((bytes, tokens)) => {
+        if !stream {
+            // Hooks that edit answers get a JSON tree; otherwise the bytes pass
+            // with `model` spliced in.
+            let answer = if H::EDITS_ANSWERS {
+                whole_answer(
+                    &target.provider,
+                    resp,
+                    deadline,
+                    &answering.id,
+                    prompt_estimate,
+                    &mut attempt,
+                )
+                .await
+                .map(|(v, tokens)| (RelayedBody::Answer(v), tokens))
+            } else {
+                raw_answer(
+                    &target.provider,
+                    resp,
+                    deadline,
+                    &answering.id,
+                    prompt_estimate,
+                    &mut attempt,
+                )
+                .await
+                .map(|(b, tokens)| (RelayedBody::Raw(b), tokens))
+            };
+            match answer {
+                Ok((mut body, tokens)) => {
                     guard.ok();
                     attempt.finish();
                     ticket.set_model(&answering.id);
                     ticket.set_provider(&target.provider.name);
-                    ticket.finish(200, tokens);
-                    return Ok(Relayed {
-                        body: RelayedBody::Raw(bytes),
-                        answered,
-                    });
-                }
-                Err(e) => {
-                    attempt.failed(e.failure);
-                    if !target.failed(&mut guard, e.failure, false).retry {
-                        return failed(ticket, e.error);
-                    }
-                    last = Some(e.error);
-                    continue;
-                }
-            }
-        }
-        if !stream {
-            match whole_answer(
-                &target.provider,
-                resp,
-                deadline,
-                &answering.id,
-                prompt_estimate,
-                &mut attempt,
-            )
-            .await
-            {
-                Ok((mut v, tokens)) => {
-                    guard.ok();
-                    ticket.set_model(&answering.id);
-                    ticket.set_provider(&target.provider.name);
-                    if let Err(e) = hooks.on_response(&mut v).await {
-                        return failed(ticket, e);
+                    if let RelayedBody::Answer(v) = &mut body {
+                        if let Err(e) = hooks.on_response(v).await {
+                            return failed(ticket, e);
+                        }
                     }
                     ticket.finish(200, tokens);
-                    return Ok(Relayed {
-                        body: RelayedBody::Answer(v),
-                        answered,
-                    });
+                    return Ok(Relayed { body, answered });
                 }
                 Err(e) => {
                     attempt.failed(e.failure);
@@ -718,10 +702,10 @@ pub struct SplicedChunk {
 /// usage-only chunk dropped), all by splicing the upstream's text. None when
 /// the chunk needs the tree path (an error, content parts, odd layout).
 pub fn splice_chunk(data: &str, alias: &str, client_usage: bool) -> Option<SplicedChunk> {
-    let view: ChunkView<'_> = serde_json::from_str(data).ok()?;
     if !data.trim_start().starts_with('{') {
         return None;
     }
+    let view: ChunkView<'_> = serde_json::from_str(data).ok()?;
     let choices = view.choices?;
     let mut chars = 0;
     let mut finish = false;
