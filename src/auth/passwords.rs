@@ -29,49 +29,49 @@ fn slots() -> &'static Semaphore {
 
 type Job = Box<dyn FnOnce() + Send>;
 
-/// Hashes sent to the hashing threads and not yet taken by one.
-static QUEUED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
 /// A fixed set of threads that do nothing but hash. On the blocking pool a
 /// flood spread the hashes over many threads, and the allocator kept each
 /// thread's 19 MiB after use: memory grew with the flood, not with the
 /// concurrency setting.
 struct Hashers {
-    jobs: parking_lot::Mutex<std::sync::mpsc::Sender<Job>>,
+    jobs: flume::Sender<Job>,
 }
 
 fn hashers() -> &'static Hashers {
     HASHERS.get_or_init(|| {
-        let (tx, rx) = std::sync::mpsc::channel::<Job>();
-        let rx = std::sync::Arc::new(parking_lot::Mutex::new(rx));
+        // Many receivers on one queue: each thread sees for itself whether
+        // a hash is waiting. (With one receiver behind a lock, a thread that
+        // saw a hash queued, and lost it to a sibling, waited on the lock
+        // with its work area for good.)
+        let (tx, rx) = flume::unbounded::<Job>();
         for i in 0..concurrency() {
-            let rx = std::sync::Arc::clone(&rx);
+            let rx = rx.clone();
             let spawned = std::thread::Builder::new()
                 .name(format!("password-hash-{i}"))
-                .spawn(move || loop {
+                .spawn(move || {
                     KEEP_BLOCKS.with(|k| k.set(true));
-                    // Nothing waiting: give the work area back (19 MiB of
-                    // resident memory per thread otherwise). Checked before
-                    // waiting for the lock, which an idle sibling holds.
-                    if QUEUED.load(std::sync::atomic::Ordering::Acquire) == 0 {
-                        release_blocks();
-                    }
-                    let job = rx.lock().recv();
-                    match job {
-                        Ok(job) => {
-                            QUEUED.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
-                            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
-                        }
-                        Err(_) => break,
+                    loop {
+                        let job = match rx.try_recv() {
+                            Ok(job) => job,
+                            // Nothing waiting: give the work area back (19 MiB
+                            // of resident memory per thread otherwise).
+                            Err(flume::TryRecvError::Empty) => {
+                                release_blocks();
+                                match rx.recv() {
+                                    Ok(job) => job,
+                                    Err(_) => break,
+                                }
+                            }
+                            Err(flume::TryRecvError::Disconnected) => break,
+                        };
+                        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
                     }
                 });
             if let Err(e) = spawned {
                 tracing::error!(error = %e, "could not start a password hashing thread");
             }
         }
-        Hashers {
-            jobs: parking_lot::Mutex::new(tx),
-        }
+        Hashers { jobs: tx }
     })
 }
 
@@ -79,13 +79,10 @@ fn hashers() -> &'static Hashers {
 async fn on_hasher<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, String> {
     let _slot = slots().acquire().await.map_err(|e| e.to_string())?;
     let (tx, rx) = tokio::sync::oneshot::channel();
-    let hashers = hashers();
-    QUEUED.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-    let sent = hashers.jobs.lock().send(Box::new(move || {
+    let sent = hashers().jobs.send(Box::new(move || {
         let _ = tx.send(f());
     }));
     if sent.is_err() {
-        QUEUED.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
         return Err("no password hashing thread".to_string());
     }
     rx.await
