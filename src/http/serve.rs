@@ -4,8 +4,8 @@
 //! and streams finish within a grace period, then ends the rest.
 //!
 //! The timeouts cost one timer per connection, not per request: a watchdog
-//! task per connection reads a few atomics the connection updates as
-//! requests begin and end and as bytes arrive.
+//! beside each connection reads a few atomics the connection updates as
+//! requests begin and end and as bytes arrive, waking only at deadlines.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -24,7 +24,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Notify, Semaphore};
+use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 use tower::Service;
 
@@ -125,6 +125,11 @@ pub async fn serve(
 
 /// What the watchdog of one connection reads. Times are milliseconds since
 /// the connection was accepted.
+///
+/// The connection never wakes the watchdog: a wake-up (and a new timer) per
+/// request cost more than the timeouts are worth. The watchdog wakes at
+/// least once per header timeout and works out the exact deadline from these
+/// times each time, so no deadline is missed.
 struct ConnState {
     born: Instant,
     /// Requests whose head arrived and whose answer is not yet fully written.
@@ -134,7 +139,6 @@ struct ConnState {
     /// When the first byte of the next request head arrived; `NONE` while
     /// none did since the connection became idle.
     head_started: AtomicU64,
-    wake: Notify,
 }
 
 const NONE: u64 = u64::MAX;
@@ -152,7 +156,6 @@ impl ConnState {
         if self.active.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.head_started.store(NONE, Ordering::Release);
             self.idle_since.store(self.now_ms(), Ordering::Release);
-            self.wake.notify_one();
         }
     }
 
@@ -161,8 +164,37 @@ impl ConnState {
             && self.active.load(Ordering::Acquire) == 0
         {
             self.head_started.store(self.now_ms(), Ordering::Release);
-            self.wake.notify_one();
         }
+    }
+
+    /// When the watchdog must look next (ms), or `Err(())` when the
+    /// connection has been idle, or sending a request head, for longer than
+    /// allowed.
+    fn next_look(&self, now: u64, header_ms: u64, idle_ms: u64) -> Result<u64, ()> {
+        if self.active.load(Ordering::Acquire) > 0 {
+            // A request runs: its body has its own timeout, an answer (a
+            // stream) may take as long as it takes. Look again later.
+            return Ok(now.saturating_add(header_ms.min(idle_ms)));
+        }
+        let started = self.head_started.load(Ordering::Acquire);
+        if started != NONE {
+            let deadline = started.saturating_add(header_ms);
+            return if now >= deadline {
+                Err(())
+            } else {
+                Ok(deadline)
+            };
+        }
+        let deadline = self
+            .idle_since
+            .load(Ordering::Acquire)
+            .saturating_add(idle_ms);
+        if now >= deadline {
+            return Err(());
+        }
+        // A head may start at any moment without telling us: look again
+        // within one header timeout, so a slow head is caught on time.
+        Ok(deadline.min(now.saturating_add(header_ms)))
     }
 
     /// Resolves when the connection has been idle, or sending a request head,
@@ -171,28 +203,12 @@ impl ConnState {
         let header_ms = u64::try_from(limits.header_timeout.as_millis()).unwrap_or(NONE / 2);
         let idle_ms = u64::try_from(limits.idle_timeout.as_millis()).unwrap_or(NONE / 2);
         loop {
-            let woken = self.wake.notified();
-            if self.active.load(Ordering::Acquire) > 0 {
-                // A request runs: its body has its own timeout, an answer
-                // (a stream) may take as long as it takes.
-                woken.await;
-                continue;
-            }
-            let started = self.head_started.load(Ordering::Acquire);
-            let deadline = if started == NONE {
-                self.idle_since
-                    .load(Ordering::Acquire)
-                    .saturating_add(idle_ms)
-            } else {
-                started.saturating_add(header_ms)
-            };
             let now = self.now_ms();
-            if now >= deadline {
-                return;
-            }
-            tokio::select! {
-                () = tokio::time::sleep(Duration::from_millis(deadline - now)) => {}
-                () = woken => {}
+            match self.next_look(now, header_ms, idle_ms) {
+                Err(()) => return,
+                Ok(at) => {
+                    tokio::time::sleep(Duration::from_millis(at.saturating_sub(now).max(1))).await
+                }
             }
         }
     }
@@ -214,7 +230,6 @@ async fn serve_conn(
         idle_since: AtomicU64::new(0),
         // A new connection owes its first request head from the start.
         head_started: AtomicU64::new(0),
-        wake: Notify::new(),
     });
     let io = TokioIo::new(Watched {
         tcp,
@@ -390,5 +405,44 @@ impl AsyncWrite for Watched {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.tcp).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(active: usize, idle_since: u64, head_started: u64) -> ConnState {
+        ConnState {
+            born: Instant::now(),
+            active: AtomicUsize::new(active),
+            idle_since: AtomicU64::new(idle_since),
+            head_started: AtomicU64::new(head_started),
+        }
+    }
+
+    #[test]
+    fn an_idle_connection_is_looked_at_within_one_header_timeout_and_ends_at_the_idle_timeout() {
+        let s = state(0, 1_000, NONE);
+        // Idle 75 s, header 30 s: the watchdog looks again within 30 s, since
+        // a head could start at any moment without telling it.
+        assert_eq!(s.next_look(1_000, 30_000, 75_000), Ok(31_000));
+        assert_eq!(s.next_look(61_000, 30_000, 75_000), Ok(76_000));
+        assert_eq!(s.next_look(76_000, 30_000, 75_000), Err(()));
+    }
+
+    #[test]
+    fn a_head_started_while_the_watchdog_slept_ends_exactly_at_its_header_deadline() {
+        let s = state(0, 1_000, 20_000);
+        assert_eq!(s.next_look(31_000, 30_000, 75_000), Ok(50_000));
+        assert_eq!(s.next_look(50_000, 30_000, 75_000), Err(()));
+    }
+
+    #[test]
+    fn a_connection_with_a_request_running_never_expires() {
+        let s = state(1, 0, NONE);
+        assert_eq!(s.next_look(1_000_000, 30_000, 75_000), Ok(1_030_000));
+        s.request_ended();
+        assert_eq!(s.head_started.load(Ordering::Acquire), NONE);
     }
 }
