@@ -11,8 +11,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request};
-use axum::http::Extensions;
-use axum::middleware::Next;
+use axum::http::{Extensions, HeaderValue, Method};
 use axum::response::Response;
 use parking_lot::Mutex;
 
@@ -49,46 +48,65 @@ impl AccessNote {
     }
 }
 
-pub async fn log(mut req: Request, next: Next) -> Response {
-    let started = Instant::now();
-    let note = AccessNote::default();
-    req.extensions_mut().insert(note.clone());
-    let method = req.method().clone();
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or_else(|| "unmatched".to_string(), |m| m.as_str().to_string());
-    let request_id = req
-        .headers()
-        .get("x-request-id")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_string();
-    let resp = next.run(req).await;
-    let latency_ms = (started.elapsed().as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0;
-    let mut f = note.0.lock().clone();
-    if f.provider.is_none() {
-        // Set by the upstream routing where several targets can answer.
-        f.provider = resp
-            .headers()
-            .get("x-gatehouse-provider")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
+/// What the access line needs from the request, taken before it is handled.
+pub struct Access {
+    started: Instant,
+    note: AccessNote,
+    method: Method,
+    route: Option<MatchedPath>,
+    request_id: Option<HeaderValue>,
+}
+
+impl Access {
+    /// Gives the request its [`AccessNote`] slot and remembers what the line names.
+    pub fn begin(req: &mut Request) -> Access {
+        let note = AccessNote::default();
+        req.extensions_mut().insert(note.clone());
+        Access {
+            started: Instant::now(),
+            note,
+            method: req.method().clone(),
+            route: req.extensions().get::<MatchedPath>().cloned(),
+            request_id: req.headers().get("x-request-id").cloned(),
+        }
     }
-    tracing::info!(
-        target: "gatehouse::access",
-        request_id = %request_id,
-        method = %method,
-        route = %route,
-        status = resp.status().as_u16(),
-        latency_ms,
-        user_id = f.user_id.as_deref(),
-        api_key_id = f.api_key_id.as_deref(),
-        agent = f.agent.as_deref(),
-        device_id = f.device_id.as_deref(),
-        model = f.model.as_deref(),
-        provider = f.provider.as_deref(),
-        "request"
-    );
-    resp
+
+    /// The matched route template, `unmatched` when none.
+    pub fn route_label(&self) -> &str {
+        self.route.as_ref().map_or("unmatched", MatchedPath::as_str)
+    }
+
+    /// Writes the access line for `resp`.
+    pub fn finish(self, resp: &Response) {
+        let latency_ms = (self.started.elapsed().as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0;
+        let mut f = self.note.0.lock().clone();
+        if f.provider.is_none() {
+            // Set by the upstream routing where several targets can answer.
+            f.provider = resp
+                .headers()
+                .get("x-gatehouse-provider")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
+        }
+        let request_id = self
+            .request_id
+            .as_ref()
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        tracing::info!(
+            target: "gatehouse::access",
+            request_id = %request_id,
+            method = %self.method,
+            route = %self.route_label(),
+            status = resp.status().as_u16(),
+            latency_ms,
+            user_id = f.user_id.as_deref(),
+            api_key_id = f.api_key_id.as_deref(),
+            agent = f.agent.as_deref(),
+            device_id = f.device_id.as_deref(),
+            model = f.model.as_deref(),
+            provider = f.provider.as_deref(),
+            "request"
+        );
+    }
 }

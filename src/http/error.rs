@@ -1,7 +1,7 @@
 //! Rendering of the domain error (`crate::error::Error`) in the contract's two
 //! shapes: `{"detail":{code,message}}` on `/api/...` and the OpenAI shape on
-//! `/v1/...`. The `render_errors` middleware picks the shape from the request
-//! path, so handlers never care.
+//! `/v1/...`. The edge middleware (`http::edge`) picks the shape from the
+//! request path, so handlers never care.
 
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -27,21 +27,16 @@ impl IntoResponse for Error {
     }
 }
 
-/// Re-renders errors in the OpenAI shape for `/v1/...` paths.
-pub async fn render_errors(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
-    let v1 = req.uri().path().starts_with("/v1/") || req.uri().path() == "/v1";
-    let mut resp = next.run(req).await;
-    if v1 {
-        if let Some(err) = resp.extensions_mut().remove::<Error>() {
-            let mut new = (status_of(err.kind), axum::Json(err.openai_body())).into_response();
-            for (k, v) in resp.headers() {
-                if k != axum::http::header::CONTENT_TYPE && k != axum::http::header::CONTENT_LENGTH
-                {
-                    new.headers_mut().insert(k.clone(), v.clone());
-                }
+/// Re-renders an error answer in the OpenAI shape (for `/v1/...` paths).
+pub fn render_openai(mut resp: Response) -> Response {
+    if let Some(err) = resp.extensions_mut().remove::<Error>() {
+        let mut new = (status_of(err.kind), axum::Json(err.openai_body())).into_response();
+        for (k, v) in resp.headers() {
+            if k != axum::http::header::CONTENT_TYPE && k != axum::http::header::CONTENT_LENGTH {
+                new.headers_mut().insert(k.clone(), v.clone());
             }
-            return new;
         }
+        return new;
     }
     resp
 }

@@ -92,13 +92,7 @@ pub fn router(state: AppState) -> Router {
                 "This route does not take that method.",
             )
         })
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            metrics::track,
-        ))
-        .layer(middleware::from_fn(error::render_errors))
-        .layer(middleware::from_fn_with_state(state.clone(), body_limits))
-        .layer(middleware::from_fn(access::log))
+        .layer(middleware::from_fn_with_state(state.clone(), edge))
         .layer(middleware::from_fn(request_id))
         .with_state(state)
 }
@@ -132,15 +126,35 @@ pub fn body_limit_for(path: &str, max_body_bytes: usize) -> BodyLimit {
     }
 }
 
-async fn body_limits(
+/// Per request, in this order: the access line, the route group's body
+/// limit, the contract's error shape for `/v1/...`, and the metrics. One
+/// layer, not four: each `from_fn` layer costs a boxed service and a boxed
+/// future per request.
+async fn edge(
     axum::extract::State(app): axum::extract::State<AppState>,
     mut req: Request,
     next: Next,
 ) -> Response {
-    let mut limit = body_limit_for(req.uri().path(), app.settings.max_body_bytes);
+    let access = access::Access::begin(&mut req);
+    let path = req.uri().path();
+    let v1 = path.starts_with("/v1/") || path == "/v1";
+    let mut limit = body_limit_for(path, app.settings.max_body_bytes);
     limit.timeout = std::time::Duration::from_secs(app.settings.body_timeout_s);
     req.extensions_mut().insert(limit);
-    next.run(req).await
+    let method = metrics::method_label(req.method());
+    let started = std::time::Instant::now();
+    let mut resp = next.run(req).await;
+    app.metrics.observe(
+        method,
+        access.route_label(),
+        resp.status().as_u16(),
+        started.elapsed().as_secs_f64() * 1000.0,
+    );
+    if v1 {
+        resp = error::render_openai(resp);
+    }
+    access.finish(&resp);
+    resp
 }
 
 /// Echoes the client's `x-request-id` or makes one, on every response.
