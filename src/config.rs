@@ -53,6 +53,9 @@ pub struct Settings {
     pub shutdown_grace_s: u64,
     /// Peers whose `X-Forwarded-For` names the client (`GATEHOUSE_TRUSTED_PROXIES`).
     pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// Threads that accept and serve connections, each with a single-threaded
+    /// runtime and its own listening socket (`SO_REUSEPORT`): one per CPU.
+    pub serve_threads: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -237,6 +240,10 @@ impl Settings {
                 .map(|v| parse_trusted_proxies(&v))
                 .transpose()?
                 .unwrap_or_default(),
+            serve_threads: positive_var(
+                "GATEHOUSE_SERVE_THREADS",
+                std::thread::available_parallelism().map_or(1, |n| n.get()),
+            )?,
         })
     }
 
@@ -273,6 +280,7 @@ impl Settings {
             idle_timeout_s: 75,
             shutdown_grace_s: 30,
             trusted_proxies: Vec::new(),
+            serve_threads: 1,
         }
     }
 }

@@ -50,7 +50,7 @@ pub enum StartError {
 pub struct Server {
     pub addr: SocketAddr,
     pub app: AppState,
-    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    shutdown: tokio::sync::watch::Sender<bool>,
     handle: tokio::task::JoinHandle<()>,
     background: Vec<tokio::task::JoinHandle<()>>,
     usage_writer: usage::UsageWriter,
@@ -65,9 +65,7 @@ impl Server {
     /// `GATEHOUSE_SHUTDOWN_GRACE_S`, then ends them), writes every pending
     /// usage record and last-used stamp.
     pub async fn shutdown(mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
+        let _ = self.shutdown.send(true);
         let _ = (&mut self.handle).await;
         for h in &self.background {
             h.abort();
@@ -245,8 +243,11 @@ pub async fn start(settings: Settings) -> Result<Server, StartError> {
     tokio::task::spawn_blocking(auth::passwords::warm_up);
 
     // Bound before the app is built: the default public URL names the real port.
-    let listener = tokio::net::TcpListener::bind(settings.listen).await?;
-    let addr = listener.local_addr()?;
+    let listeners = http::serve::bind(settings.listen, settings.serve_threads)?;
+    let addr = listeners
+        .first()
+        .ok_or_else(|| StartError::Other("no listening socket".to_string()))?
+        .local_addr()?;
     let public_url = settings
         .public_url
         .clone()
@@ -304,21 +305,19 @@ pub async fn start(settings: Settings) -> Result<Server, StartError> {
     ));
 
     let router = http::router(Arc::clone(&app));
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let (tx, rx) = tokio::sync::watch::channel(false);
     let limits = http::serve::ConnLimits {
         header_timeout: Duration::from_secs(settings.header_timeout_s),
         idle_timeout: Duration::from_secs(settings.idle_timeout_s),
         max_connections: settings.max_connections,
         shutdown_grace: Duration::from_secs(settings.shutdown_grace_s),
     };
-    let handle = tokio::spawn(http::serve::serve(listener, router, limits, async move {
-        let _ = rx.await;
-    }));
-    tracing::info!(%addr, "gatehouse listening");
+    let handle = http::serve::spawn(listeners, router, limits, rx)?;
+    tracing::info!(%addr, threads = settings.serve_threads, "gatehouse listening");
     Ok(Server {
         addr,
         app,
-        shutdown: Some(tx),
+        shutdown: tx,
         handle,
         background,
         usage_writer,

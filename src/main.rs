@@ -41,7 +41,9 @@ enum ConfigCommand {
     },
 }
 
-#[tokio::main]
+// Single-threaded: serving threads each run a runtime of their own
+// (`http::serve::spawn`), this one runs the first and the background tasks.
+#[tokio::main(flavor = "current_thread")]
 async fn main() {
     // Usage errors exit 2 with clap's message and usage text.
     let cli = Cli::parse();

@@ -301,3 +301,70 @@ async fn every_connection_setting_takes_one() {
         assert_eq!(r.status(), 200);
     }
 }
+
+/// CPU ticks (user + system) each thread of `pid` has used, by thread name.
+fn thread_ticks(pid: u32) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let dir = task.unwrap().path();
+        let name = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        let stat = std::fs::read_to_string(dir.join("stat")).unwrap_or_default();
+        // Fields after the command name (which may hold spaces): utime is
+        // the 12th, stime the 13th.
+        let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let ticks = f.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+            + f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        out.push((name.trim().to_string(), ticks));
+    }
+    out
+}
+
+#[tokio::test]
+async fn connections_are_spread_over_every_serving_thread() {
+    let (p, _dir) = server(&[("GATEHOUSE_SERVE_THREADS", "3")]).await;
+    let pid = p.child.id();
+    let serving = |ticks: &[(String, u64)]| -> Vec<u64> {
+        // The first serving runtime is the main thread's (named like the binary).
+        let mut v: Vec<u64> = ticks
+            .iter()
+            .filter(|(n, _)| n.starts_with("serve-") || n == "gatehouse")
+            .map(|(_, t)| *t)
+            .collect();
+        v.sort();
+        v
+    };
+    let before = serving(&thread_ticks(pid));
+    assert_eq!(before.len(), 3, "{:?}", thread_ticks(pid));
+    // Many short connections: the kernel spreads them over the three sockets.
+    let url = format!("{}/healthz", p.url);
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let url = url.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..300 {
+                let c = reqwest::Client::builder()
+                    .pool_max_idle_per_host(0)
+                    .build()
+                    .unwrap();
+                let r = c.get(&url).send().await.unwrap();
+                assert_eq!(r.status(), 200);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let after = serving(&thread_ticks(pid));
+    assert_eq!(after.len(), 3);
+    let busy = thread_ticks(pid)
+        .into_iter()
+        .filter(|(n, t)| (n.starts_with("serve-") || n == "gatehouse") && *t > 0)
+        .count();
+    assert_eq!(
+        busy,
+        3,
+        "every serving thread served some: {:?}",
+        thread_ticks(pid)
+    );
+}

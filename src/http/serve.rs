@@ -47,23 +47,13 @@ pub async fn serve(
     listener: TcpListener,
     router: Router,
     limits: ConnLimits,
+    permits: Arc<Semaphore>,
     stop: impl Future<Output = ()>,
 ) {
-    let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let (closing_tx, closing) = watch::channel(false);
     let mut conns = JoinSet::new();
     tokio::pin!(stop);
     loop {
-        // The permit is taken before accepting: past the cap, connections
-        // wait in the kernel's backlog instead of costing us anything.
-        let permit = tokio::select! {
-            biased;
-            () = &mut stop => break,
-            p = Arc::clone(&permits).acquire_owned() => match p {
-                Ok(p) => p,
-                Err(_) => break,
-            },
-        };
         let (tcp, peer) = tokio::select! {
             biased;
             () = &mut stop => break,
@@ -75,6 +65,22 @@ pub async fn serve(
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
+            },
+        };
+        // Past the cap this connection waits here, and the ones after it in
+        // the kernel's backlog: this loop accepts no more until a connection
+        // of any serving thread ends. (Taking the permit before accepting
+        // deadlocks with several listeners: one thread holds the last permit
+        // waiting for a connection the kernel gave another.)
+        let permit = tokio::select! {
+            biased;
+            () = &mut stop => {
+                conns.spawn(refuse_conn(tcp, limits.header_timeout.min(limits.shutdown_grace)));
+                break;
+            }
+            p = Arc::clone(&permits).acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => break,
             },
         };
         while conns.try_join_next().is_some() {}
@@ -121,6 +127,85 @@ pub async fn serve(
         ms = shutdown_started.elapsed().as_millis() as u64,
         "all connections closed"
     );
+}
+
+/// Listening sockets for `addr`, one per serving thread. Several share the
+/// port with `SO_REUSEPORT`: the kernel spreads new connections over them,
+/// and each thread serves its own with a runtime of its own, so a request
+/// never wakes another thread (a work-stealing runtime woke its idle worker
+/// for every task it scheduled: a third more CPU per request at low load).
+pub fn bind(addr: SocketAddr, threads: usize) -> std::io::Result<Vec<std::net::TcpListener>> {
+    let mut listeners = Vec::with_capacity(threads.max(1));
+    let mut at = addr;
+    for _ in 0..threads.max(1) {
+        let socket = if at.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        socket.set_reuseaddr(true)?;
+        if threads > 1 {
+            socket.set_reuseport(true)?;
+        }
+        socket.bind(at)?;
+        // Port 0 picks a port once; the other sockets take the same one.
+        at = socket.local_addr()?;
+        let listener = socket.listen(1024)?;
+        listeners.push(listener.into_std()?);
+    }
+    Ok(listeners)
+}
+
+/// Serves on every listener: the first on the calling runtime, each other on
+/// a thread of its own with a single-threaded runtime. All stop when `stop`
+/// turns true; the returned task ends when every one of them has ended.
+/// The connection cap counts the connections of all of them.
+pub fn spawn(
+    listeners: Vec<std::net::TcpListener>,
+    router: Router,
+    limits: ConnLimits,
+    stop: watch::Receiver<bool>,
+) -> std::io::Result<tokio::task::JoinHandle<()>> {
+    let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let mut listeners = listeners.into_iter();
+    let first = listeners
+        .next()
+        .ok_or_else(|| std::io::Error::other("no listening socket"))?;
+    let mut ended = Vec::new();
+    for (i, listener) in listeners.enumerate() {
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let (router, permits, stop) = (router.clone(), Arc::clone(&permits), stop.clone());
+        std::thread::Builder::new()
+            .name(format!("serve-{}", i + 1))
+            .spawn(move || {
+                runtime.block_on(async move {
+                    match TcpListener::from_std(listener) {
+                        Ok(listener) => {
+                            serve(listener, router, limits, permits, stopped(stop)).await
+                        }
+                        Err(e) => tracing::error!(error = %e, "a serving thread could not listen"),
+                    }
+                });
+                // Tasks the requests left behind end with the runtime.
+                drop(runtime);
+                let _ = done_tx.send(());
+            })?;
+        ended.push(done_rx);
+    }
+    let first = TcpListener::from_std(first)?;
+    Ok(tokio::spawn(async move {
+        serve(first, router, limits, permits, stopped(stop)).await;
+        for done in ended {
+            let _ = done.await;
+        }
+    }))
+}
+
+async fn stopped(mut stop: watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
 }
 
 /// What the watchdog of one connection reads. Times are milliseconds since
@@ -444,5 +529,22 @@ mod tests {
         assert_eq!(s.next_look(1_000_000, 30_000, 75_000), Ok(1_030_000));
         s.request_ended();
         assert_eq!(s.head_started.load(Ordering::Acquire), NONE);
+    }
+}
+
+#[cfg(test)]
+mod bind_tests {
+    #[tokio::test]
+    async fn several_listeners_share_the_port_picked_for_the_first() {
+        let ls = super::bind("127.0.0.1:0".parse().unwrap(), 3).unwrap();
+        let ports: Vec<u16> = ls.iter().map(|l| l.local_addr().unwrap().port()).collect();
+        assert_eq!(ports.len(), 3);
+        assert!(
+            ports[0] != 0 && ports.iter().all(|p| *p == ports[0]),
+            "{ports:?}"
+        );
+        // One listener: a plain socket that another server cannot share.
+        let one = super::bind("127.0.0.1:0".parse().unwrap(), 1).unwrap();
+        assert!(std::net::TcpListener::bind(one[0].local_addr().unwrap()).is_err());
     }
 }

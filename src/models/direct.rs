@@ -47,6 +47,20 @@ struct Idle {
     send: Sender,
     conn: Conn,
     since: Instant,
+    home: Option<std::thread::ThreadId>,
+}
+
+/// The thread whose runtime drives connections made here, when that runtime
+/// has only one thread (the serving threads, `http::serve::spawn`): a
+/// connection is reused only on its own thread, since polling it from
+/// another would wake its runtime's thread for every read.
+fn home() -> Option<std::thread::ThreadId> {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread => {
+            Some(std::thread::current().id())
+        }
+        _ => None,
+    }
 }
 
 impl Idle {
@@ -102,9 +116,11 @@ impl DirectClient {
     }
 
     fn checkout(&self, authority: &str) -> Option<Idle> {
+        let here = home();
         let mut pools = self.idle.lock();
         let list = pools.get_mut(authority)?;
-        while let Some(mut c) = list.pop() {
+        while let Some(i) = list.iter().rposition(|c| c.home == here) {
+            let mut c = list.swap_remove(i);
             if c.usable() {
                 return Some(c);
             }
@@ -114,9 +130,12 @@ impl DirectClient {
 
     fn checkin(&self, authority: &str, c: Idle) {
         let mut pools = self.idle.lock();
-        let list = pools.entry(authority.to_string()).or_default();
-        if list.len() < MAX_IDLE {
-            list.push(c);
+        match pools.get_mut(authority) {
+            Some(list) if list.len() < MAX_IDLE => list.push(c),
+            Some(_) => {}
+            None => {
+                pools.insert(authority.to_string(), vec![c]);
+            }
         }
     }
 
@@ -135,6 +154,7 @@ impl DirectClient {
             send,
             conn,
             since: Instant::now(),
+            home: home(),
         })
     }
 
