@@ -21,6 +21,9 @@
 #   BENCH_WORKLOADS="chat chat-stream embeddings rerank agent-chat"
 #   BENCH_NGINX_WORKERS=1  nginx worker_processes
 #   BENCH_LOADGEN_THREADS=1  load generator runtime threads
+#   BENCH_LOADGEN=wrk      a second load generator: wrk (Debian's package) instead of
+#                          our loadgen, to check a figure against another tool
+#                          (no TTFB; one wrk thread, same connections and bodies)
 #   BENCH_NO_BUILD=1       use the release binaries already built
 #   BENCH_OUT=PATH         raw results (default bench/results/latest.jsonl)
 #   BENCH_KEY_LIMITS=JSON  `limits` of the gateway's API key (default none), e.g.
@@ -57,6 +60,7 @@ die() {
 need_apt=()
 command -v curl >/dev/null || need_apt+=(curl)
 command -v jq >/dev/null || need_apt+=(jq)
+[ "${BENCH_LOADGEN:-}" != wrk ] || command -v wrk >/dev/null || need_apt+=(wrk)
 command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need_apt+=(nginx-light)
 if [ ${#need_apt[@]} -gt 0 ]; then
     [ "$(id -u)" = 0 ] || die "missing ${need_apt[*]}: install them (apt-get install ${need_apt[*]})"
@@ -317,6 +321,33 @@ proxy_pids() {
     esac
 }
 
+# run_wrk CONCURRENCY URL BODY_FILE AUTH_HEADER WORKLOAD: a warm-up, then the
+# measured run; prints one line of loadgen's JSON.
+run_wrk() {
+    local lua="$TMP/wrk.lua"
+    {
+        echo 'wrk.method = "POST"'
+        printf 'local f = io.open("%s"); wrk.body = f:read("*a"); f:close()\n' "$3"
+        echo 'wrk.headers["Content-Type"] = "application/json"'
+        [ -n "$4" ] && printf 'wrk.headers["%s"] = "%s"\n' "${4%%: *}" "${4#*: }"
+        if [ "$5" = agent-chat ]; then
+            echo 'wrk.headers["X-Service-Conversation-Id"] = "bench-conversation"'
+            echo 'wrk.headers["X-Service-Turn-Id"] = "bench-turn-1"'
+        fi
+        cat <<'LUA'
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format('{"requests":%d,"errors":%d,"rps":%.1f,"p50_ms":%.3f,"p99_ms":%.3f,"ttfb_p50_ms":null,"ttfb_p99_ms":null,"concurrency":%d,"duration_s":%.3f,"loadgen_cpu_s":null}\n',
+    summary.requests, e.connect + e.read + e.write + e.status + e.timeout,
+    summary.requests / (summary.duration / 1e6), latency:percentile(50) / 1000, latency:percentile(99) / 1000,
+    tonumber(os.getenv("WRK_CONNECTIONS")), summary.duration / 1e6))
+end
+LUA
+    } >"$lua"
+    wrk -t1 -c"$1" -d"${WARMUP}s" -s "$lua" "$2" >/dev/null 2>&1 || true
+    WRK_CONNECTIONS=$1 wrk -t1 -c"$1" -d"${DURATION}s" -s "$lua" "$2" | tail -1
+}
+
 mkdir -p "$(dirname "$OUT")"
 : >"$OUT"
 runs=$(($(wc -w <<<"$WORKLOADS") * $(wc -w <<<"$CONCURRENCY") * ${#ACTIVE[@]}))
@@ -331,7 +362,12 @@ for w in $WORKLOADS; do
             [ "$w" = agent-chat ] && args+=(--header "X-Service-Conversation-Id: bench-conversation"
                 --header "X-Service-Turn-Id: bench-turn-1")
             [ "$w" = chat-stream ] && args+=(--stream --expect-suffix '[DONE]')
-            timeout $((WARMUP + DURATION + 60)) "$BIN/loadgen" "${args[@]}" >"$TMP/loadgen.out" 2>"$TMP/loadgen.err" &
+            if [ "${BENCH_LOADGEN:-}" = wrk ]; then
+                run_wrk "$c" "$(base_url "$t")$(path_of "$w" "$t")" "$TMP/$w.json" \
+                    "$([ "$t" = gatehouse ] && auth_of "$w" "$t")" "$w" >"$TMP/loadgen.out" 2>"$TMP/loadgen.err" &
+            else
+                timeout $((WARMUP + DURATION + 60)) "$BIN/loadgen" "${args[@]}" >"$TMP/loadgen.out" 2>"$TMP/loadgen.err" &
+            fi
             lg=$!
             # CPU used by the stub and by the proxy during the measured window.
             sleep "$WARMUP"
