@@ -5,91 +5,13 @@
 
 mod common;
 
-use std::io::Read as _;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
+use common::captured::{serve, stop};
 use common::procs::free_port;
 use common::{client, ADMIN_EMAIL, ADMIN_PASSWORD};
 use gatehouse_stub_upstream::Stub;
 use serde_json::{json, Value};
-
-struct Serve {
-    child: Child,
-    url: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-async fn serve(env: &[(&str, &str)]) -> Serve {
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gatehouse"));
-    cmd.arg("serve")
-        .env(
-            "GATEHOUSE_DATABASE_URL",
-            format!("sqlite://{}", dir.path().join("g.db").display()),
-        )
-        .env("GATEHOUSE_LISTEN", format!("127.0.0.1:{port}"))
-        .env("GATEHOUSE_ADMIN_EMAIL", ADMIN_EMAIL)
-        .env("GATEHOUSE_ADMIN_PASSWORD", ADMIN_PASSWORD)
-        .env_remove("RUST_LOG")
-        .envs(env.iter().copied())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let child = cmd.spawn().expect("spawn gatehouse serve");
-    let s = Serve {
-        child,
-        url: format!("http://127.0.0.1:{port}"),
-        _dir: dir,
-    };
-    let started = Instant::now();
-    while client()
-        .get(format!("{}/healthz", s.url))
-        .send()
-        .await
-        .map_or(true, |r| r.status() != 200)
-    {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "serve did not start"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    s
-}
-
-/// Stops the server with SIGTERM and returns (stdout, stderr) whole.
-fn stop(mut s: Serve) -> (String, String) {
-    // SIGTERM as an orchestrator sends it; without a kill(1), SIGKILL (each
-    // log line is written whole as it happens, so none is lost either way).
-    let termed = Command::new("kill")
-        .args(["-TERM", &s.child.id().to_string()])
-        .status()
-        .is_ok_and(|st| st.success());
-    if !termed {
-        let _ = s.child.kill();
-    }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while s.child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let mut out = String::new();
-    let mut err = String::new();
-    if let Some(mut o) = s.child.stdout.take() {
-        let _ = o.read_to_string(&mut out);
-    }
-    if let Some(mut e) = s.child.stderr.take() {
-        let _ = e.read_to_string(&mut err);
-    }
-    (out, err)
-}
 
 async fn post_json(url: &str, token: &str, body: Value) -> Value {
     let r = client()
@@ -204,7 +126,7 @@ async fn json_logs_are_one_object_per_line_with_one_access_line_per_request() {
         .unwrap();
     assert_eq!(r.status(), 404);
 
-    let (out, err) = stop(s);
+    let (out, err, _) = stop(s);
     let mut objects = Vec::new();
     for (stream, text) in [("stdout", &out), ("stderr", &err)] {
         for line in text.lines() {
@@ -278,7 +200,7 @@ async fn text_logs_keep_the_banner_and_write_access_lines() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
-    let (out, _) = stop(s);
+    let (out, _, _) = stop(s);
     assert!(out.contains("gatehouse listening on http://"), "{out}");
     let line = out
         .lines()

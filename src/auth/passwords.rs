@@ -99,31 +99,18 @@ thread_local! {
     static KEEP_BLOCKS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
+/// Frees the thread's work area; mapped on its own
+/// ([`map_large_blocks_on_their_own`]), it goes back to the system at once.
 fn release_blocks() {
-    let had = BLOCKS.with(|b| std::mem::take(&mut *b.borrow_mut()).capacity() > 0);
-    if had {
-        give_back_freed_memory();
-    }
-}
-
-/// glibc keeps a freed block of this size in the thread's arena for good
-/// (its mmap threshold grows to the largest block freed): 19 MiB of resident
-/// memory per hashing thread. `malloc_trim` returns it. Called only when a
-/// hashing thread goes idle, never on a request path.
-fn give_back_freed_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only releases free memory of the allocator's own
-    // arenas; it takes no pointers and touches no live allocation.
-    unsafe {
-        libc::malloc_trim(0);
-    }
+    BLOCKS.with(|b| drop(std::mem::take(&mut *b.borrow_mut())));
 }
 
 /// Makes glibc map every block of 8 MiB or more on its own (so freeing one
 /// returns it at once). By default the threshold grows to the largest block
 /// freed, after which a 19 MiB work area came from a thread's arena; freed, it
 /// merged into the arena's top, which `malloc_trim` does not release outside
-/// the main arena: 19 MiB stayed resident now and then.
+/// the main arena: 19 MiB stayed resident now and then. (`malloc_trim` after
+/// each release, the first fix, missed exactly that case.)
 fn map_large_blocks_on_their_own() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
@@ -158,7 +145,6 @@ fn argon2id_into(
         let done = ctx.hash_password_into_with_memory(password, salt, out, &mut blocks[..]);
         if !KEEP_BLOCKS.with(std::cell::Cell::get) {
             *blocks = Vec::new();
-            give_back_freed_memory();
         }
         done
     })
