@@ -269,6 +269,7 @@ fn zero_negative_and_non_numbers_are_refused_at_start_naming_the_variable() {
         "GATEHOUSE_LOGIN_LOCKOUT_S",
         "GATEHOUSE_SIGN_IN_MAX_AGE",
         "GATEHOUSE_PASSWORD_HASH_CONCURRENCY",
+        "GATEHOUSE_SERVE_THREADS",
     ] {
         for bad in ["0", "-1", "ten", "1.5"] {
             let (code, err) = serve_with(var, bad);
@@ -289,6 +290,7 @@ async fn every_connection_setting_takes_one() {
         ("GATEHOUSE_MAX_CONNECTIONS", "1"),
         ("GATEHOUSE_IDLE_TIMEOUT_S", "1"),
         ("GATEHOUSE_SHUTDOWN_GRACE_S", "1"),
+        ("GATEHOUSE_SERVE_THREADS", "1"),
     ])
     .await;
     // One connection at a time, each served.
