@@ -35,6 +35,7 @@
 #                          which accepts and drops them), to measure what tracing costs
 #   BENCH_OTLP_SAMPLER=always_on  with BENCH_OTLP: OTEL_TRACES_SAMPLER (e.g. traceidratio,
 #   BENCH_OTLP_SAMPLER_ARG=1.0     with ..._ARG=0.1; always_off: spans made, none exported)
+#   BENCH_SMAPS=PATH       copy the gateway's /proc/PID/smaps there at the end
 #   CARGO_TARGET_DIR       where the release binaries are
 set -euo pipefail
 
@@ -352,6 +353,27 @@ mkdir -p "$(dirname "$OUT")"
 : >"$OUT"
 runs=$(($(wc -w <<<"$WORKLOADS") * $(wc -w <<<"$CONCURRENCY") * ${#ACTIVE[@]}))
 log "$runs runs of ${WARMUP}s warm-up + ${DURATION}s: about $((runs * (WARMUP + DURATION)))s"
+# The gateway's resident memory under load: its highest VmRSS while the
+# workloads run (sampled four times a second), apart from start-up and set-up (where
+# password hashes take their 19 MiB work areas).
+LOAD_RSS_FILE=$TMP/load-rss
+if [ -n "$GATEHOUSE_OK" ]; then
+    (
+        max=0
+        while kill -0 "$GATEHOUSE_PID" 2>/dev/null; do
+            rss=0
+            while read -r k v _; do
+                [ "$k" = VmRSS: ] && rss=$v
+            done <"/proc/$GATEHOUSE_PID/status" 2>/dev/null || true
+            if [ "$rss" -gt "$max" ]; then
+                max=$rss
+                echo "$max" >"$LOAD_RSS_FILE"
+            fi
+            sleep 0.25
+        done
+    ) &
+    PIDS+=($!)
+fi
 for w in $WORKLOADS; do
     for c in $CONCURRENCY; do
         # Targets interleaved so that each comparison sees similar conditions.
@@ -424,7 +446,9 @@ if [ -n "$GATEHOUSE_OK" ] && [[ " ${ACTIVE[*]} " == *" gatehouse "* ]]; then
     echo "Gateway usage records: ${written%, } (requests sent to the gateway, warm-up included: one record each)."
     echo
     # Resident memory: the peak over the whole run (VmHWM) and now.
-    echo "Gateway resident memory: peak $(awk '/^VmHWM/ {print $2 / 1024}' "/proc/$GATEHOUSE_PID/status") MiB, now $(awk '/^VmRSS/ {print $2 / 1024}' "/proc/$GATEHOUSE_PID/status") MiB."
+    [ -n "${BENCH_SMAPS:-}" ] && cp "/proc/$GATEHOUSE_PID/smaps" "$BENCH_SMAPS"
+    echo "Gateway resident memory under load (highest while the workloads ran): $(awk '{print $1 / 1024}' "$LOAD_RSS_FILE" 2>/dev/null || echo "?") MiB."
+    echo "Gateway resident memory: peak $(awk '/^VmHWM/ {print $2 / 1024}' "/proc/$GATEHOUSE_PID/status") MiB, now $(awk '/^VmRSS/ {print $2 / 1024}' "/proc/$GATEHOUSE_PID/status") MiB ($(awk '/^RssAnon/ {print $2 / 1024}' "/proc/$GATEHOUSE_PID/status") MiB anonymous, $(awk '/^RssFile/ {print $2 / 1024}' "/proc/$GATEHOUSE_PID/status") MiB of mapped files such as its own code)."
     echo
 fi
 log "raw results in $OUT"

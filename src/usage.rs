@@ -206,9 +206,27 @@ const BATCH: usize = 256;
 /// How long the writer waits for more records after the first of a batch.
 const LINGER: Duration = Duration::from_millis(10);
 
-/// Rows per `INSERT` statement (15 parameters each: within SQLite's and
-/// PostgreSQL's limits on bound parameters).
-const ROWS_PER_INSERT: usize = 64;
+/// Rows per `INSERT` statement, largest first (15 parameters a row: within
+/// SQLite's and PostgreSQL's limits on bound parameters). Only these shapes
+/// are ever prepared: each connection caches its prepared statements, and one
+/// shape per batch length (1 to 64 rows, on each of eight connections) kept
+/// several MiB of SQLite programs resident.
+const INSERT_SHAPES: [usize; 4] = [64, 16, 4, 1];
+
+/// How a batch of `n` records is cut into statements: as many of the
+/// largest shape as fit, then the next, so every statement has one of
+/// [`INSERT_SHAPES`]' lengths.
+fn statement_lengths(mut n: usize) -> impl Iterator<Item = usize> {
+    let mut shape = 0;
+    std::iter::from_fn(move || {
+        while shape < INSERT_SHAPES.len() && INSERT_SHAPES[shape] > n {
+            shape += 1;
+        }
+        let len = *INSERT_SHAPES.get(shape)?;
+        n -= len;
+        Some(len)
+    })
+}
 
 /// The writer task; [`UsageWriter::finish`] writes what is queued and ends it.
 pub struct UsageWriter {
@@ -317,7 +335,10 @@ pub use crate::store::is_unavailable;
 
 async fn write_batch(store: &Store, batch: &[UsageRecord]) -> Result<(), sqlx::Error> {
     let mut tx = store.pool.begin().await?;
-    for rows in batch.chunks(ROWS_PER_INSERT) {
+    let mut rest = batch;
+    for len in statement_lengths(batch.len()) {
+        let (rows, after) = rest.split_at(len);
+        rest = after;
         let sql = insert_sql(rows.len(), store.backend);
         let mut q = sqlx::query(&sql);
         for r in rows {
@@ -416,6 +437,30 @@ mod tests {
         }
     }
 
+    #[test]
+    fn batches_are_cut_into_the_few_statement_shapes_and_lose_no_record() {
+        for n in 0..=300 {
+            let lengths: Vec<usize> = statement_lengths(n).collect();
+            assert_eq!(lengths.iter().sum::<usize>(), n, "batch of {n}");
+            assert!(
+                lengths.iter().all(|l| INSERT_SHAPES.contains(l)),
+                "{lengths:?}"
+            );
+            // Largest first, and never four of a smaller shape (they would make one larger).
+            assert!(lengths.windows(2).all(|w| w[0] >= w[1]), "{lengths:?}");
+            for &small in &INSERT_SHAPES[1..] {
+                assert!(
+                    lengths.iter().filter(|&&l| l == small).count() < 4,
+                    "{lengths:?}"
+                );
+            }
+        }
+        assert_eq!(
+            statement_lengths(149).collect::<Vec<_>>(),
+            [64, 64, 16, 4, 1]
+        );
+    }
+
     #[tokio::test]
     async fn a_batch_longer_than_one_insert_stores_every_record_with_its_own_values() {
         let dir = tempfile::tempdir().unwrap();
@@ -427,8 +472,8 @@ mod tests {
         .await
         .unwrap();
         store.migrate().await.unwrap();
-        // Three statements: 64 + 64 + 2 rows.
-        let batch: Vec<UsageRecord> = (0..130).map(record).collect();
+        // Five statements: 64 + 64 + 16 + 4 + 1 rows.
+        let batch: Vec<UsageRecord> = (0..149).map(record).collect();
         write_batch(&store, &batch).await.unwrap();
         let rows: Vec<(i64, String, i64, i64, String, Option<String>)> = sqlx::query_as(
             "SELECT at, user_id, prompt_tokens, completion_tokens, model, turn_id
@@ -437,7 +482,7 @@ mod tests {
         .fetch_all(&store.pool)
         .await
         .unwrap();
-        assert_eq!(rows.len(), 130);
+        assert_eq!(rows.len(), 149);
         for (i, (at, user, prompt, completion, model, turn)) in rows.into_iter().enumerate() {
             let i = i as i64;
             assert_eq!(at, 1_000 + i);
