@@ -84,12 +84,6 @@ impl Store {
                         conn.execute("PRAGMA synchronous=FULL").await?;
                         conn.execute("PRAGMA busy_timeout=10000").await?;
                         conn.execute("PRAGMA foreign_keys=ON").await?;
-                        // 512 KiB of page cache per connection instead of SQLite's
-                        // 2 MiB: the hot path reads from the gateway's own caches and
-                        // only appends usage rows, and the OS keeps the file's pages
-                        // anyway; eight connections at 2 MiB were a third of the
-                        // gateway's resident memory under load.
-                        conn.execute("PRAGMA cache_size=-512").await?;
                     }
                     Ok(())
                 })
