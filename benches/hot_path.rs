@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use gatehouse::agents::tools::{apply, offered_tools, ToolClass, ToolMode, ToolPolicy, ToolStatus};
+use gatehouse::agents::tools::{ChatRequest, ToolClass, ToolMode, ToolPolicy, ToolStatus};
 use gatehouse::proxy::body::ChatBody;
 use gatehouse::proxy::chat::{check_body, rewrite_model, splice_chunk, strip_usage};
 use gatehouse::proxy::sse::SseParser;
@@ -80,7 +80,7 @@ fn benches(c: &mut Criterion) {
         b.iter(|| {
             let m: Map<String, Value> = serde_json::from_slice(black_box(&body)).expect("json");
             check_body(&m).expect("valid");
-            let mut t = ChatBody::new(&m).expect("body");
+            let mut t = ChatBody::new(&m, None).expect("body");
             black_box(t.for_model("upstream/model"));
         })
     });
@@ -154,13 +154,18 @@ fn benches(c: &mut Criterion) {
         decisions: &decisions,
         allow_local_mcp: false,
     };
-    c.bench_function("tool_filtering_20_tools", |b| {
+    // The agent chat body from bytes to the upstream's bytes: parse (the
+    // tools list kept as text), tool checks, filtering, serialisation.
+    let bytes20 = serde_json::to_vec(&body20).expect("json");
+    c.bench_function("agent_request_20_tools", |b| {
         b.iter(|| {
-            let mut body = body20.clone();
-            let offered = offered_tools(&body).expect("tools");
+            let mut req: ChatRequest = serde_json::from_slice(black_box(&bytes20)).expect("json");
+            let offered = req.offered_tools().expect("tools");
             let d = policy.decide(&offered);
-            apply(&mut body, &d.keep);
-            black_box((body, d.held));
+            req.apply(&d.keep);
+            let (fields, tools) = req.into_parts();
+            let mut t = ChatBody::new(&fields, tools.as_deref()).expect("body");
+            black_box((t.for_model("upstream/model"), d.held));
         })
     });
 

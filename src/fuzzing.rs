@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 use gatehouse_pii::{Counts, Mode, Scanner, StreamRestorer, Vault};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::agents::agent::{AgentAddress, ToolName};
@@ -18,7 +19,7 @@ use crate::agents::chat::parse_headers;
 use crate::agents::ids::{is_conversation_id, is_tool_name};
 use crate::agents::manifest;
 use crate::agents::tools::{
-    apply, offered_tools, refuse_legacy_functions, ToolClass, ToolMode, ToolPolicy, ToolStatus,
+    refuse_legacy_functions, ChatRequest, ToolClass, ToolMode, ToolPolicy, ToolStatus,
 };
 use crate::proxy::agui::AgUi;
 use crate::proxy::body::ChatBody;
@@ -68,22 +69,34 @@ fn pieces<'a>(s: &'a str, sizes: &[u8]) -> Vec<&'a str> {
 /// protection, and the upstream body. Also the model chat route's part.
 pub fn chat_body(data: &[u8]) {
     let (opts, json) = split(data);
-    let Ok(mut body) = serde_json::from_slice::<Map<String, Value>>(json) else {
+    let Ok(body) = serde_json::from_slice::<Map<String, Value>>(json) else {
         return;
     };
     // /v1/chat/completions: checks, then the upstream body.
     let _ = check_body(&body);
-    upstream_body(&body, "upstream-model");
+    upstream_body(&body, None, "upstream-model");
 
-    if refuse_legacy_functions(&body).is_err() {
+    // Agent chat keeps a `tools` list as text: the same body all the same.
+    let mut req: ChatRequest =
+        serde_json::from_slice(json).expect("a JSON object parses as an agent chat body");
+    {
+        let (fields, tools) = (&req.fields, req.raw_tools());
+        let mut whole = fields.clone();
+        if let Some(t) = tools {
+            let v = serde_json::from_str(t.get()).expect("kept tools are JSON");
+            whole.insert("tools".into(), v);
+        }
+        assert_eq!(whole, body);
+    }
+    if refuse_legacy_functions(&req.fields).is_err() {
         return;
     }
-    let Ok(offered) = offered_tools(&body) else {
+    let Ok(offered) = req.offered_tools() else {
         return;
     };
     assert!(offered.len() <= crate::agents::tools::MAX_REQUEST_TOOLS);
     assert!(offered.iter().all(|n| is_tool_name(n)));
-    if check_body(&body).is_err() {
+    if check_body(&req.fields).is_err() {
         return;
     }
     let mode = [
@@ -113,16 +126,16 @@ pub fn chat_body(data: &[u8]) {
         allow_local_mcp: opts & 4 != 0,
     };
     let decision = policy.decide(&offered);
-    if body.contains_key("tools") || body.contains_key("tool_choice") {
-        apply(&mut body, &decision.keep);
+    if req.has_tool_fields() {
+        req.apply(&decision.keep);
     }
     // What goes upstream offers only kept tools.
-    if let Ok(left) = offered_tools(&body) {
+    if let Ok(left) = req.offered_tools() {
         assert!(left.iter().all(|n| decision.keep.contains(n)), "{left:?}");
     }
     assert!(decision.held.iter().all(|n| !decision.keep.contains(n)));
 
-    let answered = answered_calls(&body);
+    let answered = answered_calls(&req.fields);
     let states: HashMap<String, ApprovalState> = answered
         .iter()
         .enumerate()
@@ -136,35 +149,46 @@ pub fn chat_body(data: &[u8]) {
             (id.clone(), s)
         })
         .collect();
-    if enforce(&mut body, &states).is_err() {
+    if enforce(&mut req.fields, &states).is_err() {
         return;
     }
 
     let pii = [Mode::Off, Mode::Redact, Mode::TokenizeReversible][usize::from(opts >> 3 & 1) + 1];
     let mut vault = Vault::new();
     let mut counts = Counts::new();
-    crate::pii::protect_body(&mut body, scanner(), pii, &mut vault, &mut counts);
+    if req
+        .with_tools_as_values(|body| {
+            crate::pii::protect_body(body, scanner(), pii, &mut vault, &mut counts)
+        })
+        .is_err()
+    {
+        return;
+    }
     // Tool names are not scanned: the tool rules' decision still holds.
-    if let Ok(after) = offered_tools(&body) {
+    if let Ok(after) = req.offered_tools() {
         assert!(after.iter().all(|n| decision.keep.contains(n)));
     }
-    let _ = is_stream(&body);
-    let _ = prompt_chars(&body);
-    upstream_body(&body, "agent-model");
+    let _ = is_stream(&req.fields);
+    let _ = prompt_chars(&req.fields);
+    upstream_body(&req.fields, req.raw_tools(), "agent-model");
 }
 
 /// The bytes sent upstream parse back as the body with the upstream model.
-fn upstream_body(body: &Map<String, Value>, upstream_model: &str) {
+fn upstream_body(body: &Map<String, Value>, tools: Option<&RawValue>, upstream_model: &str) {
     let mut body = body.clone();
     let stream = is_stream(&body);
     let _ = ask_for_usage(&mut body, stream);
-    let mut template = ChatBody::new(&body).expect("a JSON map serialises");
+    let mut template = ChatBody::new(&body, tools).expect("a JSON map serialises");
     let bytes = template.for_model(upstream_model);
     let again = template.for_model(upstream_model);
     assert_eq!(bytes, again);
     let sent: Map<String, Value> =
         serde_json::from_slice(&bytes).expect("the upstream body is JSON");
     body.insert("model".into(), Value::String(upstream_model.into()));
+    if let Some(t) = tools {
+        let v = serde_json::from_str(t.get()).expect("kept tools are JSON");
+        body.insert("tools".into(), v);
+    }
     // Compared through the same write and read (floats read back exactly then).
     let expected: Map<String, Value> =
         serde_json::from_slice(&serde_json::to_vec(&body).expect("a JSON map serialises"))

@@ -562,6 +562,61 @@ async fn tool_mode_read_only_sends_only_read_tools() {
     assert_eq!(sent["tools"][0], offered(&["read_file"])[0]);
 }
 
+/// A chat whose body is this exact text.
+async fn chat_raw(env: &Env, mode: &str, text: &str) -> Response {
+    env.app
+        .client
+        .post(env.app.u(&env.path("chat/completions")))
+        .bearer_auth(&env.access)
+        .header("content-type", "application/json")
+        .header("X-Service-Tool-Mode", mode)
+        .body(text.to_string())
+        .send()
+        .await
+        .expect("chat")
+}
+
+#[tokio::test]
+async fn kept_tools_reach_the_upstream_exactly_as_the_client_wrote_them() {
+    let env = env("toolsraw", json!({})).await;
+    env.manifest_ok(&std_manifest()).await;
+    // Escapes, a float's spelling and key order a JSON tree would not keep.
+    let read = r#"{"type":"function","function":{"name":"read_file","description":"Reads \u00e9 \"quoted\"","parameters":{"type":"object","properties":{"n":{"type":"number","default":1.50,"maximum":1e3}},"required":["n"]}}}"#;
+    let write =
+        r#"{"type":"function","function":{"name":"write_file","parameters":{"type":"object"}}}"#;
+    let text = format!(
+        r#"{{"model":"m","messages":[{{"role":"user","content":"hi"}}],"tools":[ {read} , {write} ]}}"#
+    );
+    let r = chat_raw(&env, "read_only", &text).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let raw = env
+        .stub
+        .requests_for_model(&env.upstream)
+        .pop()
+        .expect("a request reached the upstream")
+        .raw_body;
+    assert!(raw.contains(&format!(r#""tools":[{read}]"#)), "{raw}");
+    assert!(!raw.contains("write_file"), "{raw}");
+}
+
+#[tokio::test]
+async fn a_tool_that_names_itself_twice_is_refused_and_reaches_no_upstream() {
+    let env = env("toolstwice", json!({})).await;
+    env.manifest_ok(&std_manifest()).await;
+    let before = env.sent().len();
+    for tools in [
+        r#"[{"type":"function","function":{"name":"read_file","name":"run"}}]"#,
+        r#"[{"type":"function","function":{"name":"read_file"},"function":{"name":"run"}}]"#,
+        r#"[["function",{"name":"read_file"}]]"#,
+    ] {
+        let text = format!(r#"{{"messages":[{{"role":"user","content":"hi"}}],"tools":{tools}}}"#);
+        let r = chat_raw(&env, "read_only", &text).await;
+        let e = expect_error(r, 400, "validation_error").await;
+        assert_eq!(e["param"], "tools", "{tools}");
+    }
+    assert_eq!(env.sent().len(), before, "nothing reached the upstream");
+}
+
 #[tokio::test]
 async fn tool_modes_ask_and_auto_send_every_tool_undeclared_ones_included() {
     let env = env("modeall", json!({})).await;

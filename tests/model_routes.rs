@@ -655,6 +655,7 @@ mod hooks {
             ChatCall {
                 model,
                 body,
+                tools: None,
                 usage: UsageContext {
                     agent: Some("helper".into()),
                     ..UsageContext::default()

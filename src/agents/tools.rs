@@ -2,8 +2,12 @@
 //! the session's tool mode, each tool's class, the agent's tool contract and
 //! the administrator's decisions.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
+use std::fmt;
 
+use serde::de::{self, Deserialize, Deserializer, MapAccess, Visitor};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::agents::agent::ToolName;
@@ -137,36 +141,82 @@ impl ToolPolicy<'_> {
 /// At most this many `tools` in one agent chat request.
 pub const MAX_REQUEST_TOOLS: usize = 128;
 
-/// The function names of the `tools` a chat body offers, in order, checked
-/// before anything else happens: at most [`MAX_REQUEST_TOOLS`] (400
-/// `too_many_tools`), each named by the tool-name rule (400 `validation_error`),
-/// so a refused list records nothing and costs nothing.
-pub fn offered_tools(body: &Map<String, Value>) -> Result<Vec<String>, Error> {
-    let tools = match body.get("tools") {
-        None | Some(Value::Null) => return Ok(Vec::new()),
-        Some(Value::Array(tools)) => tools,
-        Some(_) => return Err(Error::validation("tools", "'tools' must be a list.")),
-    };
-    if tools.len() > MAX_REQUEST_TOOLS {
-        return Err(Error::bad_request(
-            "too_many_tools",
-            format!(
-                "A request may offer at most {MAX_REQUEST_TOOLS} tools; it offered {}.",
-                tools.len()
-            ),
-        )
-        .with_param("tools"));
+/// An agent chat body as the handler works on it: every field but `tools` as
+/// JSON values, and a `tools` list as the client's JSON text. Building a tree
+/// of 20 tools' schemas and writing it out again for the upstream was a fifth
+/// of agent chat's CPU, and only each tool's `function.name` matters here. A
+/// `tools` that is not a list stays among the fields (where
+/// [`ChatRequest::offered_tools`] refuses it unless it is `null`).
+#[derive(Debug, Default)]
+pub struct ChatRequest {
+    pub fields: Map<String, Value>,
+    tools: Option<Box<RawValue>>,
+}
+
+impl<'de> Deserialize<'de> for ChatRequest {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> Visitor<'de> for Fields {
+            type Value = ChatRequest;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ChatRequest, A::Error> {
+                let mut req = ChatRequest::default();
+                // A repeated key: the last one counts, as for a JSON value.
+                while let Some(key) = map.next_key::<String>()? {
+                    if key == "tools" {
+                        let raw: Box<RawValue> = map.next_value()?;
+                        if raw.get().starts_with('[') {
+                            req.fields.remove("tools");
+                            req.tools = Some(raw);
+                        } else {
+                            req.tools = None;
+                            let v = serde_json::from_str(raw.get()).map_err(de::Error::custom)?;
+                            req.fields.insert(key, v);
+                        }
+                    } else {
+                        req.fields.insert(key, map.next_value()?);
+                    }
+                }
+                Ok(req)
+            }
+        }
+        d.deserialize_map(Fields)
     }
-    tools
-        .iter()
-        .enumerate()
-        .map(|(i, t)| {
-            t.get("function")
-                .and_then(|f| f.get("name"))
-                .and_then(Value::as_str)
-                .and_then(ToolName::parse)
-                .map(|n| n.as_str().to_string())
-                .ok_or_else(|| {
+}
+
+impl ChatRequest {
+    /// The function names of the `tools` offered, in order, checked before
+    /// anything else happens: at most [`MAX_REQUEST_TOOLS`] (400
+    /// `too_many_tools`), each an object whose `function` object has a `name`
+    /// by the tool-name rule (400 `validation_error`), so a refused list
+    /// records nothing and costs nothing. A tool object or function object
+    /// that repeats the key the rules read is refused too: the upstream might
+    /// read the other one.
+    pub fn offered_tools(&self) -> Result<Vec<String>, Error> {
+        let Some(raw) = &self.tools else {
+            return match self.fields.get("tools") {
+                None | Some(Value::Null) => Ok(Vec::new()),
+                Some(_) => Err(Error::validation("tools", "'tools' must be a list.")),
+            };
+        };
+        let tools = split_list(raw);
+        if tools.len() > MAX_REQUEST_TOOLS {
+            return Err(Error::bad_request(
+                "too_many_tools",
+                format!(
+                    "A request may offer at most {MAX_REQUEST_TOOLS} tools; it offered {}.",
+                    tools.len()
+                ),
+            )
+            .with_param("tools"));
+        }
+        tools
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                tool_name(t).ok_or_else(|| {
                     Error::validation(
                         "tools",
                         format!(
@@ -174,8 +224,160 @@ pub fn offered_tools(body: &Map<String, Value>) -> Result<Vec<String>, Error> {
                         ),
                     )
                 })
-        })
-        .collect()
+            })
+            .collect()
+    }
+
+    /// Removes every tool not in `keep`; drops `tool_choice` when it names a
+    /// removed tool (or requires a tool when none is left), and `tools` and
+    /// `parallel_tool_calls` when nothing is left.
+    pub fn apply(&mut self, keep: &[String]) {
+        let keep: HashSet<&str> = keep.iter().map(String::as_str).collect();
+        let mut now_empty = false;
+        if let Some(raw) = &self.tools {
+            let tools = split_list(raw);
+            let kept: Vec<&RawValue> = tools
+                .iter()
+                .copied()
+                .filter(|t| tool_name(t).is_some_and(|n| keep.contains(n.as_str())))
+                .collect();
+            now_empty = kept.is_empty();
+            if now_empty {
+                self.tools = None;
+            } else if kept.len() < tools.len() {
+                let mut list = String::with_capacity(raw.get().len());
+                list.push('[');
+                for (i, t) in kept.iter().enumerate() {
+                    if i > 0 {
+                        list.push(',');
+                    }
+                    list.push_str(t.get());
+                }
+                list.push(']');
+                self.tools = RawValue::from_string(list).ok();
+            }
+        }
+        let body = &mut self.fields;
+        if now_empty {
+            body.remove("parallel_tool_calls");
+        }
+        let drop_choice = match body.get("tool_choice") {
+            Some(Value::Object(_)) => {
+                let name = body["tool_choice"]
+                    .get("function")
+                    .and_then(|f| f.get("name"))
+                    .and_then(Value::as_str);
+                name.is_some_and(|n| !keep.contains(n))
+            }
+            Some(Value::String(s)) => now_empty && (s == "required" || s == "auto"),
+            _ => false,
+        };
+        if drop_choice || (now_empty && body.contains_key("tool_choice")) {
+            body.remove("tool_choice");
+        }
+    }
+
+    /// Whether the body offers tools or names a tool choice.
+    pub fn has_tool_fields(&self) -> bool {
+        self.tools.is_some()
+            || self.fields.contains_key("tools")
+            || self.fields.contains_key("tool_choice")
+    }
+
+    /// Runs `f` over the fields with the `tools` list among them as values
+    /// (for a pass that walks every field: PII protection), then keeps the
+    /// list as text again.
+    pub fn with_tools_as_values(
+        &mut self,
+        f: impl FnOnce(&mut Map<String, Value>),
+    ) -> Result<(), Error> {
+        if let Some(raw) = self.tools.take() {
+            let v: Value = serde_json::from_str(raw.get())
+                .map_err(|_| Error::validation("tools", "'tools' is nested too deeply."))?;
+            self.fields.insert("tools".into(), v);
+        }
+        f(&mut self.fields);
+        if matches!(self.fields.get("tools"), Some(Value::Array(_))) {
+            if let Some(v) = self.fields.remove("tools") {
+                self.tools = Some(serde_json::value::to_raw_value(&v).map_err(Error::internal)?);
+            }
+        }
+        Ok(())
+    }
+
+    /// The `tools` list as JSON text, when it is kept so.
+    pub fn raw_tools(&self) -> Option<&RawValue> {
+        self.tools.as_deref()
+    }
+
+    /// The fields, and the `tools` list as JSON text when it is kept so.
+    pub fn into_parts(self) -> (Map<String, Value>, Option<Box<RawValue>>) {
+        (self.fields, self.tools)
+    }
+}
+
+/// The items of a JSON list (the text was a list when it was kept).
+fn split_list(raw: &RawValue) -> Vec<&RawValue> {
+    serde_json::from_str(raw.get()).unwrap_or_default()
+}
+
+/// A tool's `function.name`, if the tool is an object with one `function`
+/// object that has one `name` by the tool-name rule.
+fn tool_name(tool: &RawValue) -> Option<String> {
+    let function = only_field(tool.get(), "function")?;
+    let name = only_field(function.get(), "name")?;
+    let name: String = serde_json::from_str(name.get()).ok()?;
+    ToolName::parse(&name).map(|n| n.as_str().to_string())
+}
+
+/// The value of `key` in the JSON object `text`: `None` when `text` is not
+/// an object, lacks `key` or has it more than once.
+fn only_field<'a>(text: &'a str, key: &'static str) -> Option<&'a RawValue> {
+    struct Field(&'static str);
+    impl<'de> Visitor<'de> for Field {
+        type Value = Option<&'de RawValue>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut found = None;
+            while let Some(k) = map.next_key::<Key<'de>>()? {
+                if k.0 == self.0 {
+                    if found.is_some() {
+                        return Err(de::Error::duplicate_field(self.0));
+                    }
+                    found = Some(map.next_value::<&RawValue>()?);
+                } else {
+                    map.next_value::<de::IgnoredAny>()?;
+                }
+            }
+            Ok(found)
+        }
+    }
+    let mut de = serde_json::Deserializer::from_str(text);
+    de.deserialize_map(Field(key)).ok().flatten()
+}
+
+/// An object key, borrowed unless it has escapes.
+struct Key<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct K;
+        impl<'de> Visitor<'de> for K {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v.to_string())))
+            }
+        }
+        d.deserialize_str(K)
+    }
 }
 
 /// Refuses the legacy `functions` / `function_call` fields and `function`
@@ -206,42 +408,6 @@ pub fn refuse_legacy_functions(body: &Map<String, Value>) -> Result<(), Error> {
     Ok(())
 }
 
-/// Removes every tool not in `keep` from the body; drops `tool_choice` when it
-/// names a removed tool (or requires a tool when none is left), and `tools`
-/// itself when nothing is left.
-pub fn apply(body: &mut Map<String, Value>, keep: &[String]) {
-    let keep: HashSet<&str> = keep.iter().map(String::as_str).collect();
-    let kept = |v: &Value| {
-        v.get("function")
-            .and_then(|f| f.get("name"))
-            .and_then(Value::as_str)
-            .is_some_and(|n| keep.contains(n))
-    };
-    let mut now_empty = false;
-    if let Some(Value::Array(tools)) = body.get_mut("tools") {
-        tools.retain(kept);
-        now_empty = tools.is_empty();
-    }
-    if now_empty {
-        body.remove("tools");
-        body.remove("parallel_tool_calls");
-    }
-    let drop_choice = match body.get("tool_choice") {
-        Some(Value::Object(_)) => {
-            let name = body["tool_choice"]
-                .get("function")
-                .and_then(|f| f.get("name"))
-                .and_then(Value::as_str);
-            name.is_some_and(|n| !keep.contains(n))
-        }
-        Some(Value::String(s)) => now_empty && (s == "required" || s == "auto"),
-        _ => false,
-    };
-    if drop_choice || (now_empty && body.contains_key("tool_choice")) {
-        body.remove("tool_choice");
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -251,6 +417,11 @@ mod tests {
             Value::Object(m) => m,
             _ => unreachable!(),
         }
+    }
+
+    /// A request body as the handler parses it.
+    fn req(v: Value) -> ChatRequest {
+        serde_json::from_str(&v.to_string()).unwrap()
     }
 
     fn tools(n: usize) -> Value {
@@ -263,9 +434,13 @@ mod tests {
 
     #[test]
     fn a_request_may_offer_up_to_128_tools_and_no_more() {
-        let at = offered_tools(&body(serde_json::json!({"tools": tools(128)}))).unwrap();
+        let at = req(serde_json::json!({"tools": tools(128)}))
+            .offered_tools()
+            .unwrap();
         assert_eq!(at.len(), 128);
-        let over = offered_tools(&body(serde_json::json!({"tools": tools(129)}))).unwrap_err();
+        let over = req(serde_json::json!({"tools": tools(129)}))
+            .offered_tools()
+            .unwrap_err();
         assert_eq!(
             (over.code.as_ref(), over.param.as_deref()),
             ("too_many_tools", Some("tools"))
@@ -276,23 +451,23 @@ mod tests {
     #[test]
     fn tool_names_follow_the_name_rule() {
         for bad in ["", "has space", "<script>", &"x".repeat(65)] {
-            let b = body(
+            let b = req(
                 serde_json::json!({"tools": [{"type": "function", "function": {"name": bad}}]}),
             );
-            let e = offered_tools(&b).unwrap_err();
+            let e = b.offered_tools().unwrap_err();
             assert_eq!(
                 (e.code.as_ref(), e.param.as_deref()),
                 ("validation_error", Some("tools")),
                 "{bad}"
             );
         }
-        let nameless = body(serde_json::json!({"tools": [{"type": "function"}]}));
-        assert!(offered_tools(&nameless).is_err());
-        let ok = body(
+        let nameless = req(serde_json::json!({"tools": [{"type": "function"}]}));
+        assert!(nameless.offered_tools().is_err());
+        let ok = req(
             serde_json::json!({"tools": [{"type": "function", "function": {"name": "get_weather-2"}}]}),
         );
         assert_eq!(
-            offered_tools(&ok).unwrap(),
+            ok.offered_tools().unwrap(),
             vec!["get_weather-2".to_string()]
         );
     }
@@ -429,27 +604,107 @@ mod tests {
 
     #[test]
     fn apply_removes_tools_and_a_tool_choice_naming_a_removed_tool() {
-        let mut body = json!({"tools": [
+        let mut body = req(json!({"tools": [
             {"type": "function", "function": {"name": "a"}},
             {"type": "function", "function": {"name": "b"}}
-        ], "tool_choice": {"type": "function", "function": {"name": "b"}}})
-        .as_object()
-        .unwrap()
-        .clone();
-        apply(&mut body, &names(&["a"]));
-        assert_eq!(body["tools"].as_array().unwrap().len(), 1);
-        assert!(!body.contains_key("tool_choice"));
-        let mut body = json!({"tools": [{"type": "function", "function": {"name": "a"}}], "tool_choice": "required", "parallel_tool_calls": true})
-            .as_object().unwrap().clone();
-        apply(&mut body, &[]);
-        assert!(
-            !body.contains_key("tools")
-                && !body.contains_key("tool_choice")
-                && !body.contains_key("parallel_tool_calls")
+        ], "tool_choice": {"type": "function", "function": {"name": "b"}}}));
+        body.apply(&names(&["a"]));
+        assert_eq!(body.offered_tools().unwrap(), names(&["a"]));
+        assert!(!body.fields.contains_key("tool_choice"));
+        let mut body = req(
+            json!({"tools": [{"type": "function", "function": {"name": "a"}}], "tool_choice": "required", "parallel_tool_calls": true}),
         );
-        let mut body = json!({"tools": [{"type": "function", "function": {"name": "a"}}], "tool_choice": {"type": "function", "function": {"name": "a"}}})
-            .as_object().unwrap().clone();
-        apply(&mut body, &names(&["a"]));
-        assert!(body.contains_key("tool_choice"));
+        body.apply(&[]);
+        let (fields, tools) = body.into_parts();
+        assert!(tools.is_none());
+        assert!(
+            !fields.contains_key("tools")
+                && !fields.contains_key("tool_choice")
+                && !fields.contains_key("parallel_tool_calls")
+        );
+        let mut body = req(
+            json!({"tools": [{"type": "function", "function": {"name": "a"}}], "tool_choice": {"type": "function", "function": {"name": "a"}}}),
+        );
+        body.apply(&names(&["a"]));
+        assert!(body.fields.contains_key("tool_choice"));
+    }
+
+    #[test]
+    fn kept_tools_go_on_as_the_client_wrote_them() {
+        let text = r#"{"model":"m","tools":[ {"type":"function","function":{"name":"a","description":"d\u00e9","parameters":{"type":"object","properties":{"p":{"type":"number","default":1.50}}}}} ,{"type":"function","function":{"name":"b"}}],"messages":[]}"#;
+        let mut body: ChatRequest = serde_json::from_str(text).unwrap();
+        assert!(!body.fields.contains_key("tools"));
+        body.apply(&names(&["a"]));
+        let (_, tools) = body.into_parts();
+        assert_eq!(
+            tools.unwrap().get(),
+            r#"[{"type":"function","function":{"name":"a","description":"d\u00e9","parameters":{"type":"object","properties":{"p":{"type":"number","default":1.50}}}}}]"#
+        );
+    }
+
+    #[test]
+    fn a_tool_that_is_not_an_object_or_repeats_a_read_key_is_refused() {
+        for tools in [
+            r#"[["function", {"name": "a"}]]"#,
+            r#"[{"function": ["a"]}]"#,
+            r#"[{"function": {"name": "a", "name": "held_tool"}}]"#,
+            r#"[{"function": {"name": "a"}, "function": {"name": "held_tool"}}]"#,
+            r#"[{"function": {"name": ["a"]}}]"#,
+            r#"[{"function": null}]"#,
+        ] {
+            let body: ChatRequest =
+                serde_json::from_str(&format!(r#"{{"tools": {tools}}}"#)).unwrap();
+            let e = body.offered_tools().unwrap_err();
+            assert_eq!(
+                (e.code.as_ref(), e.param.as_deref()),
+                ("validation_error", Some("tools")),
+                "{tools}"
+            );
+        }
+        // An escaped key is the key it spells.
+        let body: ChatRequest =
+            serde_json::from_str(r#"{"tools": [{"f\u0075nction": {"n\u0061me": "a"}}]}"#).unwrap();
+        assert_eq!(body.offered_tools().unwrap(), names(&["a"]));
+    }
+
+    #[test]
+    fn tools_that_are_not_a_list_stay_fields_and_null_offers_none() {
+        let body = req(json!({"tools": null, "messages": []}));
+        assert_eq!(body.offered_tools().unwrap(), Vec::<String>::new());
+        assert_eq!(body.fields.get("tools"), Some(&Value::Null));
+        let e = req(json!({"tools": {"name": "a"}}))
+            .offered_tools()
+            .unwrap_err();
+        assert_eq!(e.message, "'tools' must be a list.");
+        // The last of repeated keys counts, as for any JSON value.
+        let body: ChatRequest =
+            serde_json::from_str(r#"{"tools": [{"function": {"name": "a"}}], "tools": "x"}"#)
+                .unwrap();
+        assert!(body.offered_tools().is_err());
+        let body: ChatRequest =
+            serde_json::from_str(r#"{"tools": "x", "tools": [{"function": {"name": "a"}}]}"#)
+                .unwrap();
+        assert_eq!(body.offered_tools().unwrap(), names(&["a"]));
+        assert!(!body.fields.contains_key("tools"));
+    }
+
+    #[test]
+    fn a_pass_over_every_field_sees_the_tools_as_values() {
+        let mut body = req(
+            json!({"tools": [{"type": "function", "function": {"name": "a", "description": "x"}}]}),
+        );
+        body.with_tools_as_values(|fields| {
+            assert_eq!(fields["tools"][0]["function"]["name"], json!("a"));
+            fields["tools"][0]["function"]["description"] = json!("y");
+        })
+        .unwrap();
+        assert!(!body.fields.contains_key("tools"));
+        assert_eq!(body.offered_tools().unwrap(), names(&["a"]));
+        assert!(body.has_tool_fields());
+        let (_, tools) = body.into_parts();
+        assert_eq!(
+            serde_json::from_str::<Value>(tools.unwrap().get()).unwrap(),
+            json!([{"type": "function", "function": {"name": "a", "description": "y"}}])
+        );
     }
 }

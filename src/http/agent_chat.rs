@@ -8,12 +8,12 @@ use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use gatehouse_pii::{Counts, Mode as PiiMode, Scanner, Vault};
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::agents::approvals::{answered_calls, enforce, ApprovalState};
 use crate::agents::chat::parse_headers;
-use crate::agents::tools::{apply, offered_tools, refuse_legacy_functions, ToolPolicy};
+use crate::agents::tools::{refuse_legacy_functions, ChatRequest, ToolPolicy};
 use crate::app::AppState;
 use crate::error::{Error, ErrorKind, Result};
 use crate::http::access::AccessNote;
@@ -74,11 +74,11 @@ async fn agent_chat(
     let note = AccessNote::of(req.extensions());
     note.set(|f| f.model = Some(agent.model.clone()));
     let bytes = read_body(req).await?;
-    let mut body: Map<String, Value> = parse_json(&bytes)?;
+    let mut request: ChatRequest = parse_json(&bytes)?;
     // Tool checks first: a refused list records nothing and reaches no upstream.
-    refuse_legacy_functions(&body)?;
-    let offered = offered_tools(&body)?;
-    check_body(&body)?;
+    refuse_legacy_functions(&request.fields)?;
+    let offered = request.offered_tools()?;
+    check_body(&request.fields)?;
     let model = resolve(&app.catalog(), &agent.model, ModelKind::Chat).map_err(|_| {
         Error::new(
             ErrorKind::Unavailable,
@@ -100,7 +100,7 @@ async fn agent_chat(
     let rate_headers = admission.headers;
 
     if let (Some(instructions), Some(Value::Array(messages))) =
-        (&agent.instructions, body.get_mut("messages"))
+        (&agent.instructions, request.fields.get_mut("messages"))
     {
         messages.insert(0, json!({"role": "system", "content": instructions}));
     }
@@ -122,8 +122,8 @@ async fn agent_chat(
         allow_local_mcp: agent.allow_local_mcp,
     };
     let decision = policy.decide(&offered);
-    if body.contains_key("tools") || body.contains_key("tool_choice") {
-        apply(&mut body, &decision.keep);
+    if request.has_tool_fields() {
+        request.apply(&decision.keep);
     }
     let unseen: Vec<String> = decision
         .held
@@ -138,7 +138,7 @@ async fn agent_chat(
     }
 
     // Answers to approvals.
-    let answered = answered_calls(&body);
+    let answered = answered_calls(&request.fields);
     if !answered.is_empty() {
         let now = crate::store::now_ms();
         let states: HashMap<String, ApprovalState> = app
@@ -153,7 +153,7 @@ async fn agent_chat(
             .into_iter()
             .filter_map(|(id, (s, exp))| Some((id, ApprovalState::parse(&s)?.effective(exp, now))))
             .collect();
-        enforce(&mut body, &states)?;
+        enforce(&mut request.fields, &states)?;
     }
 
     // PII.
@@ -169,11 +169,13 @@ async fn agent_chat(
             (Some(k), PiiMode::TokenizeReversible) => app.vaults.load(&app.store, k).await?,
             _ => Vault::new(),
         };
-        protect_body(&mut body, &scanner, pii_mode, &mut vault, &mut counts);
+        request.with_tools_as_values(|body| {
+            protect_body(body, &scanner, pii_mode, &mut vault, &mut counts)
+        })?;
         if pii_mode == PiiMode::TokenizeReversible {
             if !vault.is_empty() {
                 let at = usize::from(agent.instructions.is_some());
-                if let Some(Value::Array(messages)) = body.get_mut("messages") {
+                if let Some(Value::Array(messages)) = request.fields.get_mut("messages") {
                     messages.insert(
                         at.min(messages.len()),
                         json!({"role": "system", "content": TOKEN_NOTE}),
@@ -192,7 +194,7 @@ async fn agent_chat(
         }
     }
 
-    let stream = crate::proxy::chat::is_stream(&body);
+    let stream = crate::proxy::chat::is_stream(&request.fields);
     let ag_ui = (h.ag_ui && stream).then(|| {
         let gen = || uuid::Uuid::new_v4().to_string();
         (
@@ -224,10 +226,16 @@ async fn agent_chat(
         turn_id: h.turn_id,
         on_end: end_hook(admission),
     };
+    let (body, tools) = request.into_parts();
     let relayed = relay(
         &app.http,
         &app.usage,
-        ChatCall { model, body, usage },
+        ChatCall {
+            model,
+            body,
+            tools,
+            usage,
+        },
         hooks,
     )
     .await;

@@ -168,6 +168,7 @@ async fn chat_completions(
         ChatCall {
             model,
             body,
+            tools: None,
             usage: ctx,
         },
         NoHooks,

@@ -7,6 +7,7 @@
 //! the very same bytes.
 
 use bytes::{BufMut, Bytes, BytesMut};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 pub struct ChatBody {
@@ -16,29 +17,37 @@ pub struct ChatBody {
 }
 
 impl ChatBody {
-    /// `body`'s `model` (if any) is left out; [`ChatBody::for_model`] puts one in.
-    pub fn new(body: &Map<String, Value>) -> Result<ChatBody, serde_json::Error> {
-        let rest = if body.contains_key("model") {
-            // Serialise the other fields without copying the map.
-            let mut out = Vec::with_capacity(256);
-            out.push(b'{');
-            let mut first = true;
-            for (k, v) in body.iter().filter(|(k, _)| k.as_str() != "model") {
-                if !first {
-                    out.push(b',');
-                }
-                first = false;
-                serde_json::to_writer(&mut out, k)?;
-                out.push(b':');
-                serde_json::to_writer(&mut out, v)?;
+    /// `body`'s `model` (if any) is left out; [`ChatBody::for_model`] puts one
+    /// in. `tools`, when given, is the `tools` list as JSON text (kept as the
+    /// client wrote it) and replaces any `tools` field of `body`.
+    pub fn new(
+        body: &Map<String, Value>,
+        tools: Option<&RawValue>,
+    ) -> Result<ChatBody, serde_json::Error> {
+        // Serialise the fields without copying the map.
+        let mut out = Vec::with_capacity(256 + tools.map_or(0, |t| t.get().len()));
+        out.push(b'{');
+        let mut first = true;
+        let skip = |k: &str| k == "model" || (tools.is_some() && k == "tools");
+        for (k, v) in body.iter().filter(|(k, _)| !skip(k)) {
+            if !first {
+                out.push(b',');
             }
-            out.push(b'}');
-            out
-        } else {
-            serde_json::to_vec(body)?
-        };
+            first = false;
+            serde_json::to_writer(&mut out, k)?;
+            out.push(b':');
+            serde_json::to_writer(&mut out, v)?;
+        }
+        if let Some(t) = tools {
+            if !first {
+                out.push(b',');
+            }
+            out.extend_from_slice(b"\"tools\":");
+            out.extend_from_slice(t.get().as_bytes());
+        }
+        out.push(b'}');
         Ok(ChatBody {
-            rest: Bytes::from(rest),
+            rest: Bytes::from(out),
             last: None,
         })
     }
@@ -83,7 +92,7 @@ mod tests {
             json!({"model": "alias", "messages": [{"role": "user", "content": "hé \"q\""}],
                               "stream": true, "x": {"n": [1, null]}}),
         );
-        let mut b = ChatBody::new(&body).expect("serialises");
+        let mut b = ChatBody::new(&body, None).expect("serialises");
         for name in ["up/llama-70b", "other \"name\""] {
             let v: Value = serde_json::from_slice(&b.for_model(name)).expect("JSON");
             let mut want = body.clone();
@@ -93,8 +102,25 @@ mod tests {
     }
 
     #[test]
+    fn a_tools_list_kept_as_text_goes_in_as_written_in_place_of_any_tools_field() {
+        let body = map(json!({"model": "alias", "messages": [], "tools": "stale"}));
+        let tools =
+            RawValue::from_string(r#"[{"function":{"name":"a","x":1.50}}]"#.into()).expect("JSON");
+        let mut b = ChatBody::new(&body, Some(&tools)).expect("serialises");
+        assert_eq!(
+            &b.for_model("u")[..],
+            br#"{"model":"u","messages":[],"tools":[{"function":{"name":"a","x":1.50}}]}"#
+        );
+        let mut b = ChatBody::new(&Map::new(), Some(&tools)).expect("serialises");
+        assert_eq!(
+            &b.for_model("u")[..],
+            br#"{"model":"u","tools":[{"function":{"name":"a","x":1.50}}]}"#
+        );
+    }
+
+    #[test]
     fn attempts_on_the_same_upstream_model_share_the_bytes() {
-        let mut b = ChatBody::new(&map(json!({"messages": []}))).expect("serialises");
+        let mut b = ChatBody::new(&map(json!({"messages": []})), None).expect("serialises");
         let one = b.for_model("m");
         let two = b.for_model("m");
         assert_eq!(one.as_ptr(), two.as_ptr(), "not built again");
@@ -102,9 +128,9 @@ mod tests {
 
     #[test]
     fn a_body_with_nothing_but_model_still_is_an_object() {
-        let mut b = ChatBody::new(&map(json!({"model": "a"}))).expect("serialises");
+        let mut b = ChatBody::new(&map(json!({"model": "a"})), None).expect("serialises");
         assert_eq!(&b.for_model("u")[..], br#"{"model":"u"}"#);
-        let mut b = ChatBody::new(&Map::new()).expect("serialises");
+        let mut b = ChatBody::new(&Map::new(), None).expect("serialises");
         assert_eq!(&b.for_model("u")[..], br#"{"model":"u"}"#);
     }
 }

@@ -73,6 +73,8 @@ pub struct ChatCall {
     pub model: Arc<Model>,
     /// The request body as the client sent it (plus the caller's edits).
     pub body: Map<String, Value>,
+    /// The `tools` list as JSON text, when the caller kept it so (agent chat).
+    pub tools: Option<Box<serde_json::value::RawValue>>,
     pub usage: UsageContext,
 }
 
@@ -342,6 +344,7 @@ pub async fn relay<H: ChatHooks>(
     let ChatCall {
         model,
         mut body,
+        tools,
         usage,
     } = call;
     let mut ticket = UsageTicket::new(usage_sink, usage, "chat");
@@ -349,7 +352,7 @@ pub async fn relay<H: ChatHooks>(
     let stream = is_stream(&body);
     let client_usage = ask_for_usage(&mut body, stream);
     let prompt_estimate = estimate_tokens(prompt_chars(&body));
-    let mut template = match ChatBody::new(&body) {
+    let mut template = match ChatBody::new(&body, tools.as_deref()) {
         Ok(t) => t,
         Err(e) => return failed(ticket, Error::internal(e)),
     };
