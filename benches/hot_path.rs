@@ -80,7 +80,7 @@ fn benches(c: &mut Criterion) {
         b.iter(|| {
             let m: Map<String, Value> = serde_json::from_slice(black_box(&body)).expect("json");
             check_body(&m).expect("valid");
-            let mut t = ChatBody::new(&m, None).expect("body");
+            let mut t = ChatBody::new(&m, None::<&[&serde_json::value::RawValue]>).expect("body");
             black_box(t.for_model("upstream/model"));
         })
     });

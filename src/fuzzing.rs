@@ -80,11 +80,13 @@ pub fn chat_body(data: &[u8]) {
     let mut req: ChatRequest =
         serde_json::from_slice(json).expect("a JSON object parses as an agent chat body");
     {
-        let (fields, tools) = (&req.fields, req.raw_tools());
-        let mut whole = fields.clone();
-        if let Some(t) = tools {
-            let v = serde_json::from_str(t.get()).expect("kept tools are JSON");
-            whole.insert("tools".into(), v);
+        let mut whole = req.fields.clone();
+        if let Some(ts) = req.raw_tools() {
+            let v = ts
+                .iter()
+                .map(|t| serde_json::from_str(t.get()).expect("kept tools are JSON"))
+                .collect();
+            whole.insert("tools".into(), Value::Array(v));
         }
         assert_eq!(whole, body);
     }
@@ -170,11 +172,11 @@ pub fn chat_body(data: &[u8]) {
     }
     let _ = is_stream(&req.fields);
     let _ = prompt_chars(&req.fields);
-    upstream_body(&req.fields, req.raw_tools(), "agent-model");
+    upstream_body(&req.fields, req.raw_tools().as_deref(), "agent-model");
 }
 
 /// The bytes sent upstream parse back as the body with the upstream model.
-fn upstream_body(body: &Map<String, Value>, tools: Option<&RawValue>, upstream_model: &str) {
+fn upstream_body(body: &Map<String, Value>, tools: Option<&[&RawValue]>, upstream_model: &str) {
     let mut body = body.clone();
     let stream = is_stream(&body);
     let _ = ask_for_usage(&mut body, stream);
@@ -185,9 +187,12 @@ fn upstream_body(body: &Map<String, Value>, tools: Option<&RawValue>, upstream_m
     let sent: Map<String, Value> =
         serde_json::from_slice(&bytes).expect("the upstream body is JSON");
     body.insert("model".into(), Value::String(upstream_model.into()));
-    if let Some(t) = tools {
-        let v = serde_json::from_str(t.get()).expect("kept tools are JSON");
-        body.insert("tools".into(), v);
+    if let Some(ts) = tools {
+        let v = ts
+            .iter()
+            .map(|t| serde_json::from_str(t.get()).expect("kept tools are JSON"))
+            .collect();
+        body.insert("tools".into(), Value::Array(v));
     }
     // Compared through the same write and read (floats read back exactly then).
     let expected: Map<String, Value> =

@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 
-use serde::de::{self, Deserialize, Deserializer, MapAccess, Visitor};
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
@@ -142,15 +142,87 @@ impl ToolPolicy<'_> {
 pub const MAX_REQUEST_TOOLS: usize = 128;
 
 /// An agent chat body as the handler works on it: every field but `tools` as
-/// JSON values, and a `tools` list as the client's JSON text. Building a tree
-/// of 20 tools' schemas and writing it out again for the upstream was a fifth
-/// of agent chat's CPU, and only each tool's `function.name` matters here. A
-/// `tools` that is not a list stays among the fields (where
-/// [`ChatRequest::offered_tools`] refuses it unless it is `null`).
+/// JSON values, and each tool of a `tools` list as the client's JSON text
+/// with its function name. Building a tree of 20 tools' schemas and writing
+/// it out again for the upstream was a fifth of agent chat's CPU, and only
+/// each tool's `function.name` matters here. A `tools` that is not a list
+/// stays among the fields (where [`ChatRequest::offered_tools`] refuses it
+/// unless it is `null`).
 #[derive(Debug, Default)]
 pub struct ChatRequest {
     pub fields: Map<String, Value>,
-    tools: Option<Box<RawValue>>,
+    tools: Option<Vec<OfferedTool>>,
+}
+
+/// One tool of a request's `tools` list.
+#[derive(Debug)]
+struct OfferedTool {
+    /// As the client wrote it.
+    raw: Box<RawValue>,
+    /// `function.name`, when the tool is an object with one `function`
+    /// object that has one `name` by the tool-name rule.
+    name: Option<String>,
+}
+
+impl OfferedTool {
+    fn new(raw: Box<RawValue>) -> OfferedTool {
+        let name = tool_name(raw.get());
+        OfferedTool { raw, name }
+    }
+}
+
+impl<'de> Deserialize<'de> for OfferedTool {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(OfferedTool::new(Box::<RawValue>::deserialize(d)?))
+    }
+}
+
+/// The value of a body's `tools` key: a list of tools, or anything else.
+enum ToolsField {
+    List(Vec<OfferedTool>),
+    Other(Value),
+}
+
+impl<'de> Deserialize<'de> for ToolsField {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = ToolsField;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<ToolsField, A::Error> {
+                let mut tools = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(64));
+                while let Some(t) = seq.next_element()? {
+                    tools.push(t);
+                }
+                Ok(ToolsField::List(tools))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<ToolsField, A::Error> {
+                let v = Value::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                Ok(ToolsField::Other(v))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<ToolsField, E> {
+                Ok(ToolsField::Other(Value::String(v.to_string())))
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<ToolsField, E> {
+                Ok(ToolsField::Other(Value::Bool(v)))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<ToolsField, E> {
+                Ok(ToolsField::Other(Value::from(v)))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<ToolsField, E> {
+                Ok(ToolsField::Other(Value::from(v)))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<ToolsField, E> {
+                Ok(ToolsField::Other(Value::from(v)))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<ToolsField, E> {
+                Ok(ToolsField::Other(Value::Null))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 impl<'de> Deserialize<'de> for ChatRequest {
@@ -166,14 +238,15 @@ impl<'de> Deserialize<'de> for ChatRequest {
                 // A repeated key: the last one counts, as for a JSON value.
                 while let Some(key) = map.next_key::<String>()? {
                     if key == "tools" {
-                        let raw: Box<RawValue> = map.next_value()?;
-                        if raw.get().starts_with('[') {
-                            req.fields.remove("tools");
-                            req.tools = Some(raw);
-                        } else {
-                            req.tools = None;
-                            let v = serde_json::from_str(raw.get()).map_err(de::Error::custom)?;
-                            req.fields.insert(key, v);
+                        match map.next_value()? {
+                            ToolsField::List(tools) => {
+                                req.fields.remove("tools");
+                                req.tools = Some(tools);
+                            }
+                            ToolsField::Other(v) => {
+                                req.tools = None;
+                                req.fields.insert(key, v);
+                            }
                         }
                     } else {
                         req.fields.insert(key, map.next_value()?);
@@ -195,13 +268,12 @@ impl ChatRequest {
     /// that repeats the key the rules read is refused too: the upstream might
     /// read the other one.
     pub fn offered_tools(&self) -> Result<Vec<String>, Error> {
-        let Some(raw) = &self.tools else {
+        let Some(tools) = &self.tools else {
             return match self.fields.get("tools") {
                 None | Some(Value::Null) => Ok(Vec::new()),
                 Some(_) => Err(Error::validation("tools", "'tools' must be a list.")),
             };
         };
-        let tools = split_list(raw);
         if tools.len() > MAX_REQUEST_TOOLS {
             return Err(Error::bad_request(
                 "too_many_tools",
@@ -216,7 +288,7 @@ impl ChatRequest {
             .iter()
             .enumerate()
             .map(|(i, t)| {
-                tool_name(t).ok_or_else(|| {
+                t.name.clone().ok_or_else(|| {
                     Error::validation(
                         "tools",
                         format!(
@@ -234,31 +306,13 @@ impl ChatRequest {
     pub fn apply(&mut self, keep: &[String]) {
         let keep: HashSet<&str> = keep.iter().map(String::as_str).collect();
         let mut now_empty = false;
-        if let Some(raw) = &self.tools {
-            let tools = split_list(raw);
-            let kept: Vec<&RawValue> = tools
-                .iter()
-                .copied()
-                .filter(|t| tool_name(t).is_some_and(|n| keep.contains(n.as_str())))
-                .collect();
-            now_empty = kept.is_empty();
-            if now_empty {
-                self.tools = None;
-            } else if kept.len() < tools.len() {
-                let mut list = String::with_capacity(raw.get().len());
-                list.push('[');
-                for (i, t) in kept.iter().enumerate() {
-                    if i > 0 {
-                        list.push(',');
-                    }
-                    list.push_str(t.get());
-                }
-                list.push(']');
-                self.tools = RawValue::from_string(list).ok();
-            }
+        if let Some(tools) = &mut self.tools {
+            tools.retain(|t| t.name.as_deref().is_some_and(|n| keep.contains(n)));
+            now_empty = tools.is_empty();
         }
         let body = &mut self.fields;
         if now_empty {
+            self.tools = None;
             body.remove("parallel_tool_calls");
         }
         let drop_choice = match body.get("tool_choice") {
@@ -286,76 +340,109 @@ impl ChatRequest {
 
     /// Runs `f` over the fields with the `tools` list among them as values
     /// (for a pass that walks every field: PII protection), then keeps the
-    /// list as text again.
+    /// tools as text again.
     pub fn with_tools_as_values(
         &mut self,
         f: impl FnOnce(&mut Map<String, Value>),
     ) -> Result<(), Error> {
-        if let Some(raw) = self.tools.take() {
-            let v: Value = serde_json::from_str(raw.get())
+        if let Some(tools) = self.tools.take() {
+            let values = tools
+                .iter()
+                .map(|t| serde_json::from_str(t.raw.get()))
+                .collect::<Result<Vec<Value>, _>>()
                 .map_err(|_| Error::validation("tools", "'tools' is nested too deeply."))?;
-            self.fields.insert("tools".into(), v);
+            self.fields.insert("tools".into(), Value::Array(values));
         }
         f(&mut self.fields);
-        if matches!(self.fields.get("tools"), Some(Value::Array(_))) {
-            if let Some(v) = self.fields.remove("tools") {
-                self.tools = Some(serde_json::value::to_raw_value(&v).map_err(Error::internal)?);
-            }
+        if let Some(Value::Array(values)) = self.fields.get("tools") {
+            let tools = values
+                .iter()
+                .map(|v| serde_json::value::to_raw_value(v).map(OfferedTool::new))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(Error::internal)?;
+            self.fields.remove("tools");
+            self.tools = Some(tools);
         }
         Ok(())
     }
 
-    /// The `tools` list as JSON text, when it is kept so.
-    pub fn raw_tools(&self) -> Option<&RawValue> {
-        self.tools.as_deref()
+    /// The tools of a `tools` list, each as JSON text, when it is kept so.
+    pub fn raw_tools(&self) -> Option<Vec<&RawValue>> {
+        self.tools
+            .as_ref()
+            .map(|ts| ts.iter().map(|t| &*t.raw).collect())
     }
 
-    /// The fields, and the `tools` list as JSON text when it is kept so.
-    pub fn into_parts(self) -> (Map<String, Value>, Option<Box<RawValue>>) {
-        (self.fields, self.tools)
+    /// The fields, and the tools of a `tools` list as JSON text when it is
+    /// kept so.
+    pub fn into_parts(self) -> (Map<String, Value>, Option<Vec<Box<RawValue>>>) {
+        let tools = self.tools.map(|ts| ts.into_iter().map(|t| t.raw).collect());
+        (self.fields, tools)
     }
 }
 
-/// The items of a JSON list (the text was a list when it was kept).
-fn split_list(raw: &RawValue) -> Vec<&RawValue> {
-    serde_json::from_str(raw.get()).unwrap_or_default()
-}
-
-/// A tool's `function.name`, if the tool is an object with one `function`
-/// object that has one `name` by the tool-name rule.
-fn tool_name(tool: &RawValue) -> Option<String> {
-    let function = only_field(tool.get(), "function")?;
-    let name = only_field(function.get(), "name")?;
-    let name: String = serde_json::from_str(name.get()).ok()?;
-    ToolName::parse(&name).map(|n| n.as_str().to_string())
-}
-
-/// The value of `key` in the JSON object `text`: `None` when `text` is not
-/// an object, lacks `key` or has it more than once.
-fn only_field<'a>(text: &'a str, key: &'static str) -> Option<&'a RawValue> {
-    struct Field(&'static str);
-    impl<'de> Visitor<'de> for Field {
-        type Value = Option<&'de RawValue>;
+/// A tool's `function.name` by the tool-name rule, read in one pass over the
+/// tool's text: `None` unless the tool is an object with one `function`
+/// object that has one `name` string.
+fn tool_name(text: &str) -> Option<String> {
+    /// A tool object: its `function`'s name.
+    struct Tool;
+    impl<'de> Visitor<'de> for Tool {
+        type Value = Option<String>;
         fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-            f.write_str("a JSON object")
+            f.write_str("a tool object")
         }
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-            let mut found = None;
+            let mut name = None;
+            let mut seen = false;
             while let Some(k) = map.next_key::<Key<'de>>()? {
-                if k.0 == self.0 {
-                    if found.is_some() {
-                        return Err(de::Error::duplicate_field(self.0));
+                if k.0 == "function" {
+                    if seen {
+                        return Err(de::Error::duplicate_field("function"));
                     }
-                    found = Some(map.next_value::<&RawValue>()?);
+                    seen = true;
+                    name = map.next_value::<FunctionName>()?.0;
                 } else {
                     map.next_value::<de::IgnoredAny>()?;
                 }
             }
-            Ok(found)
+            Ok(name)
+        }
+    }
+    /// A function object: its `name`.
+    struct FunctionName(Option<String>);
+    impl<'de> Deserialize<'de> for FunctionName {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct F;
+            impl<'de> Visitor<'de> for F {
+                type Value = FunctionName;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("a function object")
+                }
+                fn visit_map<A: MapAccess<'de>>(
+                    self,
+                    mut map: A,
+                ) -> Result<FunctionName, A::Error> {
+                    let mut name: Option<String> = None;
+                    while let Some(k) = map.next_key::<Key<'de>>()? {
+                        if k.0 == "name" {
+                            if name.is_some() {
+                                return Err(de::Error::duplicate_field("name"));
+                            }
+                            name = Some(map.next_value()?);
+                        } else {
+                            map.next_value::<de::IgnoredAny>()?;
+                        }
+                    }
+                    Ok(FunctionName(name))
+                }
+            }
+            d.deserialize_map(F)
         }
     }
     let mut de = serde_json::Deserializer::from_str(text);
-    de.deserialize_map(Field(key)).ok().flatten()
+    let name = de.deserialize_map(Tool).ok().flatten()?;
+    ToolName::parse(&name).map(|n| n.as_str().to_string())
 }
 
 /// An object key, borrowed unless it has escapes.
@@ -631,15 +718,17 @@ mod tests {
 
     #[test]
     fn kept_tools_go_on_as_the_client_wrote_them() {
-        let text = r#"{"model":"m","tools":[ {"type":"function","function":{"name":"a","description":"d\u00e9","parameters":{"type":"object","properties":{"p":{"type":"number","default":1.50}}}}} ,{"type":"function","function":{"name":"b"}}],"messages":[]}"#;
-        let mut body: ChatRequest = serde_json::from_str(text).unwrap();
+        let a = r#"{"type":"function","function":{"name":"a","description":"d\u00e9","parameters":{"type":"object","properties":{"p":{"type":"number","default":1.50}}}}}"#;
+        let text = format!(
+            r#"{{"model":"m","tools":[ {a} ,{{"type":"function","function":{{"name":"b"}}}}],"messages":[]}}"#
+        );
+        let mut body: ChatRequest = serde_json::from_str(&text).unwrap();
         assert!(!body.fields.contains_key("tools"));
         body.apply(&names(&["a"]));
         let (_, tools) = body.into_parts();
-        assert_eq!(
-            tools.unwrap().get(),
-            r#"[{"type":"function","function":{"name":"a","description":"d\u00e9","parameters":{"type":"object","properties":{"p":{"type":"number","default":1.50}}}}}]"#
-        );
+        let tools = tools.unwrap();
+        assert_eq!(tools.len(), 1);
+        assert_eq!(tools[0].get(), a);
     }
 
     #[test]
@@ -703,8 +792,8 @@ mod tests {
         assert!(body.has_tool_fields());
         let (_, tools) = body.into_parts();
         assert_eq!(
-            serde_json::from_str::<Value>(tools.unwrap().get()).unwrap(),
-            json!([{"type": "function", "function": {"name": "a", "description": "y"}}])
+            serde_json::from_str::<Value>(tools.unwrap()[0].get()).unwrap(),
+            json!({"type": "function", "function": {"name": "a", "description": "y"}})
         );
     }
 }

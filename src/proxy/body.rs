@@ -6,6 +6,8 @@
 //! upstream model name (several servers of one model: the usual case) send
 //! the very same bytes.
 
+use std::borrow::Borrow;
+
 use bytes::{BufMut, Bytes, BytesMut};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -18,14 +20,17 @@ pub struct ChatBody {
 
 impl ChatBody {
     /// `body`'s `model` (if any) is left out; [`ChatBody::for_model`] puts one
-    /// in. `tools`, when given, is the `tools` list as JSON text (kept as the
-    /// client wrote it) and replaces any `tools` field of `body`.
-    pub fn new(
+    /// in. `tools`, when given, are the tools of the `tools` list, each as
+    /// JSON text (kept as the client wrote it), and replace any `tools` field
+    /// of `body`.
+    pub fn new<T: Borrow<RawValue>>(
         body: &Map<String, Value>,
-        tools: Option<&RawValue>,
+        tools: Option<&[T]>,
     ) -> Result<ChatBody, serde_json::Error> {
+        let tools_len: usize =
+            tools.map_or(0, |ts| ts.iter().map(|t| t.borrow().get().len() + 1).sum());
         // Serialise the fields without copying the map.
-        let mut out = Vec::with_capacity(256 + tools.map_or(0, |t| t.get().len()));
+        let mut out = Vec::with_capacity(256 + tools_len);
         out.push(b'{');
         let mut first = true;
         let skip = |k: &str| k == "model" || (tools.is_some() && k == "tools");
@@ -38,12 +43,18 @@ impl ChatBody {
             out.push(b':');
             serde_json::to_writer(&mut out, v)?;
         }
-        if let Some(t) = tools {
+        if let Some(ts) = tools {
             if !first {
                 out.push(b',');
             }
-            out.extend_from_slice(b"\"tools\":");
-            out.extend_from_slice(t.get().as_bytes());
+            out.extend_from_slice(b"\"tools\":[");
+            for (i, t) in ts.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(t.borrow().get().as_bytes());
+            }
+            out.push(b']');
         }
         out.push(b'}');
         Ok(ChatBody {
@@ -92,7 +103,7 @@ mod tests {
             json!({"model": "alias", "messages": [{"role": "user", "content": "hé \"q\""}],
                               "stream": true, "x": {"n": [1, null]}}),
         );
-        let mut b = ChatBody::new(&body, None).expect("serialises");
+        let mut b = ChatBody::new(&body, None::<&[&RawValue]>).expect("serialises");
         for name in ["up/llama-70b", "other \"name\""] {
             let v: Value = serde_json::from_slice(&b.for_model(name)).expect("JSON");
             let mut want = body.clone();
@@ -104,14 +115,16 @@ mod tests {
     #[test]
     fn a_tools_list_kept_as_text_goes_in_as_written_in_place_of_any_tools_field() {
         let body = map(json!({"model": "alias", "messages": [], "tools": "stale"}));
-        let tools =
-            RawValue::from_string(r#"[{"function":{"name":"a","x":1.50}}]"#.into()).expect("JSON");
-        let mut b = ChatBody::new(&body, Some(&tools)).expect("serialises");
+        let tools = [
+            RawValue::from_string(r#"{"function":{"name":"a","x":1.50}}"#.into()).expect("JSON"),
+            RawValue::from_string(r#"{ "function" : {"name":"b"} }"#.into()).expect("JSON"),
+        ];
+        let mut b = ChatBody::new(&body, Some(&tools[..])).expect("serialises");
         assert_eq!(
             &b.for_model("u")[..],
-            br#"{"model":"u","messages":[],"tools":[{"function":{"name":"a","x":1.50}}]}"#
+            br#"{"model":"u","messages":[],"tools":[{"function":{"name":"a","x":1.50}},{ "function" : {"name":"b"} }]}"#
         );
-        let mut b = ChatBody::new(&Map::new(), Some(&tools)).expect("serialises");
+        let mut b = ChatBody::new(&Map::new(), Some(&tools[..1])).expect("serialises");
         assert_eq!(
             &b.for_model("u")[..],
             br#"{"model":"u","tools":[{"function":{"name":"a","x":1.50}}]}"#
@@ -120,7 +133,8 @@ mod tests {
 
     #[test]
     fn attempts_on_the_same_upstream_model_share_the_bytes() {
-        let mut b = ChatBody::new(&map(json!({"messages": []})), None).expect("serialises");
+        let mut b =
+            ChatBody::new(&map(json!({"messages": []})), None::<&[&RawValue]>).expect("serialises");
         let one = b.for_model("m");
         let two = b.for_model("m");
         assert_eq!(one.as_ptr(), two.as_ptr(), "not built again");
@@ -128,9 +142,10 @@ mod tests {
 
     #[test]
     fn a_body_with_nothing_but_model_still_is_an_object() {
-        let mut b = ChatBody::new(&map(json!({"model": "a"})), None).expect("serialises");
+        let mut b =
+            ChatBody::new(&map(json!({"model": "a"})), None::<&[&RawValue]>).expect("serialises");
         assert_eq!(&b.for_model("u")[..], br#"{"model":"u"}"#);
-        let mut b = ChatBody::new(&Map::new(), None).expect("serialises");
+        let mut b = ChatBody::new(&Map::new(), None::<&[&RawValue]>).expect("serialises");
         assert_eq!(&b.for_model("u")[..], br#"{"model":"u"}"#);
     }
 }

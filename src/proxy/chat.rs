@@ -73,8 +73,9 @@ pub struct ChatCall {
     pub model: Arc<Model>,
     /// The request body as the client sent it (plus the caller's edits).
     pub body: Map<String, Value>,
-    /// The `tools` list as JSON text, when the caller kept it so (agent chat).
-    pub tools: Option<Box<serde_json::value::RawValue>>,
+    /// The tools of the `tools` list, each as JSON text, when the caller
+    /// kept them so (agent chat).
+    pub tools: Option<Vec<Box<serde_json::value::RawValue>>>,
     pub usage: UsageContext,
 }
 
