@@ -9,7 +9,7 @@ use std::time::Duration;
 use common::models::{payloads, poll, sse_events};
 use common::stub::{calling, tool_call as call};
 use common::*;
-use gatehouse_stub_upstream::{ScriptToolCall, Stub};
+use gatehouse_stub_upstream::{Script, ScriptToolCall, Stub};
 use reqwest::{Response, StatusCode};
 use serde_json::{json, Value};
 
@@ -1011,6 +1011,49 @@ async fn a_call_of_an_undeclared_tool_needs_approval_in_ask_mode() {
     script_calls(&env, vec![call("call_u", "undeclared", "{}")]);
     let (v, _) = env.chat_ok("ask", &chat_body("go", &["undeclared"])).await;
     assert_eq!(v["approvals"][0]["tool"], "undeclared");
+}
+
+#[tokio::test]
+async fn ask_mode_finds_calls_whatever_the_upstream_escapes_and_passes_call_free_answers_as_sent() {
+    let env = env("aprraw", json!({"default_tool_mode": "ask"})).await;
+    env.manifest_ok(&std_manifest()).await;
+    // A server that escapes its keys still gets its calls approved.
+    let escaped = r#"{"id":"c1","object":"chat.completion","created":1,"model":"up","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool\u005fcalls":[{"id":"call_e","type":"function","function":{"name":"write_file","arguments":"{}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}"#;
+    env.stub.script(
+        &env.upstream,
+        Script {
+            body: Some(escaped.into()),
+            ..Script::default()
+        },
+    );
+    let (v, _) = env
+        .chat_ok("ask", &chat_body("do it", &["write_file"]))
+        .await;
+    let approvals = v["approvals"].as_array().expect("approvals");
+    assert_eq!(approvals.len(), 1, "{v}");
+    assert_eq!(approvals[0]["tool_call_id"], "call_e");
+
+    // An answer without calls goes back as the upstream wrote it, `model` aside.
+    let plain = r#"{"id":"c2","object":"chat.completion","created":1,"model":"up","choices":[{"index":0,"message":{"role":"assistant","content":"1.50 done"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5},"x_extra":1.50}"#;
+    env.stub.script(
+        &env.upstream,
+        Script {
+            body: Some(plain.into()),
+            ..Script::default()
+        },
+    );
+    let r = env
+        .chat(
+            &[("X-Service-Tool-Mode", "ask")],
+            &chat_body("hi", &["write_file"]),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let text = r.text().await.expect("body");
+    assert_eq!(
+        text,
+        plain.replace(r#""model":"up""#, &format!(r#""model":"{}""#, env.model_id))
+    );
 }
 
 #[tokio::test]

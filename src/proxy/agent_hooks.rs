@@ -233,6 +233,16 @@ impl AgentHooks {
 }
 
 impl ChatHooks for AgentHooks {
+    /// Restoring PII tokens edits every answer; approvals concern only an
+    /// answer with tool calls. A key spelled with escapes
+    /// (`"tool\u005fcalls"`) would hide from the byte search, so an answer
+    /// with any escape takes the tree path too.
+    fn edits_answer(&self, answer: &[u8]) -> bool {
+        let find = |pat: &[u8]| memchr::memmem::find(answer, pat).is_some();
+        self.ctx.vault.is_some()
+            || (self.ctx.mode == ToolMode::Ask && (find(b"tool_calls") || find(b"\\u")))
+    }
+
     async fn on_response(&mut self, response: &mut Value) -> Result<(), Error> {
         // The calls as the model gave them: tokens, not values, are stored.
         let calls = tool_calls_of_response(response);

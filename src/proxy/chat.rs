@@ -94,6 +94,13 @@ pub trait ChatHooks: Send + 'static {
     /// spliced in (no parse into a tree and no serialisation).
     const EDITS_ANSWERS: bool = true;
 
+    /// Whether `on_response` needs this plain answer (the upstream's bytes)
+    /// as a JSON tree; without it the answer takes the splice path.
+    fn edits_answer(&self, answer: &[u8]) -> bool {
+        let _ = answer;
+        Self::EDITS_ANSWERS
+    }
+
     /// A plain (non-stream) answer, after the `model` rewrite.
     fn on_response(
         &mut self,
@@ -406,28 +413,14 @@ pub async fn relay<H: ChatHooks>(
         if !stream {
             // Hooks that edit answers get a JSON tree; otherwise the bytes pass
             // with `model` spliced in.
-            let answer = if H::EDITS_ANSWERS {
-                whole_answer(
-                    &target.provider,
-                    resp,
-                    deadline,
-                    &answering.id,
-                    prompt_estimate,
-                    &mut attempt,
-                )
-                .await
-                .map(|(v, tokens)| (RelayedBody::Answer(v), tokens))
-            } else {
-                raw_answer(
-                    &target.provider,
-                    resp,
-                    deadline,
-                    &answering.id,
-                    prompt_estimate,
-                    &mut attempt,
-                )
-                .await
-                .map(|(b, tokens)| (RelayedBody::Raw(b), tokens))
+            let answer = match upstream::read_body(&target.provider, resp, deadline).await {
+                Err(e) => Err(e),
+                Ok(bytes) if hooks.edits_answer(&bytes) => {
+                    answer_tree(&bytes, &answering.id, prompt_estimate, &mut attempt)
+                        .map(|(v, tokens)| (RelayedBody::Answer(v), tokens))
+                }
+                Ok(bytes) => raw_answer(&bytes, &answering.id, prompt_estimate, &mut attempt)
+                    .map(|(b, tokens)| (RelayedBody::Raw(b), tokens)),
             };
             match answer {
                 Ok((mut body, tokens)) => {
@@ -538,18 +531,6 @@ pub async fn relay<H: ChatHooks>(
 }
 
 /// A plain answer: read whole (before the deadline), checked, `model` rewritten.
-async fn whole_answer(
-    provider: &Provider,
-    resp: upstream::Answer,
-    deadline: tokio::time::Instant,
-    alias: &str,
-    prompt_estimate: i64,
-    attempt: &mut Attempt,
-) -> Result<(Value, Tokens), AttemptError> {
-    let bytes = upstream::read_body(provider, resp, deadline).await?;
-    answer_tree(&bytes, alias, prompt_estimate, attempt)
-}
-
 /// A plain answer parsed, checked, `model` rewritten, tokens counted.
 fn answer_tree(
     bytes: &[u8],
@@ -597,22 +578,19 @@ struct UsageView {
 /// A plain answer passed on as the upstream's bytes with `model` naming the
 /// alias. Anything unusual (not an object, no usage, duplicate keys) takes
 /// the tree path of [`whole_answer`], which also words the errors.
-async fn raw_answer(
-    provider: &Provider,
-    resp: upstream::Answer,
-    deadline: tokio::time::Instant,
+fn raw_answer(
+    bytes: &[u8],
     alias: &str,
     prompt_estimate: i64,
     attempt: &mut Attempt,
 ) -> Result<(Bytes, Tokens), AttemptError> {
-    let bytes = upstream::read_body(provider, resp, deadline).await?;
     // A span records the answer's model and usage: the tree path reads them.
     if !attempt.wants_answer() {
-        if let Some(done) = splice_answer(&bytes, alias) {
+        if let Some(done) = splice_answer(bytes, alias) {
             return Ok(done);
         }
     }
-    let (v, tokens) = answer_tree(&bytes, alias, prompt_estimate, attempt)?;
+    let (v, tokens) = answer_tree(bytes, alias, prompt_estimate, attempt)?;
     let out = serde_json::to_vec(&v)
         .map_err(|e| AttemptError::new(Failure::BadAnswer, Error::internal(e)))?;
     Ok((Bytes::from(out), tokens))

@@ -118,6 +118,9 @@ pub struct Script {
     /// 200 with a body that is not JSON; for streams an SSE data line that is
     /// not JSON, then `[DONE]`.
     pub garbage: bool,
+    /// 200 with exactly this body (JSON text as some server wrote it), for a
+    /// plain (non-stream) request.
+    pub body: Option<String>,
     /// Stream: characters per content / tool-argument chunk (0 means 4).
     pub chunk_size: usize,
     /// Stream: pause between events.
@@ -164,6 +167,7 @@ pub(crate) static DEFAULT_SCRIPT: Script = Script {
     delay_ms: 0,
     hang: false,
     garbage: false,
+    body: None,
     chunk_size: 0,
     chunk_interval_ms: 0,
     close_after_chunks: None,

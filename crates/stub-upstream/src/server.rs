@@ -12,7 +12,6 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::Response;
 use axum::serve::ListenerExt;
 use axum::Router;
-use bytes::Bytes;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
@@ -185,6 +184,9 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
     if script.garbage && !streaming {
         return garbage();
     }
+    if let (Some(text), false) = (&script.body, streaming) {
+        return json_text(text.clone());
+    }
 
     match route {
         Route::Chat => crate::chat::chat(&shared, &body, script, streaming),
@@ -232,7 +234,12 @@ fn models(shared: &Shared) -> Response {
 }
 
 fn garbage() -> Response {
-    let mut resp = Response::new(Body::from(Bytes::from_static(b"this is not json")));
+    json_text("this is not json".into())
+}
+
+/// 200 with this text as an `application/json` body.
+fn json_text(text: String) -> Response {
+    let mut resp = Response::new(Body::from(text));
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
