@@ -10,7 +10,7 @@ use std::hint::black_box;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use gatehouse::agents::tools::{ChatRequest, ToolClass, ToolMode, ToolPolicy, ToolStatus};
 use gatehouse::proxy::body::ChatBody;
-use gatehouse::proxy::chat::{check_body, rewrite_model, splice_chunk, strip_usage};
+use gatehouse::proxy::chat::{check_body, rewrite_model, splice_chunk_into, strip_usage};
 use gatehouse::proxy::sse::SseParser;
 use gatehouse_pii::{Counts, Mode, Scanner, Vault};
 use serde_json::{json, Map, Value};
@@ -111,24 +111,27 @@ fn benches(c: &mut Criterion) {
             black_box(out);
         })
     });
-    // What `/v1/chat/completions` does per event: splice, no JSON tree.
+    // What `/v1/chat/completions` does per event: splice into the event's
+    // frame, no JSON tree.
     g.bench_function("sse_parse_and_splice_38_events", |b| {
+        let alias = serde_json::to_vec("chat-model").expect("json");
         b.iter(|| {
             let mut p = SseParser::new();
             p.push(black_box(&stream));
-            let mut out = Vec::with_capacity(stream.len());
+            let mut frames = Vec::with_capacity(40);
             while let Some(ev) = p.next_event() {
                 if ev.data == "[DONE]" {
                     break;
                 }
-                let c = splice_chunk(&ev.data, "chat-model", false).expect("fast path");
-                if let Some(json) = c.out {
-                    out.extend_from_slice(b"data: ");
-                    out.extend_from_slice(&json);
+                let mut out = Vec::with_capacity(ev.data.len() + alias.len() + 24);
+                out.extend_from_slice(b"data: ");
+                let c = splice_chunk_into(&ev.data, &alias, false, &mut out).expect("fast path");
+                if c.sent {
                     out.extend_from_slice(b"\n\n");
+                    frames.push(out);
                 }
             }
-            black_box(out);
+            black_box(frames);
         })
     });
     g.finish();

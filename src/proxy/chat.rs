@@ -452,6 +452,7 @@ pub async fn relay<H: ChatHooks>(
             parser: SseParser::new(),
             hooks: Some(hooks),
             alias: answering.id.clone(),
+            alias_json: serde_json::to_vec(&answering.id).unwrap_or_default(),
             provider: Arc::clone(&target.provider),
             stats: Arc::clone(&target.stats),
             guard,
@@ -637,11 +638,53 @@ pub fn splice_answer(bytes: &[u8], alias: &str) -> Option<(Bytes, Tokens)> {
 struct ChunkView<'a> {
     #[serde(borrow)]
     model: Option<&'a serde_json::value::RawValue>,
-    #[serde(borrow)]
-    choices: Option<Vec<ChoiceView<'a>>>,
+    choices: Option<ChoicesView>,
     /// Present even when null (a null `usage` is removed too).
     #[serde(borrow, default, deserialize_with = "present")]
     usage: Option<&'a serde_json::value::RawValue>,
+}
+
+/// What the relay reads of a chunk's `choices`, gathered as they are
+/// parsed (no list of them is built).
+#[derive(Default)]
+struct ChoicesView {
+    count: usize,
+    /// Characters of generated text.
+    chars: usize,
+    /// A choice finished.
+    finish: bool,
+}
+
+impl<'de> serde::Deserialize<'de> for ChoicesView {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = ChoicesView;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a list of choices")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<ChoicesView, A::Error> {
+                let mut view = ChoicesView::default();
+                while let Some(c) = seq.next_element::<ChoiceView<'de>>()? {
+                    view.count += 1;
+                    view.finish |= c.finish_reason.is_some();
+                    if let Some(d) = &c.delta {
+                        view.chars += d.content.as_deref().map_or(0, |t| t.chars().count());
+                        if let Some(calls) = d.tool_calls {
+                            let v: Value = serde_json::from_str(calls.get())
+                                .map_err(serde::de::Error::custom)?;
+                            view.chars += tool_call_chars(Some(&v));
+                        }
+                    }
+                }
+                Ok(view)
+            }
+        }
+        d.deserialize_seq(V)
+    }
 }
 
 #[derive(serde::Deserialize)]
@@ -684,84 +727,102 @@ pub struct SplicedChunk {
 /// usage-only chunk dropped), all by splicing the upstream's text. None when
 /// the chunk needs the tree path (an error, content parts, odd layout).
 pub fn splice_chunk(data: &str, alias: &str, client_usage: bool) -> Option<SplicedChunk> {
+    let alias_json = serde_json::to_vec(alias).ok()?;
+    let mut out = Vec::new();
+    let facts = splice_chunk_into(data, &alias_json, client_usage, &mut out)?;
+    Some(SplicedChunk {
+        out: facts.sent.then_some(out),
+        usage: facts.usage,
+        chars: facts.chars,
+        finish: facts.finish,
+    })
+}
+
+/// What [`splice_chunk_into`] learnt of a chunk.
+pub struct ChunkFacts {
+    /// The chunk was written out (false: drop it).
+    pub sent: bool,
+    pub usage: Option<Value>,
+    pub chars: usize,
+    pub finish: bool,
+}
+
+/// [`splice_chunk`] appending the spliced chunk to `out` (a stream's frame
+/// being built: no copy of its own), with the alias already as JSON. On
+/// None, `out` may hold part of the chunk: the caller truncates it.
+pub fn splice_chunk_into(
+    data: &str,
+    alias_json: &[u8],
+    client_usage: bool,
+    out: &mut Vec<u8>,
+) -> Option<ChunkFacts> {
     if !data.trim_start().starts_with('{') {
         return None;
     }
     let view: ChunkView<'_> = serde_json::from_str(data).ok()?;
     let choices = view.choices?;
-    let mut chars = 0;
-    let mut finish = false;
-    for c in &choices {
-        finish |= c.finish_reason.is_some();
-        if let Some(d) = &c.delta {
-            chars += d.content.as_deref().map_or(0, |t| t.chars().count());
-            if let Some(calls) = d.tool_calls {
-                let v: Value = serde_json::from_str(calls.get()).ok()?;
-                chars += tool_call_chars(Some(&v));
-            }
-        }
-    }
     let usage_raw = view.usage.filter(|u| u.get() != "null");
     let usage = match usage_raw {
         Some(u) => Some(serde_json::from_str::<Value>(u.get()).ok()?).filter(Value::is_object),
         None => None,
     };
-    if !client_usage && choices.is_empty() && usage_raw.is_some() {
-        return Some(SplicedChunk {
-            out: None,
-            usage,
-            chars,
-            finish,
-        });
+    let mut facts = ChunkFacts {
+        sent: false,
+        usage,
+        chars: choices.chars,
+        finish: choices.finish,
+    };
+    if !client_usage && choices.count == 0 && usage_raw.is_some() {
+        return Some(facts);
     }
     let offset = |raw: &serde_json::value::RawValue| -> Option<(usize, usize)> {
         let start = (raw.get().as_ptr() as usize).checked_sub(data.as_ptr() as usize)?;
         Some((start, start + raw.get().len()))
     };
-    // Edits as (start, end, replacement), applied in order.
-    let mut edits: Vec<(usize, usize, Vec<u8>)> = Vec::with_capacity(2);
-    let mut alias_json = Vec::with_capacity(alias.len() + 2);
-    serde_json::to_writer(&mut alias_json, alias).ok()?;
+    // At most two edits, (start, end, what goes in between), applied in order.
+    let model_member: Vec<u8>;
+    let mut edits: [Option<(usize, usize, &[u8])>; 2] = [None, None];
     match view.model {
         Some(m) => {
             let (a, b) = offset(m)?;
-            edits.push((a, b, alias_json));
+            edits[0] = Some((a, b, alias_json));
         }
         None => {
             let open = data.find('{')?;
             let mut ins = b"\"model\":".to_vec();
-            ins.extend_from_slice(&alias_json);
+            ins.extend_from_slice(alias_json);
             if !data[open + 1..].trim_start().starts_with('}') {
                 ins.push(b',');
             }
-            edits.push((open + 1, open + 1, ins));
+            model_member = ins;
+            edits[0] = Some((open + 1, open + 1, &model_member));
         }
     }
     if !client_usage {
         if let Some(u) = view.usage {
             let (a, b) = member_span(data, offset(u)?)?;
-            edits.push((a, b, Vec::new()));
+            edits[1] = Some((a, b, b""));
         }
     }
-    edits.sort_by_key(|e| e.0);
+    if let [Some(x), Some(y)] = edits {
+        if y.0 < x.0 {
+            edits = [Some(y), Some(x)];
+        }
+    }
     let bytes = data.as_bytes();
-    let mut out = Vec::with_capacity(data.len() + alias.len() + 16);
+    out.reserve(data.len() + alias_json.len() + 16);
     let mut at = 0;
-    for (a, b, rep) in edits {
+    for (a, b, rep) in edits.into_iter().flatten() {
         if a < at {
             return None;
         }
         out.extend_from_slice(bytes.get(at..a)?);
-        out.extend_from_slice(&rep);
+        out.extend_from_slice(rep);
         at = b;
     }
     out.extend_from_slice(bytes.get(at..)?);
-    Some(SplicedChunk {
-        out: Some(out),
-        usage,
-        chars,
-        finish,
-    })
+    facts.sent = true;
+    Some(facts)
 }
 
 /// The bytes to cut to remove the member `"usage": <value>` whose value
@@ -868,6 +929,8 @@ struct StreamRelay<H> {
     /// when this one fails before its first output.
     hooks: Option<H>,
     alias: String,
+    /// `alias` as a JSON string, spliced into each chunk.
+    alias_json: Vec<u8>,
     provider: Arc<Provider>,
     stats: Arc<ProviderStats>,
     /// Counts the request in flight on its target until the stream ends.
@@ -1065,19 +1128,21 @@ impl<H: ChatHooks> StreamRelay<H> {
                 return Ok(Step::Out(self.end().await));
             }
             if !H::EDITS_ANSWERS && !self.attempt.wants_answer() {
-                if let Some(c) = splice_chunk(&ev.data, &self.alias, self.client_usage) {
+                let alias_json = &self.alias_json;
+                let mut out = Vec::with_capacity(ev.data.len() + alias_json.len() + 24);
+                out.extend_from_slice(b"data: ");
+                if let Some(c) =
+                    splice_chunk_into(&ev.data, alias_json, self.client_usage, &mut out)
+                {
                     if c.usage.is_some() {
                         self.usage = c.usage;
                     }
                     self.completion_chars += c.chars;
                     self.saw_finish |= c.finish;
                     self.hooks_touched = true;
-                    let Some(json) = c.out else {
+                    if !c.sent {
                         continue;
-                    };
-                    let mut out = Vec::with_capacity(json.len() + 8);
-                    out.extend_from_slice(b"data: ");
-                    out.extend_from_slice(&json);
+                    }
                     out.extend_from_slice(b"\n\n");
                     return Ok(Step::Out(Bytes::from(out)));
                 }
