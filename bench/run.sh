@@ -354,9 +354,10 @@ mkdir -p "$(dirname "$OUT")"
 runs=$(($(wc -w <<<"$WORKLOADS") * $(wc -w <<<"$CONCURRENCY") * ${#ACTIVE[@]}))
 log "$runs runs of ${WARMUP}s warm-up + ${DURATION}s: about $((runs * (WARMUP + DURATION)))s"
 # The gateway's resident memory under load: its highest VmRSS while the
-# workloads run (sampled four times a second), apart from start-up and set-up (where
-# password hashes take their 19 MiB work areas).
+# workloads run (sampled four times a second), apart from start-up, set-up
+# and the closing login (where password hashes take their 19 MiB work areas).
 LOAD_RSS_FILE=$TMP/load-rss
+RSS_SAMPLER=
 if [ -n "$GATEHOUSE_OK" ]; then
     (
         max=0
@@ -372,7 +373,8 @@ if [ -n "$GATEHOUSE_OK" ]; then
             sleep 0.25
         done
     ) &
-    PIDS+=($!)
+    RSS_SAMPLER=$!
+    PIDS+=($RSS_SAMPLER)
 fi
 for w in $WORKLOADS; do
     for c in $CONCURRENCY; do
@@ -406,6 +408,8 @@ for w in $WORKLOADS; do
         done
     done
 done
+# The workloads are over: the closing login below is not load.
+[ -n "$RSS_SAMPLER" ] && kill "$RSS_SAMPLER" 2>/dev/null || true
 
 # --- report ------------------------------------------------------------------
 
