@@ -604,10 +604,18 @@ async fn a_tool_that_names_itself_twice_is_refused_and_reaches_no_upstream() {
     let env = env("toolstwice", json!({})).await;
     env.manifest_ok(&std_manifest()).await;
     let before = env.sent().len();
+    // Kept tools are not parsed by the gateway: a schema nested past what a
+    // parsed body allowed is refused all the same.
+    let deep = format!(
+        r#"[{{"type":"function","function":{{"name":"read_file","parameters":{}1{}}}}}]"#,
+        "[".repeat(200),
+        "]".repeat(200)
+    );
     for tools in [
         r#"[{"type":"function","function":{"name":"read_file","name":"run"}}]"#,
         r#"[{"type":"function","function":{"name":"read_file"},"function":{"name":"run"}}]"#,
         r#"[["function",{"name":"read_file"}]]"#,
+        &deep,
     ] {
         let text = format!(r#"{{"messages":[{{"role":"user","content":"hi"}}],"tools":{tools}}}"#);
         let r = chat_raw(&env, "read_only", &text).await;

@@ -162,13 +162,59 @@ struct OfferedTool {
     /// `function.name`, when the tool is an object with one `function`
     /// object that has one `name` by the tool-name rule.
     name: Option<String>,
+    /// Nested deeper than [`TOOL_MAX_DEPTH`].
+    too_deep: bool,
 }
+
+/// How deeply a tool's JSON may nest (the tool object is level 1): what a
+/// request parsed whole allowed, since serde_json refuses a 128th level and
+/// the body and the list take two. A tool kept as text is not parsed by the
+/// gateway, but the upstream parses it.
+pub const TOOL_MAX_DEPTH: usize = 125;
 
 impl OfferedTool {
     fn new(raw: Box<RawValue>) -> OfferedTool {
-        let name = tool_name(raw.get());
-        OfferedTool { raw, name }
+        let too_deep = nests_deeper_than(raw.get(), TOOL_MAX_DEPTH);
+        let name = if too_deep { None } else { tool_name(raw.get()) };
+        OfferedTool {
+            raw,
+            name,
+            too_deep,
+        }
     }
+}
+
+/// Whether the JSON `text` nests objects and lists deeper than `limit`.
+fn nests_deeper_than(text: &str, limit: usize) -> bool {
+    let bytes = text.as_bytes();
+    // Most tools have a few brackets: counting them is cheap and settles it.
+    if bytes.iter().filter(|&&b| b == b'{' || b == b'[').count() <= limit {
+        return false;
+    }
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &b in bytes {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' => {
+                depth += 1;
+                if depth > limit {
+                    return true;
+                }
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
 }
 
 impl<'de> Deserialize<'de> for OfferedTool {
@@ -288,6 +334,12 @@ impl ChatRequest {
             .iter()
             .enumerate()
             .map(|(i, t)| {
+                if t.too_deep {
+                    return Err(Error::validation(
+                        "tools",
+                        format!("tools[{i}] nests more than {TOOL_MAX_DEPTH} levels deep."),
+                    ));
+                }
                 t.name.clone().ok_or_else(|| {
                     Error::validation(
                         "tools",
@@ -754,6 +806,46 @@ mod tests {
         let body: ChatRequest =
             serde_json::from_str(r#"{"tools": [{"f\u0075nction": {"n\u0061me": "a"}}]}"#).unwrap();
         assert_eq!(body.offered_tools().unwrap(), names(&["a"]));
+    }
+
+    #[test]
+    fn a_tool_may_nest_as_deep_as_a_body_parsed_whole_allowed_and_no_deeper() {
+        let body = |depth: usize| {
+            // The tool object is level 1; each `{"a":...}` adds one.
+            let inner = "{\"a\":".repeat(depth - 2) + "1" + &"}".repeat(depth - 2);
+            format!(r#"{{"tools": [{{"function": {{"name": "t", "parameters": {inner}}}}}]}}"#)
+        };
+        for depth in [
+            3,
+            TOOL_MAX_DEPTH - 1,
+            TOOL_MAX_DEPTH,
+            TOOL_MAX_DEPTH + 1,
+            5000,
+        ] {
+            let text = body(depth);
+            let req: ChatRequest = serde_json::from_str(&text).unwrap();
+            let whole = serde_json::from_str::<Map<String, Value>>(&text).is_ok();
+            assert_eq!(
+                req.offered_tools().is_ok(),
+                depth <= TOOL_MAX_DEPTH,
+                "{depth}"
+            );
+            if depth < 1000 {
+                assert_eq!(whole, depth <= TOOL_MAX_DEPTH, "{depth}");
+            }
+        }
+        let e = serde_json::from_str::<ChatRequest>(&body(TOOL_MAX_DEPTH + 1))
+            .unwrap()
+            .offered_tools()
+            .unwrap_err();
+        assert_eq!(e.message, "tools[0] nests more than 125 levels deep.");
+        // Brackets inside strings do not count.
+        let text = format!(
+            r#"{{"tools": [{{"function": {{"name": "t", "description": "{}\"[{{"}}}}]}}"#,
+            "[{".repeat(300)
+        );
+        let req: ChatRequest = serde_json::from_str(&text).unwrap();
+        assert_eq!(req.offered_tools().unwrap(), names(&["t"]));
     }
 
     #[test]
