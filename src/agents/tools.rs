@@ -398,11 +398,20 @@ impl ChatRequest {
         f: impl FnOnce(&mut Map<String, Value>),
     ) -> Result<(), Error> {
         if let Some(tools) = self.tools.take() {
+            // Kept text is valid JSON, but may hold what a JSON value cannot
+            // (a lone surrogate escape, a number out of range).
             let values = tools
                 .iter()
-                .map(|t| serde_json::from_str(t.raw.get()))
-                .collect::<Result<Vec<Value>, _>>()
-                .map_err(|_| Error::validation("tools", "'tools' is nested too deeply."))?;
+                .enumerate()
+                .map(|(i, t)| {
+                    serde_json::from_str(t.raw.get()).map_err(|e| {
+                        Error::validation(
+                            "tools",
+                            format!("tools[{i}] cannot be read for PII protection: {e}."),
+                        )
+                    })
+                })
+                .collect::<Result<Vec<Value>, Error>>()?;
             self.fields.insert("tools".into(), Value::Array(values));
         }
         f(&mut self.fields);
@@ -846,6 +855,22 @@ mod tests {
         );
         let req: ChatRequest = serde_json::from_str(&text).unwrap();
         assert_eq!(req.offered_tools().unwrap(), names(&["t"]));
+    }
+
+    #[test]
+    fn a_kept_tool_holding_what_no_json_value_can_passes_unless_read_for_pii() {
+        let text = r#"{"tools": [{"function": {"name": "a", "description": "\ud800", "parameters": {"default": 1e400}}}]}"#;
+        assert!(serde_json::from_str::<Map<String, Value>>(text).is_err());
+        let mut req: ChatRequest = serde_json::from_str(text).unwrap();
+        assert_eq!(req.offered_tools().unwrap(), names(&["a"]));
+        let e = req.with_tools_as_values(|_| {}).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("tools"));
+        assert!(
+            e.message
+                .starts_with("tools[0] cannot be read for PII protection: "),
+            "{}",
+            e.message
+        );
     }
 
     #[test]
