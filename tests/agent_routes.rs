@@ -600,7 +600,8 @@ async fn kept_tools_reach_the_upstream_exactly_as_the_client_wrote_them() {
 }
 
 #[tokio::test]
-async fn a_tool_that_names_itself_twice_is_refused_and_reaches_no_upstream() {
+async fn a_tool_that_names_itself_twice_or_is_no_function_tool_is_refused_and_reaches_no_upstream()
+{
     let env = env("toolstwice", json!({})).await;
     env.manifest_ok(&std_manifest()).await;
     let before = env.sent().len();
@@ -615,6 +616,7 @@ async fn a_tool_that_names_itself_twice_is_refused_and_reaches_no_upstream() {
         r#"[{"type":"function","function":{"name":"read_file","name":"run"}}]"#,
         r#"[{"type":"function","function":{"name":"read_file"},"function":{"name":"run"}}]"#,
         r#"[["function",{"name":"read_file"}]]"#,
+        r#"[{"type":"custom","custom":{"name":"run"},"function":{"name":"read_file"}}]"#,
         &deep,
     ] {
         let text = format!(r#"{{"messages":[{{"role":"user","content":"hi"}}],"tools":{tools}}}"#);

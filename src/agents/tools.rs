@@ -159,11 +159,21 @@ pub struct ChatRequest {
 struct OfferedTool {
     /// As the client wrote it.
     raw: Box<RawValue>,
-    /// `function.name`, when the tool is an object with one `function`
-    /// object that has one `name` by the tool-name rule.
-    name: Option<String>,
+    /// `function.name`, or why the tool is refused.
+    name: Result<String, ToolFault>,
+}
+
+/// Why an offered tool is refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ToolFault {
+    /// Not an object with one `function` object that has one `name` by the
+    /// tool-name rule.
+    Name,
+    /// A `type` other than `"function"`: the rules govern function tools,
+    /// and another kind could name a held tool where they do not look.
+    NotFunction,
     /// Nested deeper than [`TOOL_MAX_DEPTH`].
-    too_deep: bool,
+    TooDeep,
 }
 
 /// How deeply a tool's JSON may nest (the tool object is level 1): what a
@@ -174,13 +184,12 @@ pub const TOOL_MAX_DEPTH: usize = 125;
 
 impl OfferedTool {
     fn new(raw: Box<RawValue>) -> OfferedTool {
-        let too_deep = nests_deeper_than(raw.get(), TOOL_MAX_DEPTH);
-        let name = if too_deep { None } else { tool_name(raw.get()) };
-        OfferedTool {
-            raw,
-            name,
-            too_deep,
-        }
+        let name = if nests_deeper_than(raw.get(), TOOL_MAX_DEPTH) {
+            Err(ToolFault::TooDeep)
+        } else {
+            tool_name(raw.get())
+        };
+        OfferedTool { raw, name }
     }
 }
 
@@ -334,19 +343,19 @@ impl ChatRequest {
             .iter()
             .enumerate()
             .map(|(i, t)| {
-                if t.too_deep {
-                    return Err(Error::validation(
-                        "tools",
-                        format!("tools[{i}] nests more than {TOOL_MAX_DEPTH} levels deep."),
-                    ));
-                }
-                t.name.clone().ok_or_else(|| {
-                    Error::validation(
-                        "tools",
-                        format!(
+                t.name.clone().map_err(|fault| {
+                    let message = match fault {
+                        ToolFault::Name => format!(
                             "tools[{i}].function.name must be 1 to 64 of letters, digits, _ and -."
                         ),
-                    )
+                        ToolFault::NotFunction => format!(
+                            "tools[{i}].type must be \"function\": tool rules apply to function tools."
+                        ),
+                        ToolFault::TooDeep => {
+                            format!("tools[{i}] nests more than {TOOL_MAX_DEPTH} levels deep.")
+                        }
+                    };
+                    Error::validation("tools", message)
                 })
             })
             .collect()
@@ -359,7 +368,7 @@ impl ChatRequest {
         let keep: HashSet<&str> = keep.iter().map(String::as_str).collect();
         let mut now_empty = false;
         if let Some(tools) = &mut self.tools {
-            tools.retain(|t| t.name.as_deref().is_some_and(|n| keep.contains(n)));
+            tools.retain(|t| t.name.as_deref().is_ok_and(|n| keep.contains(n)));
             now_empty = tools.is_empty();
         }
         let body = &mut self.fields;
@@ -443,19 +452,18 @@ impl ChatRequest {
 }
 
 /// A tool's `function.name` by the tool-name rule, read in one pass over the
-/// tool's text: `None` unless the tool is an object with one `function`
-/// object that has one `name` string.
-fn tool_name(text: &str) -> Option<String> {
-    /// A tool object: its `function`'s name.
+/// tool's text: refused unless the tool is an object with one `function`
+/// object that has one `name` string, and at most one `type`, `"function"`.
+fn tool_name(text: &str) -> Result<String, ToolFault> {
+    /// A tool object: its `function`'s name, and whether it is a function tool.
     struct Tool;
     impl<'de> Visitor<'de> for Tool {
-        type Value = Option<String>;
+        type Value = (Option<String>, bool);
         fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
             f.write_str("a tool object")
         }
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-            let mut name = None;
-            let mut seen = false;
+            let (mut name, mut seen, mut kind) = (None, false, None);
             while let Some(k) = map.next_key::<Key<'de>>()? {
                 if k.0 == "function" {
                     if seen {
@@ -463,11 +471,16 @@ fn tool_name(text: &str) -> Option<String> {
                     }
                     seen = true;
                     name = map.next_value::<FunctionName>()?.0;
+                } else if k.0 == "type" {
+                    if kind.is_some() {
+                        return Err(de::Error::duplicate_field("type"));
+                    }
+                    kind = Some(map.next_value::<Key<'de>>()?.0 == "function");
                 } else {
                     map.next_value::<de::IgnoredAny>()?;
                 }
             }
-            Ok(name)
+            Ok((name, kind.unwrap_or(true)))
         }
     }
     /// A function object: its `name`.
@@ -502,8 +515,13 @@ fn tool_name(text: &str) -> Option<String> {
         }
     }
     let mut de = serde_json::Deserializer::from_str(text);
-    let name = de.deserialize_map(Tool).ok().flatten()?;
-    ToolName::parse(&name).map(|n| n.as_str().to_string())
+    match de.deserialize_map(Tool) {
+        Ok((_, false)) => Err(ToolFault::NotFunction),
+        Ok((Some(name), true)) => ToolName::parse(&name)
+            .map(|n| n.as_str().to_string())
+            .ok_or(ToolFault::Name),
+        Ok((None, true)) | Err(_) => Err(ToolFault::Name),
+    }
 }
 
 /// An object key, borrowed unless it has escapes.
@@ -870,6 +888,37 @@ mod tests {
                 .starts_with("tools[0] cannot be read for PII protection: "),
             "{}",
             e.message
+        );
+    }
+
+    #[test]
+    fn only_function_tools_are_offered() {
+        let e = req(json!({"tools": [
+            {"type": "function", "function": {"name": "a"}},
+            {"type": "custom", "custom": {"name": "held_tool"}, "function": {"name": "ok"}}
+        ]}))
+        .offered_tools()
+        .unwrap_err();
+        assert_eq!(
+            e.message,
+            "tools[1].type must be \"function\": tool rules apply to function tools."
+        );
+        // Without a type a tool counts as a function tool; a repeated type is refused.
+        assert_eq!(
+            req(json!({"tools": [{"function": {"name": "a"}}]}))
+                .offered_tools()
+                .unwrap(),
+            names(&["a"])
+        );
+        let body: ChatRequest = serde_json::from_str(
+            r#"{"tools": [{"type": "function", "type": "custom", "function": {"name": "a"}}]}"#,
+        )
+        .unwrap();
+        assert!(body.offered_tools().is_err());
+        assert!(
+            req(json!({"tools": [{"type": 1, "function": {"name": "a"}}]}))
+                .offered_tools()
+                .is_err()
         );
     }
 
