@@ -709,35 +709,6 @@ fn present<'de, D: serde::Deserializer<'de>>(
     serde::Deserialize::deserialize(d).map(Some)
 }
 
-/// A stream chunk after [`splice_chunk`].
-#[derive(Debug, PartialEq)]
-pub struct SplicedChunk {
-    /// The chunk to send (None: drop it).
-    pub out: Option<Vec<u8>>,
-    /// The upstream's usage object, if the chunk has one.
-    pub usage: Option<Value>,
-    /// Characters of generated text (for the estimate without usage).
-    pub chars: usize,
-    /// A choice finished.
-    pub finish: bool,
-}
-
-/// The relay's work on one stream chunk without a JSON tree: `model` names
-/// the alias, and unless the client asked for usage, `usage` is removed (the
-/// usage-only chunk dropped), all by splicing the upstream's text. None when
-/// the chunk needs the tree path (an error, content parts, odd layout).
-pub fn splice_chunk(data: &str, alias: &str, client_usage: bool) -> Option<SplicedChunk> {
-    let alias_json = serde_json::to_vec(alias).ok()?;
-    let mut out = Vec::new();
-    let facts = splice_chunk_into(data, &alias_json, client_usage, &mut out)?;
-    Some(SplicedChunk {
-        out: facts.sent.then_some(out),
-        usage: facts.usage,
-        chars: facts.chars,
-        finish: facts.finish,
-    })
-}
-
 /// What [`splice_chunk_into`] learnt of a chunk.
 pub struct ChunkFacts {
     /// The chunk was written out (false: drop it).
@@ -747,9 +718,12 @@ pub struct ChunkFacts {
     pub finish: bool,
 }
 
-/// [`splice_chunk`] appending the spliced chunk to `out` (a stream's frame
-/// being built: no copy of its own), with the alias already as JSON. On
-/// None, `out` may hold part of the chunk: the caller truncates it.
+/// The relay's work on one stream chunk without a JSON tree: `model` names
+/// the alias (given as JSON), and unless the client asked for usage, `usage`
+/// is removed (the usage-only chunk dropped), all by splicing the upstream's
+/// text, appended to `out` (the event's frame being built: no copy of its
+/// own). None when the chunk needs the tree path (an error, content parts,
+/// odd layout); `out` may then hold part of the chunk, to be discarded.
 pub fn splice_chunk_into(
     data: &str,
     alias_json: &[u8],
@@ -1229,6 +1203,32 @@ impl<H> Drop for StreamRelay<H> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A stream chunk after [`splice_chunk`].
+    #[derive(Debug, PartialEq)]
+    struct SplicedChunk {
+        /// The chunk to send (None: drop it).
+        out: Option<Vec<u8>>,
+        /// The upstream's usage object, if the chunk has one.
+        usage: Option<Value>,
+        /// Characters of generated text (for the estimate without usage).
+        chars: usize,
+        /// A choice finished.
+        finish: bool,
+    }
+
+    /// [`splice_chunk_into`] on its own buffer, with the alias as text.
+    fn splice_chunk(data: &str, alias: &str, client_usage: bool) -> Option<SplicedChunk> {
+        let alias_json = serde_json::to_vec(alias).ok()?;
+        let mut out = Vec::new();
+        let facts = splice_chunk_into(data, &alias_json, client_usage, &mut out)?;
+        Some(SplicedChunk {
+            out: facts.sent.then_some(out),
+            usage: facts.usage,
+            chars: facts.chars,
+            finish: facts.finish,
+        })
+    }
 
     fn map(v: Value) -> Map<String, Value> {
         match v {
