@@ -89,6 +89,13 @@ pub fn chat_body(data: &[u8]) {
             whole.insert("tools".into(), Value::Array(v));
         }
         assert_eq!(whole, body);
+        for t in req.raw_tools().into_iter().flatten() {
+            assert!(
+                crate::agents::tools::scan_agrees_with_serde(t.get()),
+                "the one-pass scan and serde read a tool differently: {}",
+                t.get()
+            );
+        }
     }
     if refuse_legacy_functions(&req.fields).is_err() {
         return;

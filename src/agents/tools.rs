@@ -184,12 +184,249 @@ pub const TOOL_MAX_DEPTH: usize = 125;
 
 impl OfferedTool {
     fn new(raw: Box<RawValue>) -> OfferedTool {
-        let name = if nests_deeper_than(raw.get(), TOOL_MAX_DEPTH) {
+        let name = read_tool(raw.get());
+        OfferedTool { raw, name }
+    }
+}
+
+/// A tool's `function.name`, or why the tool is refused: by [`scan_tool`]
+/// unless a key or string it reads is escaped, else by serde.
+fn read_tool(text: &str) -> Result<String, ToolFault> {
+    scan_tool(text).unwrap_or_else(|| {
+        if nests_deeper_than(text, TOOL_MAX_DEPTH) {
             Err(ToolFault::TooDeep)
         } else {
-            tool_name(raw.get())
-        };
-        OfferedTool { raw, name }
+            tool_name(text)
+        }
+    })
+}
+
+/// Whether the one-pass scan and serde read a tool alike (for the fuzz target).
+#[doc(hidden)]
+pub fn scan_agrees_with_serde(text: &str) -> bool {
+    let slow = if nests_deeper_than(text, TOOL_MAX_DEPTH) {
+        Err(ToolFault::TooDeep)
+    } else {
+        tool_name(text)
+    };
+    scan_tool(text).is_none_or(|fast| fast == slow)
+}
+
+/// Reads a tool the way [`tool_name`] and [`nests_deeper_than`] do, in one
+/// pass over its text without serde (which was a tenth of agent chat's CPU:
+/// the text had already been checked once, while it was captured). `text`
+/// must be one valid JSON value, as a captured [`RawValue`] is. `None` when a
+/// key of the tool or of its function, the name or the type holds an escape:
+/// serde decodes those.
+fn scan_tool(text: &str) -> Option<Result<String, ToolFault>> {
+    let mut s = Scanner {
+        b: text.as_bytes(),
+        i: 0,
+        depth: 0,
+        max_depth: 0,
+    };
+    let (mut name, mut kind, mut bad, mut escaped) = (None::<&[u8]>, None, false, false);
+    s.ws();
+    if s.peek() == Some(b'{') {
+        let (mut function_seen, mut name_seen) = (false, false);
+        s.object(|s, key, key_escaped| {
+            if key_escaped {
+                escaped = true;
+                s.skip_value();
+                return;
+            }
+            match key {
+                b"function" if s.peek() == Some(b'{') => {
+                    bad |= function_seen;
+                    function_seen = true;
+                    s.object(|s, key, key_escaped| {
+                        escaped |= key_escaped;
+                        if key == b"name" && !key_escaped {
+                            bad |= name_seen;
+                            name_seen = true;
+                            match s.string_value() {
+                                Some((v, e)) => {
+                                    escaped |= e;
+                                    name = Some(v);
+                                }
+                                None => bad = true,
+                            }
+                        } else {
+                            s.skip_value();
+                        }
+                    });
+                }
+                b"type" => {
+                    bad |= kind.is_some();
+                    match s.string_value() {
+                        Some((v, e)) => {
+                            escaped |= e;
+                            kind = Some(v == b"function");
+                        }
+                        None => {
+                            bad = true;
+                            kind = Some(true);
+                        }
+                    }
+                }
+                b"function" => {
+                    bad = true;
+                    s.skip_value();
+                }
+                _ => s.skip_value(),
+            }
+        });
+    } else {
+        bad = true;
+        s.skip_value();
+    }
+    if s.max_depth > TOOL_MAX_DEPTH {
+        return Some(Err(ToolFault::TooDeep));
+    }
+    if escaped {
+        return None;
+    }
+    Some(match (bad, kind, name) {
+        (true, _, _) => Err(ToolFault::Name),
+        (false, Some(false), _) => Err(ToolFault::NotFunction),
+        (false, _, Some(n)) => std::str::from_utf8(n)
+            .ok()
+            .and_then(ToolName::parse)
+            .map(|n| n.as_str().to_string())
+            .ok_or(ToolFault::Name),
+        (false, _, None) => Err(ToolFault::Name),
+    })
+}
+
+/// A cursor over valid JSON text that tracks how deeply it nests.
+struct Scanner<'a> {
+    b: &'a [u8],
+    i: usize,
+    depth: usize,
+    max_depth: usize,
+}
+
+impl<'a> Scanner<'a> {
+    fn peek(&self) -> Option<u8> {
+        self.b.get(self.i).copied()
+    }
+
+    fn ws(&mut self) {
+        while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+            self.i += 1;
+        }
+    }
+
+    fn open(&mut self) {
+        self.depth += 1;
+        self.max_depth = self.max_depth.max(self.depth);
+        self.i += 1;
+    }
+
+    /// At a `"`: the string's text between its quotes and whether it holds
+    /// an escape; moves past the closing quote.
+    fn string(&mut self) -> (&'a [u8], bool) {
+        let start = self.i + 1;
+        let (mut j, mut escaped) = (start, false);
+        loop {
+            let rest = self.b.get(j..).unwrap_or_default();
+            match memchr::memchr2(b'"', b'\\', rest) {
+                Some(k) if rest[k] == b'\\' => {
+                    escaped = true;
+                    j += k + 2;
+                }
+                Some(k) => {
+                    self.i = j + k + 1;
+                    return (&self.b[start..j + k], escaped);
+                }
+                None => {
+                    self.i = self.b.len();
+                    return (self.b.get(start..).unwrap_or_default(), escaped);
+                }
+            }
+        }
+    }
+
+    /// A string value, or `None` (the value skipped) when it is not one.
+    fn string_value(&mut self) -> Option<(&'a [u8], bool)> {
+        if self.peek() == Some(b'"') {
+            Some(self.string())
+        } else {
+            self.skip_value();
+            None
+        }
+    }
+
+    /// Moves past one value.
+    fn skip_value(&mut self) {
+        match self.peek() {
+            Some(b'"') => {
+                self.string();
+            }
+            Some(b'{' | b'[') => {
+                let outer = self.depth;
+                self.open();
+                while self.depth > outer {
+                    match self.peek() {
+                        Some(b'"') => {
+                            self.string();
+                        }
+                        Some(b'{' | b'[') => self.open(),
+                        Some(b'}' | b']') => {
+                            self.depth -= 1;
+                            self.i += 1;
+                        }
+                        Some(_) => self.i += 1,
+                        None => break,
+                    }
+                }
+                self.depth = outer;
+            }
+            _ => {
+                while !matches!(
+                    self.peek(),
+                    None | Some(b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r')
+                ) {
+                    self.i += 1;
+                }
+            }
+        }
+    }
+
+    /// At a `{`: calls `member` with each key (its text, whether escaped)
+    /// and the cursor at the value, which `member` must move past; moves past
+    /// the closing `}`.
+    fn object(&mut self, mut member: impl FnMut(&mut Self, &'a [u8], bool)) {
+        let outer = self.depth;
+        self.open();
+        loop {
+            self.ws();
+            match self.peek() {
+                Some(b'"') => {
+                    let (key, escaped) = self.string();
+                    self.ws();
+                    if self.peek() == Some(b':') {
+                        self.i += 1;
+                    }
+                    self.ws();
+                    member(self, key, escaped);
+                    self.ws();
+                    if self.peek() == Some(b',') {
+                        self.i += 1;
+                    }
+                }
+                Some(b'}') => {
+                    self.i += 1;
+                    break;
+                }
+                // Not reached on valid JSON; ends the scan either way.
+                _ => {
+                    self.i = self.b.len();
+                    break;
+                }
+            }
+        }
+        self.depth = outer;
     }
 }
 
@@ -833,6 +1070,63 @@ mod tests {
         let body: ChatRequest =
             serde_json::from_str(r#"{"tools": [{"f\u0075nction": {"n\u0061me": "a"}}]}"#).unwrap();
         assert_eq!(body.offered_tools().unwrap(), names(&["a"]));
+    }
+
+    #[test]
+    fn the_one_pass_scan_reads_every_tool_as_serde_does() {
+        let deep = |n: usize| "[".repeat(n) + &"]".repeat(n);
+        let cases = [
+            r#"{"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}"#.to_string(),
+            r#"{"function": {"description": "x\"}{[", "name": "a-b_1"}}"#.to_string(),
+            r#"  { "function" : { "name" : "a" } , "type" : "function" }  "#.to_string(),
+            r#"{"type": "custom", "function": {"name": "a"}}"#.to_string(),
+            r#"{"type": "function", "type": "function", "function": {"name": "a"}}"#.to_string(),
+            r#"{"type": 1, "function": {"name": "a"}}"#.to_string(),
+            r#"{"type": null, "function": {"name": "a"}}"#.to_string(),
+            r#"{"function": {"name": "a"}, "function": {"name": "b"}}"#.to_string(),
+            r#"{"function": {"name": "a", "name": "b"}}"#.to_string(),
+            r#"{"function": {"name": 7}}"#.to_string(),
+            r#"{"function": {"name": ""}}"#.to_string(),
+            r#"{"function": {"name": "has space"}}"#.to_string(),
+            r#"{"function": {}}"#.to_string(),
+            r#"{"function": [{"name": "a"}]}"#.to_string(),
+            r#"{"function": "a"}"#.to_string(),
+            r#"{"name": "a"}"#.to_string(),
+            r#"{}"#.to_string(),
+            r#"["function", {"name": "a"}]"#.to_string(),
+            r#""a""#.to_string(),
+            r#"-1.5e3"#.to_string(),
+            r#"{"function": {"parameters": {"name": "inner"}, "name": "outer"}}"#.to_string(),
+            r#"{"x": {"function": {"name": "inner"}}, "function": {"name": "outer"}}"#.to_string(),
+            r#"{"function": {"name": "a", "strict": true, "n": null, "k": [1, -2.5, {"name": "z"}]}}"#.to_string(),
+            r#"{"f\u0075nction": {"name": "a"}}"#.to_string(),
+            r#"{"function": {"n\u0061me": "a"}}"#.to_string(),
+            r#"{"function": {"name": "\u0061"}}"#.to_string(),
+            r#"{"type": "f\u0075nction", "function": {"name": "a"}}"#.to_string(),
+            r#"{"function": {"name": "a", "description": "\u00e9\\"}}"#.to_string(),
+            r#"{"function": {"name": "é"}}"#.to_string(),
+            format!(r#"{{"function": {{"name": "a"}}, "x": {}}}"#, deep(TOOL_MAX_DEPTH - 1)),
+            format!(r#"{{"function": {{"name": "a"}}, "x": {}}}"#, deep(TOOL_MAX_DEPTH)),
+            format!(r#"{{"function": {{"name": "a", "name": "b"}}, "x": {}}}"#, deep(200)),
+            format!(r#"{{"x": "{}", "function": {{"name": "a"}}}}"#, "[".repeat(300)),
+            deep(TOOL_MAX_DEPTH + 3),
+        ];
+        for text in &cases {
+            let slow = if nests_deeper_than(text, TOOL_MAX_DEPTH) {
+                Err(ToolFault::TooDeep)
+            } else {
+                tool_name(text)
+            };
+            assert_eq!(read_tool(text), slow, "{text}");
+            assert!(scan_agrees_with_serde(text), "{text}");
+        }
+        // The scan itself settles the common cases and leaves escapes to serde.
+        assert_eq!(scan_tool(&cases[0]), Some(Ok("read_file".into())));
+        assert_eq!(scan_tool(&cases[3]), Some(Err(ToolFault::NotFunction)));
+        assert_eq!(scan_tool(&cases[8]), Some(Err(ToolFault::Name)));
+        assert_eq!(scan_tool(&cases[30]), Some(Err(ToolFault::TooDeep)));
+        assert_eq!(scan_tool(&cases[23]), None);
+        assert_eq!(read_tool(&cases[25]), Ok("a".into()));
     }
 
     #[test]

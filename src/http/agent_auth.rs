@@ -20,7 +20,7 @@ fn invalid(message: &str) -> Error {
 }
 
 /// Verifies a bearer token's signature and expiry; other secrets are named.
-fn verify(state: &AppState, token: &str) -> Result<Claims> {
+fn verify(state: &AppState, token: &str) -> Result<Arc<Claims>> {
     if token.starts_with("gtk_") {
         return Err(invalid(
             "An API key cannot be used here; send the agent's access token.",

@@ -75,6 +75,10 @@ impl Store {
         let pool = AnyPoolOptions::new()
             .max_connections(max)
             .acquire_timeout(Duration::from_secs(opts.acquire_timeout_s))
+            // A SQLite connection is an open file: checking it with a query
+            // before each use is a wasted round trip to its thread. A
+            // PostgreSQL connection can die with the server, so it is checked.
+            .test_before_acquire(backend == Backend::Postgres)
             .after_connect(move |conn, _meta| {
                 Box::pin(async move {
                     if backend == Backend::Sqlite {
