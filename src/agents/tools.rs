@@ -326,25 +326,24 @@ impl<'a> Scanner<'a> {
     /// At a `"`: the string's text between its quotes and whether it holds
     /// an escape; moves past the closing quote.
     fn string(&mut self) -> (&'a [u8], bool) {
+        // A plain loop: keys and names are short, too short for memchr to pay.
         let start = self.i + 1;
         let (mut j, mut escaped) = (start, false);
-        loop {
-            let rest = self.b.get(j..).unwrap_or_default();
-            match memchr::memchr2(b'"', b'\\', rest) {
-                Some(k) if rest[k] == b'\\' => {
+        while let Some(&c) = self.b.get(j) {
+            match c {
+                b'"' => {
+                    self.i = j + 1;
+                    return (&self.b[start..j], escaped);
+                }
+                b'\\' => {
                     escaped = true;
-                    j += k + 2;
+                    j += 2;
                 }
-                Some(k) => {
-                    self.i = j + k + 1;
-                    return (&self.b[start..j + k], escaped);
-                }
-                None => {
-                    self.i = self.b.len();
-                    return (self.b.get(start..).unwrap_or_default(), escaped);
-                }
+                _ => j += 1,
             }
         }
+        self.i = self.b.len();
+        (self.b.get(start..).unwrap_or_default(), escaped)
     }
 
     /// A string value, or `None` (the value skipped) when it is not one.
