@@ -192,24 +192,22 @@ impl OfferedTool {
 /// A tool's `function.name`, or why the tool is refused: by [`scan_tool`]
 /// unless a key or string it reads is escaped, else by serde.
 fn read_tool(text: &str) -> Result<String, ToolFault> {
-    scan_tool(text).unwrap_or_else(|| {
-        if nests_deeper_than(text, TOOL_MAX_DEPTH) {
-            Err(ToolFault::TooDeep)
-        } else {
-            tool_name(text)
-        }
-    })
+    scan_tool(text).unwrap_or_else(|| serde_read(text))
+}
+
+/// A tool read by serde: the nesting limit first, then [`tool_name`].
+fn serde_read(text: &str) -> Result<String, ToolFault> {
+    if nests_deeper_than(text, TOOL_MAX_DEPTH) {
+        Err(ToolFault::TooDeep)
+    } else {
+        tool_name(text)
+    }
 }
 
 /// Whether the one-pass scan and serde read a tool alike (for the fuzz target).
 #[doc(hidden)]
 pub fn scan_agrees_with_serde(text: &str) -> bool {
-    let slow = if nests_deeper_than(text, TOOL_MAX_DEPTH) {
-        Err(ToolFault::TooDeep)
-    } else {
-        tool_name(text)
-    };
-    scan_tool(text).is_none_or(|fast| fast == slow)
+    scan_tool(text).is_none_or(|fast| fast == serde_read(text))
 }
 
 /// Reads a tool the way [`tool_name`] and [`nests_deeper_than`] do, in one
@@ -1111,12 +1109,7 @@ mod tests {
             deep(TOOL_MAX_DEPTH + 3),
         ];
         for text in &cases {
-            let slow = if nests_deeper_than(text, TOOL_MAX_DEPTH) {
-                Err(ToolFault::TooDeep)
-            } else {
-                tool_name(text)
-            };
-            assert_eq!(read_tool(text), slow, "{text}");
+            assert_eq!(read_tool(text), serde_read(text), "{text}");
             assert!(scan_agrees_with_serde(text), "{text}");
         }
         // The scan itself settles the common cases and leaves escapes to serde.
