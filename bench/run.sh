@@ -18,6 +18,9 @@
 #   BENCH_WARMUP=2         warm-up seconds per run
 #   BENCH_CONCURRENCY="1 32"
 #   BENCH_TARGETS="direct nginx gatehouse"
+#                          add `hyper` for the floor of a hop built as the gateway
+#                          is (examples/hyper_floor.rs: hyper server and client,
+#                          one runtime per core, nothing else)
 #   BENCH_WORKLOADS="chat chat-stream embeddings rerank agent-chat"
 #   BENCH_NGINX_WORKERS=1  nginx worker_processes
 #   BENCH_LOADGEN_THREADS=1  load generator runtime threads
@@ -86,8 +89,12 @@ NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 if [ -z "${BENCH_NO_BUILD:-}" ]; then
     log "building release binaries"
     (cd "$ROOT" && cargo build --release -q -p gatehouse -p gatehouse-stub-upstream -p gatehouse-loadgen)
+    if [[ " $TARGETS " == *" hyper "* ]]; then
+        (cd "$ROOT" && cargo build --release -q --example hyper_floor)
+    fi
 fi
-for b in stub-upstream loadgen $([[ " $TARGETS " == *" gatehouse "* ]] && echo gatehouse); do
+for b in stub-upstream loadgen $([[ " $TARGETS " == *" gatehouse "* ]] && echo gatehouse) \
+    $([[ " $TARGETS " == *" hyper "* ]] && echo examples/hyper_floor); do
     [ -x "$BIN/$b" ] || die "$BIN/$b not built"
 done
 
@@ -203,6 +210,15 @@ if [[ " $TARGETS " == *" nginx "* ]]; then
     log "nginx $("$NGINX" -v 2>&1 | sed 's/.*\///') at http://127.0.0.1:$NGINX_PORT ($NGINX_WORKERS worker)"
 fi
 
+# The floor of a hop built with the gateway's HTTP machinery and nothing else.
+if [[ " $TARGETS " == *" hyper "* ]]; then
+    "$BIN/examples/hyper_floor" 127.0.0.1:0 "$STUB" >"$TMP/hyper.out" 2>&1 &
+    HYPER_PID=$!
+    PIDS+=($HYPER_PID)
+    HYPER=$(wait_line "$TMP/hyper.out" '^listening on ' | sed 's/^listening on //')
+    log "hyper floor at $HYPER"
+fi
+
 # The gateway: fresh SQLite, a provider pointing at the stub, a chat model,
 # an embeddings model and an API key, all set up over HTTP.
 GATEHOUSE_OK=
@@ -263,6 +279,7 @@ base_url() {
     direct) echo "$STUB" ;;
     nginx) echo "http://127.0.0.1:$NGINX_PORT" ;;
     gatehouse) echo "$GATEHOUSE" ;;
+    hyper) echo "$HYPER" ;;
     esac
 }
 path_of() {
@@ -319,6 +336,7 @@ proxy_pids() {
     case $1 in
     nginx) echo "$NGINX_PID" $(pgrep -P "$NGINX_PID") ;;
     gatehouse) echo "$GATEHOUSE_PID" ;;
+    hyper) echo "$HYPER_PID" ;;
     esac
 }
 
@@ -433,12 +451,12 @@ def f: if . == null then "–" else (. * 1000 | round / 1000 | tostring) end;
 def d(a; b): if a == null or b == null then null else a - b end;
 def pct(a; b): if a == null or b == null or b == 0 then "–" else ((a / b * 100) | round | tostring) + " %" end;
 (group_by(.workload + "\u0000" + (.concurrency|tostring))) as $groups
-| "| workload | concurrency | measure | nginx +p50 | nginx +p99 | gatehouse +p50 | gatehouse +p99 | gatehouse req/s vs nginx |",
-  "|---|---:|---|---:|---:|---:|---:|---:|",
+| "| workload | concurrency | measure | nginx +p50 | nginx +p99 | hyper floor +p50 | gatehouse +p50 | gatehouse +p99 | gatehouse req/s vs nginx |",
+  "|---|---:|---|---:|---:|---:|---:|---:|---:|",
   ($groups[] | (map({(.target): .}) | add) as $g
-   | ($g.direct // null) as $d | ($g.nginx // null) as $n | ($g.gatehouse // null) as $h
+   | ($g.direct // null) as $d | ($g.nginx // null) as $n | ($g.gatehouse // null) as $h | ($g.hyper // null) as $y
    | (if $g.direct.workload == "chat-stream" then [["TTFB", "ttfb_p50_ms", "ttfb_p99_ms"], ["full", "p50_ms", "p99_ms"]] else [["full", "p50_ms", "p99_ms"]] end)[] as [$m, $p50, $p99]
-   | "| \($d.workload) | \($d.concurrency) | \($m) | \(d($n[$p50]; $d[$p50])|f) | \(d($n[$p99]; $d[$p99])|f) | \(d($h[$p50]; $d[$p50])|f) | \(d($h[$p99]; $d[$p99])|f) | \(if $m == "full" then pct($h.rps; $n.rps) else "" end) |")
+   | "| \($d.workload) | \($d.concurrency) | \($m) | \(d($n[$p50]; $d[$p50])|f) | \(d($n[$p99]; $d[$p99])|f) | \(d($y[$p50]; $d[$p50])|f) | \(d($h[$p50]; $d[$p50])|f) | \(d($h[$p99]; $d[$p99])|f) | \(if $m == "full" then pct($h.rps; $n.rps) else "" end) |")
 JQ
 echo
 if [ -n "$GATEHOUSE_OK" ] && [[ " ${ACTIVE[*]} " == *" gatehouse "* ]]; then
