@@ -26,15 +26,16 @@ pub struct AccessFields {
     pub provider: Option<String>,
 }
 
-/// The request's slot for [`AccessFields`], in its extensions.
+/// The request's slot for [`AccessFields`], in its extensions; empty when
+/// the access log is off (then nothing is noted: no copies of ids per request).
 #[derive(Clone, Debug, Default)]
-pub struct AccessNote(Arc<Mutex<AccessFields>>);
+pub struct AccessNote(Option<Arc<Mutex<AccessFields>>>);
 
 impl AccessNote {
     /// Notes into the request's slot, if the access log layer made one.
     pub fn note(extensions: &Extensions, f: impl FnOnce(&mut AccessFields)) {
-        if let Some(n) = extensions.get::<AccessNote>() {
-            f(&mut n.0.lock());
+        if let Some(AccessNote(Some(n))) = extensions.get::<AccessNote>() {
+            f(&mut n.lock());
         }
     }
 
@@ -44,7 +45,9 @@ impl AccessNote {
     }
 
     pub fn set(&self, f: impl FnOnce(&mut AccessFields)) {
-        f(&mut self.0.lock());
+        if let Some(n) = &self.0 {
+            f(&mut n.lock());
+        }
     }
 }
 
@@ -60,8 +63,11 @@ pub struct Access {
 impl Access {
     /// Gives the request its [`AccessNote`] slot and remembers what the line names.
     pub fn begin(req: &mut Request) -> Access {
-        let note = AccessNote::default();
-        req.extensions_mut().insert(note.clone());
+        let on = tracing::enabled!(target: "gatehouse::access", tracing::Level::INFO);
+        let note = AccessNote(on.then(Arc::default));
+        if on {
+            req.extensions_mut().insert(note.clone());
+        }
         Access {
             started: Instant::now(),
             note,
@@ -78,8 +84,13 @@ impl Access {
 
     /// Writes the access line for `resp`.
     pub fn finish(self, resp: &Response) {
+        // Off when the request began: no line.
+        let Some(note) = &self.note.0 else {
+            return;
+        };
         let latency_ms = (self.started.elapsed().as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0;
-        let mut f = self.note.0.lock().clone();
+        // The line is written once: what the request noted is taken, not copied.
+        let mut f = std::mem::take(&mut *note.lock());
         if f.provider.is_none() {
             // Set by the upstream routing where several targets can answer.
             f.provider = resp

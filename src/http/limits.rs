@@ -24,9 +24,14 @@ pub fn routes() -> OpenApiRouter<AppState> {
 
 /// Adds the `x-ratelimit-*` headers (nothing when no limit applies).
 pub fn add_headers(resp: &mut Response, h: &RateHeaders) {
+    if h.is_empty() {
+        return;
+    }
     for (name, value) in h.pairs() {
         if let Ok(v) = HeaderValue::from_str(&value) {
-            resp.headers_mut().insert(name, v);
+            // A static name is not copied (a `&str` one is, on each insert).
+            resp.headers_mut()
+                .insert(axum::http::HeaderName::from_static(name), v);
         }
     }
 }

@@ -33,6 +33,7 @@ use utoipa_axum::router::OpenApiRouter;
 
 use crate::app::AppState;
 use crate::error::{Error, ErrorKind};
+use crate::models::upstream::X_REQUEST_ID;
 use extract::BodyLimit;
 
 #[derive(OpenApi)]
@@ -93,7 +94,6 @@ pub fn router(state: AppState) -> Router {
             )
         })
         .layer(middleware::from_fn_with_state(state.clone(), edge))
-        .layer(middleware::from_fn(request_id))
         .with_state(state)
 }
 
@@ -126,15 +126,31 @@ pub fn body_limit_for(path: &str, max_body_bytes: usize) -> BodyLimit {
     }
 }
 
-/// Per request, in this order: the access line, the route group's body
-/// limit, the contract's error shape for `/v1/...`, and the metrics. One
-/// layer, not four: each `from_fn` layer costs a boxed service and a boxed
-/// future per request.
+/// Per request, in this order: the request id, the access line, the route
+/// group's body limit, the contract's error shape for `/v1/...`, and the
+/// metrics. One layer, not five: each `from_fn` layer costs a boxed service
+/// and a boxed future per request.
 async fn edge(
     axum::extract::State(app): axum::extract::State<AppState>,
     mut req: Request,
     next: Next,
 ) -> Response {
+    let id = request_id(&mut req);
+    let span =
+        tracing::info_span!("request", id = ?id, method = %req.method(), path = %req.uri().path());
+    // Instrument the future (a guard held across .await would leak the span to other tasks).
+    let mut resp = crate::models::upstream::REQUEST_ID
+        .scope(
+            id.clone(),
+            tracing::Instrument::instrument(served(app, req, next), span),
+        )
+        .await;
+    resp.headers_mut().insert(X_REQUEST_ID, id);
+    resp
+}
+
+/// The rest of [`edge`], inside the request's id and span.
+async fn served(app: AppState, mut req: Request, next: Next) -> Response {
     let access = access::Access::begin(&mut req);
     let path = req.uri().path();
     let v1 = path.starts_with("/v1/") || path == "/v1";
@@ -143,7 +159,7 @@ async fn edge(
     req.extensions_mut().insert(limit);
     let method = metrics::method_label(req.method());
     let started = std::time::Instant::now();
-    let mut resp = next.run(req).await;
+    let mut resp = trace::run(req, next).await;
     app.metrics.observe(
         method,
         access.route_label(),
@@ -157,27 +173,19 @@ async fn edge(
     resp
 }
 
-/// Echoes the client's `x-request-id` or makes one, on every response.
-async fn request_id(mut req: Request, next: Next) -> Response {
+/// The client's `x-request-id` (1 to 200 bytes), or a new one; set on the
+/// request for what follows, and echoed on the response by [`edge`].
+fn request_id(req: &mut Request) -> HeaderValue {
     let id = req
         .headers()
-        .get("x-request-id")
+        .get(X_REQUEST_ID)
         .filter(|v| !v.is_empty() && v.len() <= 200)
         .cloned()
         .unwrap_or_else(|| {
-            HeaderValue::from_str(&uuid::Uuid::new_v4().to_string())
-                .unwrap_or(HeaderValue::from_static("unknown"))
+            let mut buf = [0u8; uuid::fmt::Hyphenated::LENGTH];
+            let text = uuid::Uuid::new_v4().hyphenated().encode_lower(&mut buf);
+            HeaderValue::from_str(text).unwrap_or(HeaderValue::from_static("unknown"))
         });
-    req.headers_mut().insert("x-request-id", id.clone());
-    let span =
-        tracing::info_span!("request", id = ?id, method = %req.method(), path = %req.uri().path());
-    // Instrument the future (a guard held across .await would leak the span to other tasks).
-    let mut resp = crate::models::upstream::REQUEST_ID
-        .scope(
-            id.clone(),
-            tracing::Instrument::instrument(trace::run(req, next), span),
-        )
-        .await;
-    resp.headers_mut().insert("x-request-id", id);
-    resp
+    req.headers_mut().insert(X_REQUEST_ID, id.clone());
+    id
 }

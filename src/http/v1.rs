@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::{header, HeaderValue};
+use axum::http::{header, HeaderName, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{Map, Value};
@@ -178,13 +178,18 @@ async fn chat_completions(
     Ok(with_rate_headers(relayed, &headers))
 }
 
+// Names made once (a `&str` name is copied into a new allocation on each insert).
+const X_GATEHOUSE_PROVIDER: HeaderName = HeaderName::from_static("x-gatehouse-provider");
+const X_GATEHOUSE_ATTEMPTS: HeaderName = HeaderName::from_static("x-gatehouse-attempts");
+const X_ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");
+
 /// `x-gatehouse-provider` and `x-gatehouse-attempts`.
 pub fn routing_headers(resp: &mut Response, answered: &Answered) {
     let h = resp.headers_mut();
     if let Ok(v) = HeaderValue::from_str(&answered.provider) {
-        h.insert("x-gatehouse-provider", v);
+        h.insert(X_GATEHOUSE_PROVIDER, v);
     }
-    h.insert("x-gatehouse-attempts", HeaderValue::from(answered.attempts));
+    h.insert(X_GATEHOUSE_ATTEMPTS, HeaderValue::from(answered.attempts));
 }
 
 /// The HTTP answer for a relayed chat: JSON, or an unbuffered event stream.
@@ -208,7 +213,7 @@ pub fn relayed_response(relayed: Relayed) -> Response {
             );
             h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
             // Tells nginx in front not to buffer the stream.
-            h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+            h.insert(X_ACCEL_BUFFERING, HeaderValue::from_static("no"));
             resp
         }
     };

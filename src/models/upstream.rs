@@ -52,6 +52,10 @@ tokio::task_local! {
     pub static REQUEST_ID: header::HeaderValue;
 }
 
+/// `x-request-id` as a made name: inserting a header under a `&str` name
+/// copies the name into a new allocation each time.
+pub const X_REQUEST_ID: header::HeaderName = header::HeaderName::from_static("x-request-id");
+
 /// The longest upstream error message passed on to the client.
 const MAX_MESSAGE_CHARS: usize = 2000;
 
@@ -218,7 +222,7 @@ pub async fn post(
         headers.insert(header::AUTHORIZATION, auth.clone());
     }
     if let Ok(id) = REQUEST_ID.try_with(HeaderValue::clone) {
-        headers.insert("x-request-id", id);
+        headers.insert(X_REQUEST_ID, id);
     }
     let timeout = || AttemptError::new(Failure::TimeoutBeforeHead, timeout_error(provider));
     crate::telemetry::inject(&mut headers);

@@ -30,34 +30,48 @@ impl Histogram {
     }
 }
 
+/// One route's figures: its latency, and its request counts by method and status.
+#[derive(Default)]
+struct RouteStats {
+    latency: Histogram,
+    counts: parking_lot::RwLock<Vec<(&'static str, u16, AtomicU64)>>,
+}
+
+/// Keyed by route with borrowed lookups, so counting a request allocates
+/// nothing once its route, method and status have been seen.
 #[derive(Default)]
 pub struct Metrics {
-    requests: DashMap<(String, String, u16), AtomicU64>,
-    latency: DashMap<String, Histogram>,
+    routes: DashMap<String, RouteStats>,
 }
 
 impl Metrics {
-    pub fn observe(&self, method: &str, route: &str, status: u16, ms: f64) {
-        let key = (method.to_string(), route.to_string(), status);
+    pub fn observe(&self, method: &'static str, route: &str, status: u16, ms: f64) {
+        let count = |stats: &RouteStats| {
+            stats.latency.observe(ms);
+            let counted = stats
+                .counts
+                .read()
+                .iter()
+                .find(|(m, s, _)| *m == method && *s == status)
+                .map(|(_, _, n)| n.fetch_add(1, Ordering::Relaxed))
+                .is_some();
+            if !counted {
+                let mut counts = stats.counts.write();
+                // Another request may have added it between the two locks.
+                match counts.iter().find(|(m, s, _)| *m == method && *s == status) {
+                    Some((_, _, n)) => {
+                        n.fetch_add(1, Ordering::Relaxed);
+                    }
+                    None => counts.push((method, status, AtomicU64::new(1))),
+                }
+            }
+        };
         // Read lock on the common path; the guard must be gone before entry() write-locks.
-        let counted = self
-            .requests
-            .get(&key)
-            .map(|c| c.fetch_add(1, Ordering::Relaxed))
-            .is_some();
-        if !counted {
-            self.requests
-                .entry(key)
-                .or_default()
-                .fetch_add(1, Ordering::Relaxed);
+        if let Some(stats) = self.routes.get(route) {
+            count(&stats);
+            return;
         }
-        let observed = self.latency.get(route).map(|h| h.observe(ms)).is_some();
-        if !observed {
-            self.latency
-                .entry(route.to_string())
-                .or_default()
-                .observe(ms);
-        }
+        count(&self.routes.entry(route.to_string()).or_default());
     }
 
     pub fn render(&self, extra: &[(&str, &str, u64)]) -> String {
@@ -66,13 +80,14 @@ impl Metrics {
             "# HELP gatehouse_http_requests_total HTTP requests by method, route and status.\n",
         );
         out.push_str("# TYPE gatehouse_http_requests_total counter\n");
-        let mut rows: Vec<_> = self
-            .requests
-            .iter()
-            .map(|e| (e.key().clone(), e.value().load(Ordering::Relaxed)))
-            .collect();
+        let mut rows: Vec<(&'static str, String, u16, u64)> = Vec::new();
+        for e in self.routes.iter() {
+            for (method, status, n) in e.value().counts.read().iter() {
+                rows.push((method, e.key().clone(), *status, n.load(Ordering::Relaxed)));
+            }
+        }
         rows.sort();
-        for ((method, route, status), n) in rows {
+        for (method, route, status, n) in rows {
             let _ = writeln!(
                 out,
                 "gatehouse_http_requests_total{{method=\"{method}\",route=\"{route}\",status=\"{status}\"}} {n}"
@@ -82,12 +97,13 @@ impl Metrics {
             "# HELP gatehouse_http_request_duration_seconds Time to the response head, by route.\n",
         );
         out.push_str("# TYPE gatehouse_http_request_duration_seconds histogram\n");
-        let mut routes: Vec<String> = self.latency.iter().map(|e| e.key().clone()).collect();
+        let mut routes: Vec<String> = self.routes.iter().map(|e| e.key().clone()).collect();
         routes.sort();
         for route in routes {
-            let Some(h) = self.latency.get(&route) else {
+            let Some(stats) = self.routes.get(&route) else {
                 continue;
             };
+            let h = &stats.latency;
             for (i, b) in BUCKETS_MS.iter().enumerate() {
                 let _ = writeln!(
                     out,
@@ -115,5 +131,45 @@ impl Metrics {
             );
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_are_counted_by_method_route_and_status_and_rendered_in_order() {
+        let m = Metrics::default();
+        m.observe("POST", "/v1/chat/completions", 200, 0.4);
+        m.observe("POST", "/v1/chat/completions", 200, 3.0);
+        m.observe("POST", "/v1/chat/completions", 429, 0.1);
+        m.observe("GET", "/v1/models", 200, 0.2);
+        m.observe("GET", "/v1/chat/completions", 405, 0.1);
+        let text = m.render(&[("gatehouse_usage_records_written_total", "Written.", 7)]);
+        let requests: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("gatehouse_http_requests_total{"))
+            .collect();
+        assert_eq!(
+            requests,
+            [
+                r#"gatehouse_http_requests_total{method="GET",route="/v1/chat/completions",status="405"} 1"#,
+                r#"gatehouse_http_requests_total{method="GET",route="/v1/models",status="200"} 1"#,
+                r#"gatehouse_http_requests_total{method="POST",route="/v1/chat/completions",status="200"} 2"#,
+                r#"gatehouse_http_requests_total{method="POST",route="/v1/chat/completions",status="429"} 1"#,
+            ]
+        );
+        // Latency by route, whatever the method and status: 0.4, 3.0, 0.1, 0.1 ms.
+        assert!(text.contains(
+            r#"gatehouse_http_request_duration_seconds_bucket{route="/v1/chat/completions",le="0.0005"} 3"#
+        ));
+        assert!(text.contains(
+            r#"gatehouse_http_request_duration_seconds_bucket{route="/v1/chat/completions",le="0.005"} 4"#
+        ));
+        assert!(
+            text.contains(r#"gatehouse_http_request_duration_seconds_count{route="/v1/models"} 1"#)
+        );
+        assert!(text.contains("gatehouse_usage_records_written_total 7"));
     }
 }
