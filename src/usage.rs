@@ -205,7 +205,7 @@ impl Drop for UsageTicket {
 const BATCH: usize = 512;
 
 /// How long the writer waits for more records after the first of a batch
-/// that is not full. Each transaction ends in an fsync (about 140 µs of CPU
+/// that is not full. Each transaction ends in an fsync (some 150 µs of CPU
 /// on a virtual disk) and rewrites its last, partly filled pages: waiting
 /// bounds the commits to about a hundred a second under any load, with
 /// more records in each (a record is still written within ~10 ms).

@@ -15,6 +15,9 @@ use axum::http::{Extensions, HeaderValue, Method};
 use axum::response::Response;
 use parking_lot::Mutex;
 
+use crate::http::v1::X_GATEHOUSE_PROVIDER;
+use crate::models::upstream::X_REQUEST_ID;
+
 /// What the handling of one request learned about who and what it served.
 #[derive(Clone, Debug, Default)]
 pub struct AccessFields {
@@ -73,7 +76,7 @@ impl Access {
             note,
             method: req.method().clone(),
             route: req.extensions().get::<MatchedPath>().cloned(),
-            request_id: req.headers().get("x-request-id").cloned(),
+            request_id: req.headers().get(X_REQUEST_ID).cloned(),
         }
     }
 
@@ -95,7 +98,7 @@ impl Access {
             // Set by the upstream routing where several targets can answer.
             f.provider = resp
                 .headers()
-                .get("x-gatehouse-provider")
+                .get(X_GATEHOUSE_PROVIDER)
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_string);
         }

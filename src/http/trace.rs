@@ -26,7 +26,7 @@ pub async fn run(req: Request, next: Next) -> Response {
         .map(|m| m.as_str().to_string());
     let request_id = req
         .headers()
-        .get("x-request-id")
+        .get(crate::models::upstream::X_REQUEST_ID)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
     let Some(cx) = telemetry::server_span(

@@ -179,7 +179,7 @@ async fn chat_completions(
 }
 
 // Names made once (a `&str` name is copied into a new allocation on each insert).
-const X_GATEHOUSE_PROVIDER: HeaderName = HeaderName::from_static("x-gatehouse-provider");
+pub const X_GATEHOUSE_PROVIDER: HeaderName = HeaderName::from_static("x-gatehouse-provider");
 const X_GATEHOUSE_ATTEMPTS: HeaderName = HeaderName::from_static("x-gatehouse-attempts");
 const X_ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");
 

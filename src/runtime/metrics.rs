@@ -37,6 +37,15 @@ struct RouteStats {
     counts: parking_lot::RwLock<Vec<(&'static str, u16, AtomicU64)>>,
 }
 
+/// Adds one to the count of `method` and `status`, if it has one yet.
+fn bump(counts: &[(&'static str, u16, AtomicU64)], method: &str, status: u16) -> bool {
+    counts
+        .iter()
+        .find(|(m, s, _)| *m == method && *s == status)
+        .map(|(_, _, n)| n.fetch_add(1, Ordering::Relaxed))
+        .is_some()
+}
+
 /// Keyed by route with borrowed lookups, so counting a request allocates
 /// nothing once its route, method and status have been seen.
 #[derive(Default)]
@@ -48,21 +57,11 @@ impl Metrics {
     pub fn observe(&self, method: &'static str, route: &str, status: u16, ms: f64) {
         let count = |stats: &RouteStats| {
             stats.latency.observe(ms);
-            let counted = stats
-                .counts
-                .read()
-                .iter()
-                .find(|(m, s, _)| *m == method && *s == status)
-                .map(|(_, _, n)| n.fetch_add(1, Ordering::Relaxed))
-                .is_some();
-            if !counted {
+            if !bump(&stats.counts.read(), method, status) {
                 let mut counts = stats.counts.write();
                 // Another request may have added it between the two locks.
-                match counts.iter().find(|(m, s, _)| *m == method && *s == status) {
-                    Some((_, _, n)) => {
-                        n.fetch_add(1, Ordering::Relaxed);
-                    }
-                    None => counts.push((method, status, AtomicU64::new(1))),
+                if !bump(&counts, method, status) {
+                    counts.push((method, status, AtomicU64::new(1)));
                 }
             }
         };
