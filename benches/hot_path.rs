@@ -80,7 +80,7 @@ fn benches(c: &mut Criterion) {
         b.iter(|| {
             let m: Map<String, Value> = serde_json::from_slice(black_box(&body)).expect("json");
             check_body(&m).expect("valid");
-            let mut t = ChatBody::new(&m, None::<&[&serde_json::value::RawValue]>).expect("body");
+            let mut t = ChatBody::new(&m, None).expect("body");
             black_box(t.for_model("upstream/model"));
         })
     });
@@ -167,7 +167,8 @@ fn benches(c: &mut Criterion) {
             let d = policy.decide(&offered);
             req.apply(&d.keep);
             let (fields, tools) = req.into_parts();
-            let mut t = ChatBody::new(&fields, tools.as_deref()).expect("body");
+            let texts = tools.as_ref().map(|t| t.texts());
+            let mut t = ChatBody::new(&fields, texts.as_deref()).expect("body");
             black_box((t.for_model("upstream/model"), d.held));
         })
     });

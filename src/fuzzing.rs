@@ -10,7 +10,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 use gatehouse_pii::{Counts, Mode, Scanner, StreamRestorer, Vault};
-use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::agents::agent::{AgentAddress, ToolName};
@@ -84,16 +83,15 @@ pub fn chat_body(data: &[u8]) {
         if let Some(ts) = req.raw_tools() {
             let v = ts
                 .iter()
-                .map(|t| serde_json::from_str(t.get()).expect("kept tools are JSON"))
+                .map(|t| serde_json::from_str(t).expect("kept tools are JSON"))
                 .collect();
             whole.insert("tools".into(), Value::Array(v));
         }
         assert_eq!(whole, body);
         for t in req.raw_tools().into_iter().flatten() {
             assert!(
-                crate::agents::tools::scan_agrees_with_serde(t.get()),
-                "the one-pass scan and serde read a tool differently: {}",
-                t.get()
+                crate::agents::tools::scan_agrees_with_serde(t),
+                "the one-pass scan and serde read a tool differently: {t}"
             );
         }
     }
@@ -183,7 +181,7 @@ pub fn chat_body(data: &[u8]) {
 }
 
 /// The bytes sent upstream parse back as the body with the upstream model.
-fn upstream_body(body: &Map<String, Value>, tools: Option<&[&RawValue]>, upstream_model: &str) {
+fn upstream_body(body: &Map<String, Value>, tools: Option<&[&str]>, upstream_model: &str) {
     let mut body = body.clone();
     let stream = is_stream(&body);
     let _ = ask_for_usage(&mut body, stream);
@@ -197,7 +195,7 @@ fn upstream_body(body: &Map<String, Value>, tools: Option<&[&RawValue]>, upstrea
     if let Some(ts) = tools {
         let v = ts
             .iter()
-            .map(|t| serde_json::from_str(t.get()).expect("kept tools are JSON"))
+            .map(|t| serde_json::from_str(t).expect("kept tools are JSON"))
             .collect();
         body.insert("tools".into(), Value::Array(v));
     }

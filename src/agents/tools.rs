@@ -5,8 +5,9 @@
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
+use std::sync::Arc;
 
-use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
@@ -69,6 +70,10 @@ impl ToolStatus {
     }
 }
 
+/// A set of tool names, built per request: a fast hash (seeded per
+/// process) rather than SipHash, for short names in small sets.
+type Names<'a> = HashSet<&'a str, foldhash::fast::RandomState>;
+
 /// Everything the decision needs, as plain data.
 pub struct ToolPolicy<'a> {
     pub mode: ToolMode,
@@ -98,11 +103,11 @@ impl ToolPolicy<'_> {
 
     /// Whether a tool outside the contract is held.
     pub fn is_held(&self, name: &str) -> bool {
-        let contract: HashSet<&str> = self.contract.iter().map(String::as_str).collect();
+        let contract: Names = self.contract.iter().map(String::as_str).collect();
         self.is_held_in(&contract, name)
     }
 
-    fn is_held_in(&self, contract: &HashSet<&str>, name: &str) -> bool {
+    fn is_held_in(&self, contract: &Names, name: &str) -> bool {
         if self.allow_local_mcp || contract.is_empty() || contract.contains(name) {
             return false;
         }
@@ -111,8 +116,8 @@ impl ToolPolicy<'_> {
 
     pub fn decide(&self, offered: &[String]) -> ToolDecision {
         let mut d = ToolDecision::default();
-        let contract: HashSet<&str> = self.contract.iter().map(String::as_str).collect();
-        let mut held_seen = HashSet::new();
+        let contract: Names = self.contract.iter().map(String::as_str).collect();
+        let mut held_seen = Names::default();
         for name in offered {
             if self.is_held_in(&contract, name) {
                 if held_seen.insert(name.as_str()) {
@@ -142,8 +147,8 @@ impl ToolPolicy<'_> {
 pub const MAX_REQUEST_TOOLS: usize = 128;
 
 /// An agent chat body as the handler works on it: every field but `tools` as
-/// JSON values, and each tool of a `tools` list as the client's JSON text
-/// with its function name. Building a tree of 20 tools' schemas and writing
+/// JSON values, and a `tools` list as the client's JSON text, each tool read
+/// for its function name. Building a tree of 20 tools' schemas and writing
 /// it out again for the upstream was a fifth of agent chat's CPU, and only
 /// each tool's `function.name` matters here. A `tools` that is not a list
 /// stays among the fields (where [`ChatRequest::offered_tools`] refuses it
@@ -151,14 +156,37 @@ pub const MAX_REQUEST_TOOLS: usize = 128;
 #[derive(Debug, Default)]
 pub struct ChatRequest {
     pub fields: Map<String, Value>,
-    tools: Option<Vec<OfferedTool>>,
+    tools: Option<KeptTools>,
 }
 
-/// One tool of a request's `tools` list.
+/// A request's `tools` list as the client wrote it, what each of its tools
+/// is, and which of them go upstream.
 #[derive(Debug)]
-struct OfferedTool {
-    /// As the client wrote it.
-    raw: Box<RawValue>,
+pub struct KeptTools {
+    /// The list's text, `[...]`.
+    text: Box<RawValue>,
+    read: Arc<ReadList>,
+    /// Per tool of `read`: whether it goes upstream.
+    keep: Vec<bool>,
+}
+
+/// What each tool of a list is: a pure function of the list's text, so it
+/// is read once per distinct text (see [`read_list`]).
+#[derive(Debug)]
+struct ReadList {
+    /// How many tools the list has.
+    len: usize,
+    /// Each tool, unless the list has more than [`MAX_REQUEST_TOOLS`] (it is
+    /// refused then, and its tools are not read).
+    tools: Vec<ReadTool>,
+}
+
+/// One tool of a list.
+#[derive(Debug)]
+struct ReadTool {
+    /// Where its text is in the list's.
+    at: usize,
+    len: usize,
     /// `function.name`, or why the tool is refused.
     name: Result<String, ToolFault>,
 }
@@ -182,10 +210,100 @@ enum ToolFault {
 /// gateway, but the upstream parses it.
 pub const TOOL_MAX_DEPTH: usize = 125;
 
-impl OfferedTool {
-    fn new(raw: Box<RawValue>) -> OfferedTool {
-        let name = read_tool(raw.get());
-        OfferedTool { raw, name }
+/// Lists read before, by their exact text (compared whole, never by hash
+/// alone): an agent app sends the same `tools` list with every turn, and
+/// reading its tools again was a tenth of agent chat's CPU. Bounded by the
+/// text it keeps; emptied when full.
+#[derive(Default)]
+struct ReadLists {
+    by_text: HashMap<Box<str>, Arc<ReadList>, foldhash::fast::RandomState>,
+    /// The text kept, in bytes.
+    bytes: usize,
+}
+
+/// The most list text [`ReadLists`] keeps, and the longest list it keeps.
+const READ_LISTS_BYTES: usize = 1024 * 1024;
+const READ_LIST_MAX_BYTES: usize = 64 * 1024;
+
+static READ_LISTS: std::sync::LazyLock<parking_lot::RwLock<ReadLists>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// What each tool of the list `text` (a JSON array) is: for a list the
+/// client sent (`remember`), as read before when it was.
+fn read_list(text: &str, remember: bool) -> Result<Arc<ReadList>, serde_json::Error> {
+    if !remember {
+        return read_list_now(text).map(Arc::new);
+    }
+    if let Some(read) = READ_LISTS.read().by_text.get(text) {
+        return Ok(Arc::clone(read));
+    }
+    let read = Arc::new(read_list_now(text)?);
+    if text.len() <= READ_LIST_MAX_BYTES && read.len <= MAX_REQUEST_TOOLS {
+        let mut lists = READ_LISTS.write();
+        if lists.bytes + text.len() > READ_LISTS_BYTES {
+            *lists = ReadLists::default();
+        }
+        if lists
+            .by_text
+            .insert(text.into(), Arc::clone(&read))
+            .is_none()
+        {
+            lists.bytes += text.len();
+        }
+    }
+    Ok(read)
+}
+
+fn read_list_now(text: &str) -> Result<ReadList, serde_json::Error> {
+    let items: Vec<&RawValue> = serde_json::from_str(text)?;
+    let len = items.len();
+    if len > MAX_REQUEST_TOOLS {
+        return Ok(ReadList {
+            len,
+            tools: Vec::new(),
+        });
+    }
+    let base = text.as_ptr() as usize;
+    let tools = items
+        .iter()
+        .map(|t| {
+            let t = t.get();
+            ReadTool {
+                // Borrowed from `text`: an offset into it.
+                at: t.as_ptr() as usize - base,
+                len: t.len(),
+                name: read_tool(t),
+            }
+        })
+        .collect();
+    Ok(ReadList { len, tools })
+}
+
+impl KeptTools {
+    /// `text` is a JSON array; `remember` as for [`read_list`].
+    fn new(text: Box<RawValue>, remember: bool) -> Result<KeptTools, serde_json::Error> {
+        let read = read_list(text.get(), remember)?;
+        let keep = vec![true; read.tools.len()];
+        Ok(KeptTools { text, read, keep })
+    }
+
+    /// The kept tools, each as the client wrote it.
+    pub fn texts(&self) -> Vec<&str> {
+        self.kept().map(|(text, _)| text).collect()
+    }
+
+    fn kept(&self) -> impl Iterator<Item = (&str, &ReadTool)> {
+        let text = self.text.get();
+        self.read
+            .tools
+            .iter()
+            .zip(&self.keep)
+            .filter(|(_, &k)| k)
+            .map(move |(t, _)| (text.get(t.at..t.at + t.len).unwrap_or("null"), t))
+    }
+
+    fn is_empty(&self) -> bool {
+        !self.keep.contains(&true)
     }
 }
 
@@ -460,60 +578,6 @@ fn nests_deeper_than(text: &str, limit: usize) -> bool {
     false
 }
 
-impl<'de> Deserialize<'de> for OfferedTool {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        Ok(OfferedTool::new(Box::<RawValue>::deserialize(d)?))
-    }
-}
-
-/// The value of a body's `tools` key: a list of tools, or anything else.
-enum ToolsField {
-    List(Vec<OfferedTool>),
-    Other(Value),
-}
-
-impl<'de> Deserialize<'de> for ToolsField {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = ToolsField;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("any JSON value")
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<ToolsField, A::Error> {
-                let mut tools = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(64));
-                while let Some(t) = seq.next_element()? {
-                    tools.push(t);
-                }
-                Ok(ToolsField::List(tools))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<ToolsField, A::Error> {
-                let v = Value::deserialize(de::value::MapAccessDeserializer::new(map))?;
-                Ok(ToolsField::Other(v))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<ToolsField, E> {
-                Ok(ToolsField::Other(Value::String(v.to_string())))
-            }
-            fn visit_bool<E: de::Error>(self, v: bool) -> Result<ToolsField, E> {
-                Ok(ToolsField::Other(Value::Bool(v)))
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<ToolsField, E> {
-                Ok(ToolsField::Other(Value::from(v)))
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<ToolsField, E> {
-                Ok(ToolsField::Other(Value::from(v)))
-            }
-            fn visit_f64<E: de::Error>(self, v: f64) -> Result<ToolsField, E> {
-                Ok(ToolsField::Other(Value::from(v)))
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<ToolsField, E> {
-                Ok(ToolsField::Other(Value::Null))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
 impl<'de> Deserialize<'de> for ChatRequest {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct Fields;
@@ -527,15 +591,15 @@ impl<'de> Deserialize<'de> for ChatRequest {
                 // A repeated key: the last one counts, as for a JSON value.
                 while let Some(key) = map.next_key::<String>()? {
                     if key == "tools" {
-                        match map.next_value()? {
-                            ToolsField::List(tools) => {
-                                req.fields.remove("tools");
-                                req.tools = Some(tools);
-                            }
-                            ToolsField::Other(v) => {
-                                req.tools = None;
-                                req.fields.insert(key, v);
-                            }
+                        let text: Box<RawValue> = map.next_value()?;
+                        if text.get().starts_with('[') {
+                            req.fields.remove("tools");
+                            req.tools =
+                                Some(KeptTools::new(text, true).map_err(de::Error::custom)?);
+                        } else {
+                            req.tools = None;
+                            let v = serde_json::from_str(text.get()).map_err(de::Error::custom)?;
+                            req.fields.insert(key, v);
                         }
                     } else {
                         req.fields.insert(key, map.next_value()?);
@@ -563,20 +627,20 @@ impl ChatRequest {
                 Some(_) => Err(Error::validation("tools", "'tools' must be a list.")),
             };
         };
-        if tools.len() > MAX_REQUEST_TOOLS {
+        if tools.read.len > MAX_REQUEST_TOOLS {
             return Err(Error::bad_request(
                 "too_many_tools",
                 format!(
                     "A request may offer at most {MAX_REQUEST_TOOLS} tools; it offered {}.",
-                    tools.len()
+                    tools.read.len
                 ),
             )
             .with_param("tools"));
         }
         tools
-            .iter()
+            .kept()
             .enumerate()
-            .map(|(i, t)| {
+            .map(|(i, (_, t))| {
                 t.name.clone().map_err(|fault| {
                     let message = match fault {
                         ToolFault::Name => format!(
@@ -599,10 +663,12 @@ impl ChatRequest {
     /// removed tool (or requires a tool when none is left), and `tools` and
     /// `parallel_tool_calls` when nothing is left.
     pub fn apply(&mut self, keep: &[String]) {
-        let keep: HashSet<&str> = keep.iter().map(String::as_str).collect();
+        let keep: Names = keep.iter().map(String::as_str).collect();
         let mut now_empty = false;
         if let Some(tools) = &mut self.tools {
-            tools.retain(|t| t.name.as_deref().is_ok_and(|n| keep.contains(n)));
+            for (k, t) in tools.keep.iter_mut().zip(&tools.read.tools) {
+                *k = *k && t.name.as_deref().is_ok_and(|n| keep.contains(n));
+            }
             now_empty = tools.is_empty();
         }
         let body = &mut self.fields;
@@ -644,10 +710,10 @@ impl ChatRequest {
             // Kept text is valid JSON, but may hold what a JSON value cannot
             // (a lone surrogate escape, a number out of range).
             let values = tools
-                .iter()
+                .kept()
                 .enumerate()
-                .map(|(i, t)| {
-                    serde_json::from_str(t.raw.get()).map_err(|e| {
+                .map(|(i, (text, _))| {
+                    serde_json::from_str(text).map_err(|e| {
                         Error::validation(
                             "tools",
                             format!("tools[{i}] cannot be read for PII protection: {e}."),
@@ -658,11 +724,10 @@ impl ChatRequest {
             self.fields.insert("tools".into(), Value::Array(values));
         }
         f(&mut self.fields);
-        if let Some(Value::Array(values)) = self.fields.get("tools") {
-            let tools = values
-                .iter()
-                .map(|v| serde_json::value::to_raw_value(v).map(OfferedTool::new))
-                .collect::<Result<Vec<_>, _>>()
+        if let Some(list @ Value::Array(_)) = self.fields.get("tools") {
+            // Not remembered: protected text differs from turn to turn.
+            let tools = serde_json::value::to_raw_value(list)
+                .and_then(|text| KeptTools::new(text, false))
                 .map_err(Error::internal)?;
             self.fields.remove("tools");
             self.tools = Some(tools);
@@ -670,18 +735,15 @@ impl ChatRequest {
         Ok(())
     }
 
-    /// The tools of a `tools` list, each as JSON text, when it is kept so.
-    pub fn raw_tools(&self) -> Option<Vec<&RawValue>> {
-        self.tools
-            .as_ref()
-            .map(|ts| ts.iter().map(|t| &*t.raw).collect())
+    /// The kept tools of a `tools` list, each as JSON text, when it is kept so.
+    pub fn raw_tools(&self) -> Option<Vec<&str>> {
+        self.tools.as_ref().map(KeptTools::texts)
     }
 
     /// The fields, and the tools of a `tools` list as JSON text when it is
     /// kept so.
-    pub fn into_parts(self) -> (Map<String, Value>, Option<Vec<Box<RawValue>>>) {
-        let tools = self.tools.map(|ts| ts.into_iter().map(|t| t.raw).collect());
-        (self.fields, tools)
+    pub fn into_parts(self) -> (Map<String, Value>, Option<KeptTools>) {
+        (self.fields, self.tools)
     }
 }
 
@@ -1040,8 +1102,7 @@ mod tests {
         body.apply(&names(&["a"]));
         let (_, tools) = body.into_parts();
         let tools = tools.unwrap();
-        assert_eq!(tools.len(), 1);
-        assert_eq!(tools[0].get(), a);
+        assert_eq!(tools.texts(), [a]);
     }
 
     #[test]
@@ -1244,8 +1305,67 @@ mod tests {
         assert!(body.has_tool_fields());
         let (_, tools) = body.into_parts();
         assert_eq!(
-            serde_json::from_str::<Value>(tools.unwrap()[0].get()).unwrap(),
+            serde_json::from_str::<Value>(tools.unwrap().texts()[0]).unwrap(),
             json!({"type": "function", "function": {"name": "a", "description": "y"}})
         );
+    }
+
+    #[test]
+    fn a_list_sent_again_is_read_once_and_each_request_keeps_its_own_choice() {
+        let text = r#"{"tools": [{"type": "function", "function": {"name": "again_a"}},
+                                 {"type": "function", "function": {"name": "again_b"}}]}"#;
+        let mut first: ChatRequest = serde_json::from_str(text).unwrap();
+        let second: ChatRequest = serde_json::from_str(text).unwrap();
+        let (a, b) = (
+            first.tools.as_ref().unwrap(),
+            second.tools.as_ref().unwrap(),
+        );
+        assert!(Arc::ptr_eq(&a.read, &b.read), "read again");
+        first.apply(&names(&["again_a"]));
+        assert_eq!(first.offered_tools().unwrap(), names(&["again_a"]));
+        assert_eq!(
+            second.offered_tools().unwrap(),
+            names(&["again_a", "again_b"])
+        );
+    }
+
+    #[test]
+    fn a_list_that_differs_by_one_byte_is_read_for_itself() {
+        let list = |name: &str| {
+            format!(
+                r#"{{"tools": [{{"function": {{"name": "same"}}}}, {{"function": {{"name": "{name}"}}}}]}}"#
+            )
+        };
+        let one: ChatRequest = serde_json::from_str(&list("tool_b")).unwrap();
+        let two: ChatRequest = serde_json::from_str(&list("tool_c")).unwrap();
+        assert_eq!(one.offered_tools().unwrap(), names(&["same", "tool_b"]));
+        assert_eq!(two.offered_tools().unwrap(), names(&["same", "tool_c"]));
+        // A refused tool is refused from the remembered reading too.
+        for _ in 0..2 {
+            let bad: ChatRequest = serde_json::from_str(&list("not a name")).unwrap();
+            assert_eq!(bad.offered_tools().unwrap_err().code, "validation_error");
+        }
+    }
+
+    #[test]
+    fn remembered_lists_stay_within_their_bound() {
+        let tool = format!(
+            r#"{{"function": {{"name": "t", "description": "{}"}}}}"#,
+            "x".repeat(4000)
+        );
+        for i in 0..(2 * READ_LISTS_BYTES / 4000) {
+            let text = format!(r#"[{tool}, {{"function": {{"name": "n{i}"}}}}]"#);
+            let read = read_list(&text, true).unwrap();
+            assert_eq!(read.tools[1].name.as_deref(), Ok(format!("n{i}").as_str()));
+            assert!(READ_LISTS.read().bytes <= READ_LISTS_BYTES);
+        }
+        // Too long to keep: read, not remembered.
+        let long = format!("[{}]", vec![tool.as_str(); 20].join(","));
+        assert!(long.len() > READ_LIST_MAX_BYTES);
+        let (one, two) = (
+            read_list(&long, true).unwrap(),
+            read_list(&long, true).unwrap(),
+        );
+        assert!(!Arc::ptr_eq(&one, &two));
     }
 }

@@ -6,10 +6,7 @@
 //! upstream model name (several servers of one model: the usual case) send
 //! the very same bytes.
 
-use std::borrow::Borrow;
-
 use bytes::{BufMut, Bytes, BytesMut};
-use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 pub struct ChatBody {
@@ -23,12 +20,11 @@ impl ChatBody {
     /// in. `tools`, when given, are the tools of the `tools` list, each as
     /// JSON text (kept as the client wrote it), and replace any `tools` field
     /// of `body`.
-    pub fn new<T: Borrow<RawValue>>(
+    pub fn new(
         body: &Map<String, Value>,
-        tools: Option<&[T]>,
+        tools: Option<&[&str]>,
     ) -> Result<ChatBody, serde_json::Error> {
-        let tools_len: usize =
-            tools.map_or(0, |ts| ts.iter().map(|t| t.borrow().get().len() + 1).sum());
+        let tools_len: usize = tools.map_or(0, |ts| ts.iter().map(|t| t.len() + 1).sum());
         // Serialise the fields without copying the map.
         let mut out = Vec::with_capacity(256 + tools_len);
         out.push(b'{');
@@ -52,7 +48,7 @@ impl ChatBody {
                 if i > 0 {
                     out.push(b',');
                 }
-                out.extend_from_slice(t.borrow().get().as_bytes());
+                out.extend_from_slice(t.as_bytes());
             }
             out.push(b']');
         }
@@ -103,7 +99,7 @@ mod tests {
             json!({"model": "alias", "messages": [{"role": "user", "content": "hé \"q\""}],
                               "stream": true, "x": {"n": [1, null]}}),
         );
-        let mut b = ChatBody::new(&body, None::<&[&RawValue]>).expect("serialises");
+        let mut b = ChatBody::new(&body, None).expect("serialises");
         for name in ["up/llama-70b", "other \"name\""] {
             let v: Value = serde_json::from_slice(&b.for_model(name)).expect("JSON");
             let mut want = body.clone();
@@ -116,8 +112,8 @@ mod tests {
     fn a_tools_list_kept_as_text_goes_in_as_written_in_place_of_any_tools_field() {
         let body = map(json!({"model": "alias", "messages": [], "tools": "stale"}));
         let tools = [
-            RawValue::from_string(r#"{"function":{"name":"a","x":1.50}}"#.into()).expect("JSON"),
-            RawValue::from_string(r#"{ "function" : {"name":"b"} }"#.into()).expect("JSON"),
+            r#"{"function":{"name":"a","x":1.50}}"#,
+            r#"{ "function" : {"name":"b"} }"#,
         ];
         let mut b = ChatBody::new(&body, Some(&tools[..])).expect("serialises");
         assert_eq!(
@@ -133,8 +129,7 @@ mod tests {
 
     #[test]
     fn attempts_on_the_same_upstream_model_share_the_bytes() {
-        let mut b =
-            ChatBody::new(&map(json!({"messages": []})), None::<&[&RawValue]>).expect("serialises");
+        let mut b = ChatBody::new(&map(json!({"messages": []})), None).expect("serialises");
         let one = b.for_model("m");
         let two = b.for_model("m");
         assert_eq!(one.as_ptr(), two.as_ptr(), "not built again");
@@ -142,10 +137,9 @@ mod tests {
 
     #[test]
     fn a_body_with_nothing_but_model_still_is_an_object() {
-        let mut b =
-            ChatBody::new(&map(json!({"model": "a"})), None::<&[&RawValue]>).expect("serialises");
+        let mut b = ChatBody::new(&map(json!({"model": "a"})), None).expect("serialises");
         assert_eq!(&b.for_model("u")[..], br#"{"model":"u"}"#);
-        let mut b = ChatBody::new(&Map::new(), None::<&[&RawValue]>).expect("serialises");
+        let mut b = ChatBody::new(&Map::new(), None).expect("serialises");
         assert_eq!(&b.for_model("u")[..], br#"{"model":"u"}"#);
     }
 }

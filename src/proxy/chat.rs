@@ -75,7 +75,7 @@ pub struct ChatCall {
     pub body: Map<String, Value>,
     /// The tools of the `tools` list, each as JSON text, when the caller
     /// kept them so (agent chat).
-    pub tools: Option<Vec<Box<serde_json::value::RawValue>>>,
+    pub tools: Option<crate::agents::tools::KeptTools>,
     pub usage: UsageContext,
 }
 
@@ -360,7 +360,8 @@ pub async fn relay<H: ChatHooks>(
     let stream = is_stream(&body);
     let client_usage = ask_for_usage(&mut body, stream);
     let prompt_estimate = estimate_tokens(prompt_chars(&body));
-    let mut template = match ChatBody::new(&body, tools.as_deref()) {
+    let tool_texts = tools.as_ref().map(|t| t.texts());
+    let mut template = match ChatBody::new(&body, tool_texts.as_deref()) {
         Ok(t) => t,
         Err(e) => return failed(ticket, Error::internal(e)),
     };
