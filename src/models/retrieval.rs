@@ -156,7 +156,7 @@ async fn routed<T>(
     model: &Model,
     operation: &'static str,
     build: impl Fn(&dyn Adapter, &str) -> Result<UpstreamCall, serde_json::Error>,
-    parse: impl Fn(&dyn Adapter, Value) -> Result<T, String>,
+    parse: impl Fn(&dyn Adapter, &[u8]) -> Result<T, String>,
 ) -> Result<(T, Answered), Error> {
     let chain = model.chain();
     let mut attempts = model.attempts(&chain);
@@ -177,11 +177,15 @@ async fn routed<T>(
         };
         target.stats.attempt();
         let mut attempt = Attempt::start(operation, &target.provider, &target.upstream_model);
-        let sent = upstream::post_for_json(client, &target.provider, path, body);
+        let sent = upstream::post_for_bytes(client, &target.provider, path, body);
         let result = attempt.scope(sent).await.and_then(|answer| {
             attempt.status(200);
-            attempt.answer(answer.get("model"), answer.get("usage"));
-            parse(adapter, answer)
+            if attempt.wants_answer() {
+                if let Ok(v) = serde_json::from_slice::<Value>(&answer) {
+                    attempt.answer(v.get("model"), v.get("usage"));
+                }
+            }
+            parse(adapter, &answer)
                 .map_err(|m| AttemptError::new(Failure::BadAnswer, upstream::bad_answer(m)))
         });
         match result {
@@ -219,7 +223,7 @@ pub async fn embed(
         "embeddings",
         |a, m| a.embed_call(m, &req),
         |a, answer| {
-            let parsed = a.parse_embed(answer, inputs)?;
+            let parsed = a.parse_embed_bytes(answer, inputs)?;
             let data = encode_vectors(parsed.vectors, req.encoding_format)?;
             Ok((data, parsed.prompt_tokens))
         },
@@ -253,7 +257,7 @@ pub async fn rerank(
         model,
         "rerank",
         |a, m| a.rerank_call(m, &req),
-        |a, answer| a.parse_rerank(answer, documents),
+        |a, answer| a.parse_rerank(adapters::json_answer(answer)?, documents),
     )
     .await?;
     let prompt = parsed

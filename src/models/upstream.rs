@@ -259,18 +259,16 @@ pub async fn post(
     Err(AttemptError::new(Failure::Status(status.as_u16()), err))
 }
 
-/// POSTs and reads the whole answer as JSON, all before the deadline.
-pub async fn post_for_json(
+/// POSTs and reads the whole answer, all before the deadline.
+pub async fn post_for_bytes(
     client: &UpstreamClient,
     provider: &Provider,
     path: &'static str,
     body: Bytes,
-) -> Result<Value, AttemptError> {
+) -> Result<Bytes, AttemptError> {
     let deadline = deadline(provider);
     let resp = post(client, provider, path, body, false, deadline).await?;
-    let bytes = read_body(provider, resp, deadline).await?;
-    serde_json::from_slice(&bytes)
-        .map_err(|_| AttemptError::new(Failure::BadAnswer, bad_answer("it is not JSON")))
+    read_body(provider, resp, deadline).await
 }
 
 /// Reads a whole answer body before the deadline.

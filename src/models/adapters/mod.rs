@@ -40,10 +40,57 @@ impl UpstreamCall {
 pub enum Vector {
     /// Numbers from JSON (kept as f64 so they go out exactly as they came).
     Json(Vec<f64>),
+    /// A JSON array of numbers as the upstream wrote it (see [`NumbersText`]).
+    Text(NumbersText),
     /// Numbers decoded from base64.
     F32(Vec<f32>),
     /// Base64 of little-endian float32, as the upstream sent it.
     Base64(String),
+}
+
+/// A JSON array of plain numbers, kept as the upstream's text: a vector of
+/// a thousand numbers read into floats and written out again cost more than
+/// the rest of an embeddings request.
+#[derive(Clone, Debug)]
+pub struct NumbersText(Box<serde_json::value::RawValue>);
+
+impl NumbersText {
+    /// `raw` when it is an array of numbers that read as finite floats: only
+    /// digits, signs, points, exponents of at most two digits, commas and
+    /// white space between its brackets (a valid JSON value with no other
+    /// byte can be nothing else).
+    pub fn new(raw: &serde_json::value::RawValue) -> Option<NumbersText> {
+        let inner = raw.get().strip_prefix('[')?.strip_suffix(']')?;
+        let mut exponent_digits: Option<usize> = None;
+        for b in inner.bytes() {
+            match b {
+                b'0'..=b'9' => {
+                    if let Some(n) = exponent_digits.as_mut() {
+                        *n += 1;
+                        if *n > 2 {
+                            return None;
+                        }
+                    }
+                }
+                b'e' | b'E' => exponent_digits = Some(0),
+                b'+' | b'-' => {}
+                b'.' | b',' | b' ' | b'\t' | b'\n' | b'\r' => exponent_digits = None,
+                _ => return None,
+            }
+        }
+        Some(NumbersText(raw.to_owned()))
+    }
+
+    fn floats(&self) -> Result<Vec<f64>, String> {
+        serde_json::from_str(self.0.get())
+            .map_err(|_| "an embedding is not an array of numbers".to_string())
+    }
+}
+
+impl PartialEq for NumbersText {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.get() == other.0.get()
+    }
 }
 
 impl Vector {
@@ -52,6 +99,8 @@ impl Vector {
         let mut bytes = Vec::new();
         match self {
             Vector::Base64(s) => return s.clone(),
+            // Checked to be numbers when it was made.
+            Vector::Text(t) => return Vector::Json(t.floats().unwrap_or_default()).to_base64(),
             Vector::Json(v) => {
                 bytes.reserve(v.len() * 4);
                 for x in v {
@@ -94,6 +143,7 @@ impl Serialize for Vector {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self {
             Vector::Json(v) => v.serialize(s),
+            Vector::Text(t) => t.0.serialize(s),
             Vector::F32(v) => v.serialize(s),
             Vector::Base64(b) => b.serialize(s),
         }
@@ -124,6 +174,11 @@ pub trait Adapter: Sync {
         req: &EmbedRequest,
     ) -> Result<UpstreamCall, serde_json::Error>;
     fn parse_embed(&self, answer: Value, inputs: usize) -> Result<EmbedAnswer, String>;
+    /// [`Adapter::parse_embed`] of the answer's bytes; an adapter may read
+    /// them without a tree.
+    fn parse_embed_bytes(&self, answer: &[u8], inputs: usize) -> Result<EmbedAnswer, String> {
+        self.parse_embed(json_answer(answer)?, inputs)
+    }
     fn rerank_call(
         &self,
         upstream_model: &str,
@@ -141,6 +196,11 @@ pub fn adapter(kind: ProviderType) -> &'static dyn Adapter {
 }
 
 /// A JSON array of numbers.
+/// An answer's bytes as JSON.
+pub fn json_answer(answer: &[u8]) -> Result<Value, String> {
+    serde_json::from_slice(answer).map_err(|_| "it is not JSON".to_string())
+}
+
 pub(crate) fn numbers(v: &Value) -> Result<Vec<f64>, String> {
     let arr = v
         .as_array()

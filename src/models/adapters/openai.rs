@@ -6,12 +6,13 @@
 //! through. For rerank, `documents` go as plain strings and
 //! `return_documents` is not sent (the answer carries the client's own text).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::{
-    int_at, numbers, order_by_index, scores, Adapter, EmbedAnswer, RerankAnswer, UpstreamCall,
-    Vector,
+    int_at, json_answer, numbers, order_by_index, scores, Adapter, EmbedAnswer, NumbersText,
+    RerankAnswer, UpstreamCall, Vector,
 };
 use crate::models::requests::{EmbedRequest, RerankRequest};
 
@@ -47,6 +48,43 @@ struct RerankBody<'a> {
     top_n: Option<u64>,
     #[serde(flatten)]
     extra: &'a Map<String, Value>,
+}
+
+/// An embeddings answer read without a tree; see [`embed_answer_as_text`].
+#[derive(Deserialize)]
+struct EmbedReply<'a> {
+    #[serde(borrow)]
+    data: Vec<EmbedItem<'a>>,
+    #[serde(default)]
+    usage: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct EmbedItem<'a> {
+    #[serde(default)]
+    index: Option<u64>,
+    #[serde(borrow)]
+    embedding: &'a RawValue,
+}
+
+/// The answer with each embedding kept as the upstream's text, when every
+/// one is a plain array of numbers and nothing else is unusual about it
+/// (`None`: read it as a tree, which also names what is wrong).
+fn embed_answer_as_text(answer: &[u8], inputs: usize) -> Option<Result<EmbedAnswer, String>> {
+    let reply: EmbedReply = serde_json::from_slice(answer).ok()?;
+    let mut items = Vec::with_capacity(reply.data.len());
+    for (pos, item) in reply.data.iter().enumerate() {
+        let index = match item.index {
+            None => pos,
+            Some(i) => usize::try_from(i).ok()?,
+        };
+        items.push((index, Vector::Text(NumbersText::new(item.embedding)?)));
+    }
+    let usage = |k: &str| reply.usage.as_ref()?.get(k)?.as_i64();
+    Some(order_by_index(items, inputs).map(|vectors| EmbedAnswer {
+        vectors,
+        prompt_tokens: usage("prompt_tokens").or_else(|| usage("total_tokens")),
+    }))
 }
 
 impl Adapter for OpenAi {
@@ -98,6 +136,13 @@ impl Adapter for OpenAi {
             prompt_tokens: int_at(&answer, &["usage", "prompt_tokens"])
                 .or_else(|| int_at(&answer, &["usage", "total_tokens"])),
         })
+    }
+
+    fn parse_embed_bytes(&self, answer: &[u8], inputs: usize) -> Result<EmbedAnswer, String> {
+        match embed_answer_as_text(answer, inputs) {
+            Some(parsed) => parsed,
+            None => self.parse_embed(json_answer(answer)?, inputs),
+        }
     }
 
     fn rerank_call(
@@ -207,5 +252,90 @@ mod tests {
             )
             .unwrap();
         assert_eq!((a.scores, a.prompt_tokens), (vec![(1, 0.9)], Some(7)));
+    }
+
+    fn text(v: &Vector) -> &str {
+        match v {
+            Vector::Text(t) => t.0.get(),
+            other => panic!("not kept as text: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn plain_number_arrays_go_out_as_the_upstream_wrote_them_in_index_order() {
+        let answer = br#"{"object": "list", "data": [
+            {"object": "embedding", "index": 1, "embedding": [1.0E-5, -0.000]},
+            {"object": "embedding", "index": 0, "embedding": [ 0.1000000000000000055511151231257827 ,2e+07,-3]}],
+            "model": "m", "usage": {"total_tokens": 4}}"#;
+        let a = OpenAi.parse_embed_bytes(answer, 2).unwrap();
+        assert_eq!(
+            text(&a.vectors[0]),
+            "[ 0.1000000000000000055511151231257827 ,2e+07,-3]"
+        );
+        assert_eq!(text(&a.vectors[1]), "[1.0E-5, -0.000]");
+        assert_eq!(a.prompt_tokens, Some(4));
+        // The same numbers as the tree would give, written as the upstream wrote them.
+        let out = serde_json::to_string(&a.vectors).unwrap();
+        assert_eq!(
+            out,
+            "[[ 0.1000000000000000055511151231257827 ,2e+07,-3],[1.0E-5, -0.000]]"
+        );
+        let tree = OpenAi
+            .parse_embed(serde_json::from_slice(answer).unwrap(), 2)
+            .unwrap();
+        let floats: Vec<Vec<f64>> = serde_json::from_str(&out).unwrap();
+        assert_eq!(
+            tree.vectors,
+            floats.into_iter().map(Vector::Json).collect::<Vec<_>>()
+        );
+        // Base64 asked for: the same float32 bytes either way.
+        assert_eq!(a.vectors[0].to_base64(), tree.vectors[0].to_base64());
+    }
+
+    #[test]
+    fn an_answer_the_text_path_cannot_vouch_for_is_read_as_a_tree() {
+        let read = |body: &str, n| OpenAi.parse_embed_bytes(body.as_bytes(), n);
+        // Exponents past two digits may not be finite floats: the tree reads them.
+        let a = read(r#"{"data": [{"embedding": [1e-300, 0.5]}]}"#, 1).unwrap();
+        assert_eq!(a.vectors, vec![Vector::Json(vec![1e-300, 0.5])]);
+        let a = read(r#"{"data": [{"index": 0, "embedding": "AACAPw=="}]}"#, 1).unwrap();
+        assert_eq!(a.vectors, vec![Vector::Base64("AACAPw==".into())]);
+        // What is wrong is named as before.
+        for (body, n, message) in [
+            (
+                r#"{"data": [{"embedding": [1, "x"]}]}"#,
+                1,
+                "an embedding holds something that is not a number",
+            ),
+            (
+                r#"{"data": [{"embedding": [[1]]}]}"#,
+                1,
+                "an embedding holds something that is not a number",
+            ),
+            (
+                r#"{"data": [{"embedding": [1]}]}"#,
+                2,
+                "1 embeddings for 2 inputs",
+            ),
+            (
+                r#"{"data": [{"index": 3, "embedding": [1]}]}"#,
+                1,
+                "embedding index 3 is out of range",
+            ),
+            (
+                r#"{"data": [{"index": -1, "embedding": [1]}]}"#,
+                1,
+                "an embedding index is not a number",
+            ),
+            (
+                r#"{"data": [{"index": 0}]}"#,
+                1,
+                "an item has no 'embedding'",
+            ),
+            (r#"{"data": "x"}"#, 1, "it has no 'data' list"),
+            ("not json", 1, "it is not JSON"),
+        ] {
+            assert_eq!(read(body, n).unwrap_err(), message, "{body}");
+        }
     }
 }
