@@ -257,7 +257,7 @@ pub async fn rerank(
         model,
         "rerank",
         |a, m| a.rerank_call(m, &req),
-        |a, answer| a.parse_rerank(adapters::json_answer(answer)?, documents),
+        |a, answer| a.parse_rerank_bytes(answer, documents),
     )
     .await?;
     let prompt = parsed

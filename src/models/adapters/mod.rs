@@ -185,6 +185,11 @@ pub trait Adapter: Sync {
         req: &RerankRequest,
     ) -> Result<UpstreamCall, serde_json::Error>;
     fn parse_rerank(&self, answer: Value, documents: usize) -> Result<RerankAnswer, String>;
+    /// [`Adapter::parse_rerank`] of the answer's bytes; an adapter may read
+    /// them without a tree.
+    fn parse_rerank_bytes(&self, answer: &[u8], documents: usize) -> Result<RerankAnswer, String> {
+        self.parse_rerank(json_answer(answer)?, documents)
+    }
 }
 
 pub fn adapter(kind: ProviderType) -> &'static dyn Adapter {

@@ -87,6 +87,43 @@ fn embed_answer_as_text(answer: &[u8], inputs: usize) -> Option<Result<EmbedAnsw
     }))
 }
 
+/// A rerank answer read without a tree; see [`rerank_answer_plain`].
+#[derive(Deserialize)]
+struct RerankReply {
+    results: Vec<RerankItem>,
+    #[serde(default)]
+    usage: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct RerankItem {
+    index: u64,
+    #[serde(default)]
+    relevance_score: Option<f64>,
+    #[serde(default)]
+    score: Option<f64>,
+}
+
+/// The answer's scores read straight into numbers (the documents the upstream
+/// may echo are skipped, not built), when nothing about it is unusual
+/// (`None`: read it as a tree, which also names what is wrong).
+fn rerank_answer_plain(answer: &[u8], documents: usize) -> Option<RerankAnswer> {
+    let reply: RerankReply = serde_json::from_slice(answer).ok()?;
+    let scores = reply
+        .results
+        .iter()
+        .map(|r| {
+            let index = usize::try_from(r.index).ok().filter(|i| *i < documents)?;
+            Some((index, r.relevance_score.or(r.score)?))
+        })
+        .collect::<Option<Vec<_>>>()?;
+    let usage = |k: &str| reply.usage.as_ref()?.get(k)?.as_i64();
+    Some(RerankAnswer {
+        scores,
+        prompt_tokens: usage("prompt_tokens").or_else(|| usage("total_tokens")),
+    })
+}
+
 impl Adapter for OpenAi {
     fn embed_call(
         &self,
@@ -160,6 +197,13 @@ impl Adapter for OpenAi {
                 extra: &req.extra,
             },
         )
+    }
+
+    fn parse_rerank_bytes(&self, answer: &[u8], documents: usize) -> Result<RerankAnswer, String> {
+        match rerank_answer_plain(answer, documents) {
+            Some(parsed) => Ok(parsed),
+            None => self.parse_rerank(json_answer(answer)?, documents),
+        }
     }
 
     fn parse_rerank(&self, answer: Value, documents: usize) -> Result<RerankAnswer, String> {
@@ -336,6 +380,47 @@ mod tests {
             ("not json", 1, "it is not JSON"),
         ] {
             assert_eq!(read(body, n).unwrap_err(), message, "{body}");
+        }
+    }
+
+    #[test]
+    fn rerank_scores_are_read_straight_and_agree_with_the_tree() {
+        let answer = br#"{"id": "r", "results": [
+            {"index": 1, "relevance_score": 0.25, "document": {"text": "a \"long\" echo"}},
+            {"index": 0, "score": 1}], "usage": {"prompt_tokens": 9, "total_tokens": 12}}"#;
+        let plain = rerank_answer_plain(answer, 2).expect("read without a tree");
+        assert_eq!(plain.scores, vec![(1, 0.25), (0, 1.0)]);
+        assert_eq!(plain.prompt_tokens, Some(9));
+        let tree = OpenAi
+            .parse_rerank(serde_json::from_slice(answer).unwrap(), 2)
+            .unwrap();
+        assert_eq!(
+            (tree.scores, tree.prompt_tokens),
+            (plain.scores, plain.prompt_tokens)
+        );
+    }
+
+    #[test]
+    fn an_unusual_rerank_answer_is_read_as_a_tree_and_named_as_before() {
+        let read = |body: &str, n| OpenAi.parse_rerank_bytes(body.as_bytes(), n);
+        // A score that is not a number under the first key: the tree looks at the next.
+        let a = read(
+            r#"{"results": [{"index": 0, "relevance_score": "high", "score": 0.5}]}"#,
+            1,
+        )
+        .unwrap();
+        assert_eq!(a.scores, vec![(0, 0.5)]);
+        for (body, message) in [
+            (
+                r#"{"results": [{"index": 2, "score": 0.5}]}"#,
+                "a result has no valid document index",
+            ),
+            (r#"{"results": [{"index": 0}]}"#, "a result has no score"),
+            (r#"{"results": {"index": 0}}"#, "the results are not a list"),
+            ("[]", "it has no 'results'"),
+            ("not json", "it is not JSON"),
+        ] {
+            assert_eq!(read(body, 2).unwrap_err(), message, "{body}");
         }
     }
 }
