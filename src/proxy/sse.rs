@@ -97,7 +97,7 @@ impl SseParser {
     pub fn next_event(&mut self) -> Option<SseEvent> {
         loop {
             let rest = &self.buf[self.pos..];
-            let Some(i) = rest.iter().position(|&b| b == b'\n' || b == b'\r') else {
+            let Some(i) = memchr::memchr2(b'\n', b'\r', rest) else {
                 self.compact();
                 return None;
             };
@@ -155,7 +155,7 @@ impl SseParser {
         if line.first() == Some(&b':') {
             return; // comment
         }
-        let (name, value) = match line.iter().position(|&b| b == b':') {
+        let (name, value) = match memchr::memchr(b':', line) {
             Some(c) => {
                 let v = &line[c + 1..];
                 (&line[..c], v.strip_prefix(b" ").unwrap_or(v))
