@@ -72,8 +72,27 @@ pub fn chat_body(data: &[u8]) {
         return;
     };
     // /v1/chat/completions: checks, then the upstream body.
-    let _ = check_body(&body);
+    let checked = check_body(&body);
     upstream_body(&body, None, "upstream-model");
+    // Read without a tree: only a body the checks pass, and the same upstream body.
+    if let Some(raw) = crate::proxy::body::RawChat::read(bytes::Bytes::copy_from_slice(json)) {
+        assert!(
+            checked.is_ok(),
+            "read without a tree, refused by the checks"
+        );
+        assert_eq!(Some(raw.model()), body.get("model").and_then(Value::as_str));
+        assert_eq!(raw.prompt_chars, prompt_chars(&body));
+        let mut tree = body.clone();
+        let stream = is_stream(&tree);
+        assert_eq!(raw.stream, stream);
+        let _ = ask_for_usage(&mut tree, stream);
+        let mut want = ChatBody::new(&tree, None).expect("a JSON map serialises");
+        let sent: Value = serde_json::from_slice(&ChatBody::spliced(&raw).for_model("u"))
+            .expect("the upstream body is JSON");
+        let want: Value =
+            serde_json::from_slice(&want.for_model("u")).expect("the upstream body is JSON");
+        assert_eq!(sent, want);
+    }
 
     // Agent chat keeps a `tools` list as text: the same body all the same.
     let mut req: ChatRequest =

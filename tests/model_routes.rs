@@ -654,7 +654,7 @@ mod hooks {
             &app.usage,
             ChatCall {
                 model,
-                body,
+                body: gatehouse::proxy::body::ChatInput::Tree(body),
                 tools: None,
                 usage: UsageContext {
                     agent: Some("helper".into()),

@@ -25,6 +25,7 @@ use crate::limits::Subject;
 use crate::models::{resolve, ModelKind};
 use crate::pii::{choose_mode, protect_body, VaultStore, TOKEN_NOTE};
 use crate::proxy::agent_hooks::{AgentChatContext, AgentHooks};
+use crate::proxy::body::ChatInput;
 use crate::proxy::chat::check_body;
 use crate::proxy::{relay, ChatCall, UsageContext};
 use crate::runtime::Invalidation;
@@ -232,7 +233,7 @@ async fn agent_chat(
         &app.usage,
         ChatCall {
             model,
-            body,
+            body: ChatInput::Tree(body),
             tools,
             usage,
         },

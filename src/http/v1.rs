@@ -22,6 +22,7 @@ use crate::limits::{RateHeaders, Subject};
 use crate::models::retrieval::{self, EmbedRequest, RerankRequest};
 use crate::models::routing::Answered;
 use crate::models::{requested_model, resolve, Model, ModelKind};
+use crate::proxy::body::{ChatInput, RawChat};
 use crate::proxy::chat::{check_body, relay, ChatCall, NoHooks, Relayed, RelayedBody};
 use crate::usage::{Tokens, UsageContext, UsageTicket};
 
@@ -110,11 +111,48 @@ async fn model_request(
     let note = AccessNote::of(req.extensions());
     let bytes = read_body(req).await?;
     let body: Map<String, Value> = parse_json(&bytes)?;
-    let name = requested_model(&body)?;
+    let model = named_model(app, auth, requested_model(&body)?, kind, ticket, &note)?;
+    Ok((model, body))
+}
+
+/// The model a request names, noted for its usage record and access line,
+/// if the key may use it and it is of this kind.
+fn named_model(
+    app: &App,
+    auth: &ApiKeyAuth,
+    name: &str,
+    kind: ModelKind,
+    ticket: &mut UsageTicket,
+    note: &AccessNote,
+) -> Result<Arc<Model>> {
     ticket.set_model(name);
     note.set(|f| f.model = Some(name.to_string()));
     auth.check_model(name)?;
-    let model = resolve(&app.catalog(), name, kind)?;
+    resolve(&app.catalog(), name, kind)
+}
+
+/// [`model_request`] for chat: the body read without a tree in the usual
+/// case ([`RawChat`]), else as a tree and checked.
+async fn chat_request(
+    app: &App,
+    auth: &ApiKeyAuth,
+    req: Request,
+    ticket: &mut UsageTicket,
+) -> Result<(Arc<Model>, ChatInput)> {
+    let note = AccessNote::of(req.extensions());
+    let bytes = read_body(req).await?;
+    let (name, body) = match RawChat::read(bytes.clone()) {
+        Some(raw) => (raw.model().to_string(), ChatInput::Raw(raw)),
+        None => {
+            let body: Map<String, Value> = parse_json(&bytes)?;
+            (requested_model(&body)?.to_string(), ChatInput::Tree(body))
+        }
+    };
+    // The model's errors before the body's, as for the other routes.
+    let model = named_model(app, auth, &name, ModelKind::Chat, ticket, &note)?;
+    if let ChatInput::Tree(body) = &body {
+        check_body(body)?;
+    }
     Ok((model, body))
 }
 
@@ -137,12 +175,7 @@ async fn chat_completions(
 ) -> Result<Response> {
     let ctx = key_context(&auth);
     let mut ticket = UsageTicket::new(&app.usage, ctx.clone(), "chat");
-    let prepared = async {
-        let (model, body) = model_request(&app, &auth, req, ModelKind::Chat, &mut ticket).await?;
-        check_body(&body)?;
-        Ok::<_, Error>((model, body))
-    }
-    .await;
+    let prepared = chat_request(&app, &auth, req, &mut ticket).await;
     let (model, body) = match prepared {
         Ok(v) => v,
         Err(e) => {

@@ -6,13 +6,163 @@
 //! upstream model name (several servers of one model: the usual case) send
 //! the very same bytes.
 
+use std::borrow::Cow;
+
 use bytes::{BufMut, Bytes, BytesMut};
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 pub struct ChatBody {
-    /// The JSON object without `model`, `{...}`.
-    rest: Bytes,
+    /// What goes before the upstream model's name, and after it.
+    head: Bytes,
+    tail: Bytes,
     last: Option<(String, Bytes)>,
+}
+
+/// A chat request as the relay takes it: the client's bytes when
+/// [`RawChat::read`] could vouch for them, else a tree.
+pub enum ChatInput {
+    Raw(RawChat),
+    Tree(Map<String, Value>),
+}
+
+/// A plain chat body read without a tree, in the usual case: `model` a
+/// string, `messages` a non-empty list of message objects, `stream` absent
+/// or a boolean, no `stream_options`, no key read here written twice. The
+/// upstream gets the client's bytes with the model's name spliced in (and
+/// for a stream, usage asked for); parsing the body into a tree and writing
+/// it out again cost more than the rest of the request's own work.
+pub struct RawChat {
+    bytes: Bytes,
+    /// Where the model's name is, quotes included.
+    model: (usize, usize),
+    pub stream: bool,
+    /// Characters of text in the messages (see [`crate::proxy::chat::prompt_chars`]).
+    pub prompt_chars: usize,
+}
+
+#[derive(Deserialize)]
+struct ChatView<'a> {
+    #[serde(borrow)]
+    model: &'a RawValue,
+    #[serde(borrow)]
+    messages: Vec<MessageView<'a>>,
+    #[serde(default)]
+    stream: Option<bool>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    stream_options: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct MessageView<'a> {
+    #[serde(default)]
+    content: Option<ContentView>,
+    #[serde(borrow, default)]
+    tool_calls: Option<Vec<CallView<'a>>>,
+}
+
+/// A message's `content`: the characters of its text.
+struct ContentView(usize);
+
+#[derive(Deserialize)]
+struct PartView<'a> {
+    #[serde(borrow, default)]
+    text: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct CallView<'a> {
+    #[serde(borrow, default)]
+    function: Option<FunctionView<'a>>,
+}
+
+#[derive(Deserialize)]
+struct FunctionView<'a> {
+    #[serde(borrow, default)]
+    arguments: Option<Cow<'a, str>>,
+}
+
+impl<'de> Deserialize<'de> for ContentView {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = ContentView;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string or a list of parts")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<ContentView, E> {
+                Ok(ContentView(v.chars().count()))
+            }
+            fn visit_unit<E: serde::de::Error>(self) -> Result<ContentView, E> {
+                Ok(ContentView(0))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<ContentView, A::Error> {
+                let mut chars = 0;
+                while let Some(p) = seq.next_element::<PartView<'de>>()? {
+                    chars += p.text.map_or(0, |t| t.chars().count());
+                }
+                Ok(ContentView(chars))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A field that is present, even as `null`.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    Deserialize::deserialize(d).map(Some)
+}
+
+impl RawChat {
+    /// `bytes` read in the usual case (see [`RawChat`]); None for anything
+    /// else, which the tree path reads (and names what is wrong with).
+    pub fn read(bytes: Bytes) -> Option<RawChat> {
+        let view: ChatView = serde_json::from_slice(&bytes).ok()?;
+        if view.messages.is_empty() || view.stream_options.is_some() {
+            return None;
+        }
+        let name = view.model.get();
+        // A plain string: no escapes to undo, not empty.
+        let plain = name.len() > 2
+            && name.starts_with('"')
+            && !name.as_bytes()[1..name.len() - 1].contains(&b'\\');
+        if !plain {
+            return None;
+        }
+        let start = (name.as_ptr() as usize).checked_sub(bytes.as_ptr() as usize)?;
+        let prompt_chars = view
+            .messages
+            .iter()
+            .map(|m| {
+                m.content.as_ref().map_or(0, |c| c.0)
+                    + m.tool_calls.as_ref().map_or(0, |calls| {
+                        calls
+                            .iter()
+                            .filter_map(|c| c.function.as_ref()?.arguments.as_ref())
+                            .map(|a| a.chars().count())
+                            .sum()
+                    })
+            })
+            .sum();
+        let stream = view.stream.unwrap_or(false);
+        let model = (start, start + name.len());
+        Some(RawChat {
+            bytes,
+            model,
+            stream,
+            prompt_chars,
+        })
+    }
+
+    /// The model the client named.
+    pub fn model(&self) -> &str {
+        // Checked in `read`: a string without escapes, in valid JSON text.
+        std::str::from_utf8(&self.bytes[self.model.0 + 1..self.model.1 - 1]).unwrap_or("")
+    }
 }
 
 impl ChatBody {
@@ -53,10 +203,38 @@ impl ChatBody {
             out.push(b']');
         }
         out.push(b'}');
+        // `{"model":NAME` then `,` and the fields, or `}` when there are none.
+        let tail = if out.len() == 2 {
+            Bytes::from_static(b"}")
+        } else {
+            out[0] = b',';
+            Bytes::from(out)
+        };
         Ok(ChatBody {
-            rest: Bytes::from(out),
+            head: Bytes::from_static(b"{\"model\":"),
+            tail,
             last: None,
         })
+    }
+
+    /// The client's own bytes around its model's name; for a stream, usage
+    /// asked for (`stream_options` is absent: see [`RawChat`]).
+    pub fn spliced(raw: &RawChat) -> ChatBody {
+        let head = raw.bytes.slice(..raw.model.0);
+        let mut tail = raw.bytes.slice(raw.model.1..);
+        if raw.stream {
+            // Valid JSON text: an object whose last byte but white space is `}`.
+            let end = tail.iter().rposition(|&b| b == b'}').unwrap_or(tail.len());
+            let mut t = BytesMut::with_capacity(end + 48);
+            t.put_slice(&tail[..end]);
+            t.put_slice(b",\"stream_options\":{\"include_usage\":true}}");
+            tail = t.freeze();
+        }
+        ChatBody {
+            head,
+            tail,
+            last: None,
+        }
     }
 
     /// The body for a target whose upstream model is `upstream_model`.
@@ -66,15 +244,12 @@ impl ChatBody {
                 return b.clone();
             }
         }
-        let mut out = BytesMut::with_capacity(self.rest.len() + upstream_model.len() + 16);
-        out.put_slice(b"{\"model\":");
+        let mut out =
+            BytesMut::with_capacity(self.head.len() + self.tail.len() + upstream_model.len() + 8);
+        out.put_slice(&self.head);
         // A string always serialises.
         let _ = serde_json::to_writer((&mut out).writer(), upstream_model);
-        let inner = &self.rest[1..];
-        if inner != b"}" {
-            out.put_u8(b',');
-        }
-        out.put_slice(inner);
+        out.put_slice(&self.tail);
         let b = out.freeze();
         self.last = Some((upstream_model.to_string(), b.clone()));
         b
@@ -141,5 +316,78 @@ mod tests {
         assert_eq!(&b.for_model("u")[..], br#"{"model":"u"}"#);
         let mut b = ChatBody::new(&Map::new(), None).expect("serialises");
         assert_eq!(&b.for_model("u")[..], br#"{"model":"u"}"#);
+    }
+
+    /// What the tree path sends for `body` (the checks passed).
+    fn tree_bytes(body: &str, upstream_model: &str) -> (Value, usize) {
+        let mut tree: Map<String, Value> = serde_json::from_str(body).expect("JSON");
+        let stream = crate::proxy::chat::is_stream(&tree);
+        let _ = crate::proxy::chat::ask_for_usage(&mut tree, stream);
+        let chars = crate::proxy::chat::prompt_chars(&tree);
+        let mut b = ChatBody::new(&tree, None).expect("serialises");
+        (
+            serde_json::from_slice(&b.for_model(upstream_model)).expect("JSON"),
+            chars,
+        )
+    }
+
+    #[test]
+    fn a_usual_chat_body_goes_up_as_the_clients_bytes_with_the_model_spliced_in() {
+        let body = r#"{ "model" : "alias", "temperature": 0.50,
+            "messages": [{"role": "system", "content": "Be \"brief\"\n"},
+                         {"role": "user", "content": [{"type": "text", "text": "héllo"}, {"type": "image_url"}]},
+                         {"role": "assistant", "content": null,
+                          "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{\"a\":1}"}}]}],
+            "x": {"n": [1, null]} }"#;
+        let raw = RawChat::read(Bytes::from(body)).expect("read without a tree");
+        assert_eq!(raw.model(), "alias");
+        assert!(!raw.stream);
+        let mut b = ChatBody::spliced(&raw);
+        let sent = b.for_model("up/\"llama\"");
+        let text = std::str::from_utf8(&sent).unwrap();
+        // The client's own bytes around the name (0.50 stays 0.50).
+        assert!(
+            text.starts_with(r#"{ "model" : "up/\"llama\"", "temperature": 0.50,"#),
+            "{text}"
+        );
+        let (tree, chars) = tree_bytes(body, "up/\"llama\"");
+        assert_eq!(serde_json::from_slice::<Value>(&sent).unwrap(), tree);
+        assert_eq!(raw.prompt_chars, chars);
+        assert_eq!(chars, 11 + 5 + 7);
+    }
+
+    #[test]
+    fn a_usual_stream_asks_the_upstream_for_usage() {
+        let body = r#"{"model": "alias", "stream": true, "messages": [{"role": "user", "content": "hi"}]}
+        "#;
+        let raw = RawChat::read(Bytes::from(body)).expect("read without a tree");
+        assert!(raw.stream);
+        let sent: Value = serde_json::from_slice(&ChatBody::spliced(&raw).for_model("u")).unwrap();
+        assert_eq!(sent, tree_bytes(body, "u").0);
+        assert_eq!(sent["stream_options"], json!({"include_usage": true}));
+    }
+
+    #[test]
+    fn any_other_body_is_left_to_the_tree() {
+        for body in [
+            r#"{"model": "a", "stream": true, "stream_options": {"include_usage": false}, "messages": [{}]}"#,
+            r#"{"model": "a", "stream_options": null, "messages": [{}]}"#,
+            r#"{"model": "a\u0062", "messages": [{}]}"#,
+            r#"{"model": "", "messages": [{}]}"#,
+            r#"{"model": 7, "messages": [{}]}"#,
+            r#"{"messages": [{}]}"#,
+            r#"{"model": "a", "messages": []}"#,
+            r#"{"model": "a", "messages": {}}"#,
+            r#"{"model": "a", "model": "b", "messages": [{}]}"#,
+            r#"{"model": "a", "messages": [{}], "messages": [{}]}"#,
+            r#"{"model": "a", "stream": "yes", "messages": [{}]}"#,
+            r#"{"model": "a", "messages": ["hi"]}"#,
+            r#"{"model": "a", "messages": [{"content": 5}]}"#,
+            r#"{"model": "a", "messages": [{}]} x"#,
+            r#"[{"model": "a"}]"#,
+            "",
+        ] {
+            assert!(RawChat::read(Bytes::from(body)).is_none(), "{body}");
+        }
     }
 }

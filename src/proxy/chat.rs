@@ -50,7 +50,7 @@ use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use serde_json::{Map, Value};
 
-use super::body::ChatBody;
+use super::body::{ChatBody, ChatInput};
 use super::sse::{SseEvent, SseFrame, SseParser, DONE};
 use crate::error::{Error, ErrorKind};
 use crate::models::observed::Attempt;
@@ -72,9 +72,9 @@ const DRAIN_WAIT: Duration = Duration::from_secs(1);
 pub struct ChatCall {
     pub model: Arc<Model>,
     /// The request body as the client sent it (plus the caller's edits).
-    pub body: Map<String, Value>,
+    pub body: ChatInput,
     /// The tools of the `tools` list, each as JSON text, when the caller
-    /// kept them so (agent chat).
+    /// kept them so (agent chat, with a tree body).
     pub tools: Option<crate::agents::tools::KeptTools>,
     pub usage: UsageContext,
 }
@@ -351,21 +351,30 @@ pub async fn relay<H: ChatHooks>(
 ) -> Result<Relayed, Error> {
     let ChatCall {
         model,
-        mut body,
+        body,
         tools,
         usage,
     } = call;
     let mut ticket = UsageTicket::new(usage_sink, usage, "chat");
     ticket.set_model(&model.id);
-    let stream = is_stream(&body);
-    let client_usage = ask_for_usage(&mut body, stream);
-    let prompt_estimate = estimate_tokens(prompt_chars(&body));
-    let tool_texts = tools.as_ref().map(|t| t.texts());
-    let mut template = match ChatBody::new(&body, tool_texts.as_deref()) {
-        Ok(t) => t,
-        Err(e) => return failed(ticket, Error::internal(e)),
+    let (stream, client_usage, prompt_estimate, mut template) = match body {
+        ChatInput::Raw(raw) => (
+            raw.stream,
+            false,
+            estimate_tokens(raw.prompt_chars),
+            ChatBody::spliced(&raw),
+        ),
+        ChatInput::Tree(mut body) => {
+            let stream = is_stream(&body);
+            let client_usage = ask_for_usage(&mut body, stream);
+            let prompt_estimate = estimate_tokens(prompt_chars(&body));
+            let tool_texts = tools.as_ref().map(|t| t.texts());
+            match ChatBody::new(&body, tool_texts.as_deref()) {
+                Ok(t) => (stream, client_usage, prompt_estimate, t),
+                Err(e) => return failed(ticket, Error::internal(e)),
+            }
+        }
     };
-    drop(body);
     let chain = model.chain();
     let mut attempts = model.attempts(&chain);
     let mut hooks = hooks;
