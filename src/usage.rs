@@ -156,7 +156,12 @@ impl UsageTicket {
     /// The model the request named (the alias as the client sent it).
     pub fn set_model(&mut self, model: &str) {
         if let Some(r) = self.record.as_mut() {
-            r.model = model.chars().take(MAX_MODEL_CHARS).collect();
+            // Cut at a character boundary; one allocation, not one per growth.
+            let end = model
+                .char_indices()
+                .nth(MAX_MODEL_CHARS)
+                .map_or(model.len(), |(i, _)| i);
+            r.model = model[..end].to_string();
         }
     }
 
@@ -448,6 +453,28 @@ mod tests {
             conversation_id: None,
             turn_id: Some(format!("turn-{i}")),
         }
+    }
+
+    #[tokio::test]
+    async fn a_model_name_is_kept_up_to_its_limit_in_characters() {
+        let (tx, _rx) = mpsc::channel(1);
+        let sink = UsageSink {
+            tx,
+            counters: Arc::default(),
+        };
+        let mut ticket = UsageTicket::new(&sink, UsageContext::default(), "chat");
+        for (name, kept) in [
+            ("é".repeat(MAX_MODEL_CHARS + 1), "é".repeat(MAX_MODEL_CHARS)),
+            ("é".repeat(MAX_MODEL_CHARS), "é".repeat(MAX_MODEL_CHARS)),
+            ("llama".to_string(), "llama".to_string()),
+        ] {
+            ticket.set_model(&name);
+            assert_eq!(
+                ticket.record.as_ref().map(|r| r.model.as_str()),
+                Some(kept.as_str())
+            );
+        }
+        ticket.disarm();
     }
 
     #[test]

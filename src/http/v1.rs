@@ -222,7 +222,13 @@ pub fn routing_headers(resp: &mut Response, answered: &Answered) {
     if let Ok(v) = HeaderValue::from_str(&answered.provider) {
         h.insert(X_GATEHOUSE_PROVIDER, v);
     }
-    h.insert(X_GATEHOUSE_ATTEMPTS, HeaderValue::from(answered.attempts));
+    // The usual counts without formatting a number into a new buffer.
+    const COUNTS: [&str; 4] = ["0", "1", "2", "3"];
+    let attempts = match COUNTS.get(answered.attempts as usize) {
+        Some(n) => HeaderValue::from_static(n),
+        None => HeaderValue::from(answered.attempts),
+    };
+    h.insert(X_GATEHOUSE_ATTEMPTS, attempts);
 }
 
 /// The HTTP answer for a relayed chat: JSON, or an unbuffered event stream.
