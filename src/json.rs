@@ -1,8 +1,44 @@
 //! Parsing of JSON input into typed values, with errors that name the field.
 
-use serde::de::DeserializeOwned;
+use std::marker::PhantomData;
+
+use serde::de::{DeserializeOwned, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer};
 
 use crate::error::{Error, Result};
+
+/// For `deserialize_with`: a field that is present, even as `null`
+/// (`Option<&RawValue>` alone reads `null` as absent).
+pub fn present<'de, D: Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<&'de serde_json::value::RawValue>, D::Error> {
+    Deserialize::deserialize(d).map(Some)
+}
+
+/// `T` read only from a JSON object. A derived `Deserialize` also takes an
+/// array of the fields in order (`["a", [1]]` for `{model, messages}`),
+/// which a reader that stands in for a tree's `get("field")` must refuse.
+#[derive(Debug)]
+pub struct MapOnly<T>(pub T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for MapOnly<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+            type Value = MapOnly<T>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> std::result::Result<MapOnly<T>, A::Error> {
+                T::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(MapOnly)
+            }
+        }
+        d.deserialize_map(V(PhantomData))
+    }
+}
 
 /// Parses JSON into `T`; a failure names the field that was wrong.
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
@@ -84,5 +120,22 @@ mod tests {
         assert!(err.message.contains("empty"), "{err:?}");
         let err = parse_json::<serde_json::Value>(b"{} x").unwrap_err();
         assert!(err.message.contains("trailing"), "{err:?}");
+    }
+
+    #[derive(serde::Deserialize, Debug, PartialEq)]
+    struct Pair<'a> {
+        #[serde(borrow)]
+        a: &'a str,
+        b: Option<u8>,
+    }
+
+    #[test]
+    fn map_only_reads_objects_and_refuses_the_array_form_a_derive_accepts() {
+        let ok: MapOnly<Pair> = serde_json::from_str(r#"{"b": 1, "a": "x"}"#).unwrap();
+        assert_eq!(ok.0, Pair { a: "x", b: Some(1) });
+        // What a derived reader alone takes.
+        assert!(serde_json::from_str::<Pair>(r#"["x", 1]"#).is_ok());
+        assert!(serde_json::from_str::<MapOnly<Pair>>(r#"["x", 1]"#).is_err());
+        assert!(serde_json::from_str::<MapOnly<Pair>>(r#"{"a": "x", "a": "y"}"#).is_err());
     }
 }

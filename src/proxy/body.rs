@@ -13,6 +13,8 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+use crate::json::MapOnly;
+
 pub struct ChatBody {
     /// What goes before the upstream model's name, and after it.
     head: Bytes,
@@ -47,10 +49,10 @@ struct ChatView<'a> {
     #[serde(borrow)]
     model: &'a RawValue,
     #[serde(borrow)]
-    messages: Vec<MessageView<'a>>,
+    messages: Vec<MapOnly<MessageView<'a>>>,
     #[serde(default)]
     stream: Option<bool>,
-    #[serde(borrow, default, deserialize_with = "present")]
+    #[serde(borrow, default, deserialize_with = "crate::json::present")]
     stream_options: Option<&'a RawValue>,
 }
 
@@ -59,7 +61,7 @@ struct MessageView<'a> {
     #[serde(default)]
     content: Option<ContentView>,
     #[serde(borrow, default)]
-    tool_calls: Option<Vec<CallView<'a>>>,
+    tool_calls: Option<Vec<MapOnly<CallView<'a>>>>,
 }
 
 /// A message's `content`: the characters of its text.
@@ -74,7 +76,7 @@ struct PartView<'a> {
 #[derive(Deserialize)]
 struct CallView<'a> {
     #[serde(borrow, default)]
-    function: Option<FunctionView<'a>>,
+    function: Option<MapOnly<FunctionView<'a>>>,
 }
 
 #[derive(Deserialize)]
@@ -102,7 +104,7 @@ impl<'de> Deserialize<'de> for ContentView {
                 mut seq: A,
             ) -> Result<ContentView, A::Error> {
                 let mut chars = 0;
-                while let Some(p) = seq.next_element::<PartView<'de>>()? {
+                while let Some(MapOnly(p)) = seq.next_element::<MapOnly<PartView<'de>>>()? {
                     chars += p.text.map_or(0, |t| t.chars().count());
                 }
                 Ok(ContentView(chars))
@@ -112,16 +114,11 @@ impl<'de> Deserialize<'de> for ContentView {
     }
 }
 
-/// A field that is present, even as `null`.
-fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
-    Deserialize::deserialize(d).map(Some)
-}
-
 impl RawChat {
     /// `bytes` read in the usual case (see [`RawChat`]); None for anything
     /// else, which the tree path reads (and names what is wrong with).
     pub fn read(bytes: Bytes) -> Option<RawChat> {
-        let view: ChatView = serde_json::from_slice(&bytes).ok()?;
+        let MapOnly(view): MapOnly<ChatView> = serde_json::from_slice(&bytes).ok()?;
         if view.messages.is_empty() || view.stream_options.is_some() {
             return None;
         }
@@ -137,12 +134,12 @@ impl RawChat {
         let prompt_chars = view
             .messages
             .iter()
-            .map(|m| {
+            .map(|MapOnly(m)| {
                 m.content.as_ref().map_or(0, |c| c.0)
                     + m.tool_calls.as_ref().map_or(0, |calls| {
                         calls
                             .iter()
-                            .filter_map(|c| c.function.as_ref()?.arguments.as_ref())
+                            .filter_map(|MapOnly(c)| c.function.as_ref()?.0.arguments.as_ref())
                             .map(|a| a.chars().count())
                             .sum()
                     })
@@ -385,6 +382,12 @@ mod tests {
             r#"{"model": "a", "messages": [{"content": 5}]}"#,
             r#"{"model": "a", "messages": [{}]} x"#,
             r#"[{"model": "a"}]"#,
+            // The array forms a derived reader takes, at every level.
+            r#"["a", [{}]]"#,
+            r#"{"model": "a", "messages": [[null, null]]}"#,
+            r#"{"model": "a", "messages": [{"content": [["x"]]}]}"#,
+            r#"{"model": "a", "messages": [{"tool_calls": [[{"arguments": "x"}]]}]}"#,
+            r#"{"model": "a", "messages": [{"tool_calls": [{"function": ["x"]}]}]}"#,
             "",
         ] {
             assert!(RawChat::read(Bytes::from(body)).is_none(), "{body}");

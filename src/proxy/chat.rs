@@ -53,6 +53,7 @@ use serde_json::{Map, Value};
 use super::body::{ChatBody, ChatInput};
 use super::sse::{SseEvent, SseFrame, SseParser, DONE};
 use crate::error::{Error, ErrorKind};
+use crate::json::MapOnly;
 use crate::models::observed::Attempt;
 use crate::models::routing::{
     judge, mono_ms, next_pick, Answered, Failure, InFlight, Pick, ProviderStats,
@@ -650,7 +651,7 @@ struct ChunkView<'a> {
     model: Option<&'a serde_json::value::RawValue>,
     choices: Option<ChoicesView>,
     /// Present even when null (a null `usage` is removed too).
-    #[serde(borrow, default, deserialize_with = "present")]
+    #[serde(borrow, default, deserialize_with = "crate::json::present")]
     usage: Option<&'a serde_json::value::RawValue>,
 }
 
@@ -678,10 +679,10 @@ impl<'de> serde::Deserialize<'de> for ChoicesView {
                 mut seq: A,
             ) -> Result<ChoicesView, A::Error> {
                 let mut view = ChoicesView::default();
-                while let Some(c) = seq.next_element::<ChoiceView<'de>>()? {
+                while let Some(MapOnly(c)) = seq.next_element::<MapOnly<ChoiceView<'de>>>()? {
                     view.count += 1;
                     view.finish |= c.finish_reason.is_some();
-                    if let Some(d) = &c.delta {
+                    if let Some(MapOnly(d)) = &c.delta {
                         view.chars += d.content.as_deref().map_or(0, |t| t.chars().count());
                         if let Some(calls) = d.tool_calls {
                             let v: Value = serde_json::from_str(calls.get())
@@ -700,7 +701,7 @@ impl<'de> serde::Deserialize<'de> for ChoicesView {
 #[derive(serde::Deserialize)]
 struct ChoiceView<'a> {
     #[serde(borrow)]
-    delta: Option<DeltaView<'a>>,
+    delta: Option<MapOnly<DeltaView<'a>>>,
     #[serde(borrow)]
     finish_reason: Option<&'a serde_json::value::RawValue>,
 }
@@ -711,12 +712,6 @@ struct DeltaView<'a> {
     content: Option<std::borrow::Cow<'a, str>>,
     #[serde(borrow)]
     tool_calls: Option<&'a serde_json::value::RawValue>,
-}
-
-fn present<'de, D: serde::Deserializer<'de>>(
-    d: D,
-) -> Result<Option<&'de serde_json::value::RawValue>, D::Error> {
-    serde::Deserialize::deserialize(d).map(Some)
 }
 
 /// What [`splice_chunk_into`] learnt of a chunk.

@@ -14,6 +14,7 @@ use super::{
     int_at, json_answer, numbers, order_by_index, scores, Adapter, EmbedAnswer, NumbersText,
     RerankAnswer, UpstreamCall, Vector,
 };
+use crate::json::MapOnly;
 use crate::models::requests::{EmbedRequest, RerankRequest};
 
 pub struct OpenAi;
@@ -54,7 +55,7 @@ struct RerankBody<'a> {
 #[derive(Deserialize)]
 struct EmbedReply<'a> {
     #[serde(borrow)]
-    data: Vec<EmbedItem<'a>>,
+    data: Vec<MapOnly<EmbedItem<'a>>>,
     #[serde(default)]
     usage: Option<Value>,
 }
@@ -71,9 +72,9 @@ struct EmbedItem<'a> {
 /// one is a plain array of numbers and nothing else is unusual about it
 /// (`None`: read it as a tree, which also names what is wrong).
 fn embed_answer_as_text(answer: &[u8], inputs: usize) -> Option<Result<EmbedAnswer, String>> {
-    let reply: EmbedReply = serde_json::from_slice(answer).ok()?;
+    let MapOnly(reply): MapOnly<EmbedReply> = serde_json::from_slice(answer).ok()?;
     let mut items = Vec::with_capacity(reply.data.len());
-    for (pos, item) in reply.data.iter().enumerate() {
+    for (pos, MapOnly(item)) in reply.data.iter().enumerate() {
         let index = match item.index {
             None => pos,
             Some(i) => usize::try_from(i).ok()?,
@@ -90,7 +91,7 @@ fn embed_answer_as_text(answer: &[u8], inputs: usize) -> Option<Result<EmbedAnsw
 /// A rerank answer read without a tree; see [`rerank_answer_plain`].
 #[derive(Deserialize)]
 struct RerankReply {
-    results: Vec<RerankItem>,
+    results: Vec<MapOnly<RerankItem>>,
     #[serde(default)]
     usage: Option<Value>,
 }
@@ -108,11 +109,11 @@ struct RerankItem {
 /// may echo are skipped, not built), when nothing about it is unusual
 /// (`None`: read it as a tree, which also names what is wrong).
 fn rerank_answer_plain(answer: &[u8], documents: usize) -> Option<RerankAnswer> {
-    let reply: RerankReply = serde_json::from_slice(answer).ok()?;
+    let MapOnly(reply): MapOnly<RerankReply> = serde_json::from_slice(answer).ok()?;
     let scores = reply
         .results
         .iter()
-        .map(|r| {
+        .map(|MapOnly(r)| {
             let index = usize::try_from(r.index).ok().filter(|i| *i < documents)?;
             Some((index, r.relevance_score.or(r.score)?))
         })
@@ -378,6 +379,13 @@ mod tests {
             ),
             (r#"{"data": "x"}"#, 1, "it has no 'data' list"),
             ("not json", 1, "it is not JSON"),
+            // The array forms a derived reader takes.
+            (
+                r#"[[{"embedding": [1]}], null]"#,
+                1,
+                "it has no 'data' list",
+            ),
+            (r#"{"data": [[0, [1]]]}"#, 1, "an item has no 'embedding'"),
         ] {
             assert_eq!(read(body, n).unwrap_err(), message, "{body}");
         }
@@ -419,6 +427,12 @@ mod tests {
             (r#"{"results": {"index": 0}}"#, "the results are not a list"),
             ("[]", "it has no 'results'"),
             ("not json", "it is not JSON"),
+            // The array forms a derived reader takes.
+            (r#"[[{"index": 0, "score": 1}]]"#, "it has no 'results'"),
+            (
+                r#"{"results": [[0, 0.5]]}"#,
+                "a result has no valid document index",
+            ),
         ] {
             assert_eq!(read(body, 2).unwrap_err(), message, "{body}");
         }
