@@ -68,14 +68,16 @@ fn pieces<'a>(s: &'a str, sizes: &[u8]) -> Vec<&'a str> {
 /// protection, and the upstream body. Also the model chat route's part.
 pub fn chat_body(data: &[u8]) {
     let (opts, json) = split(data);
+    let raw = crate::proxy::body::RawChat::read(bytes::Bytes::copy_from_slice(json));
     let Ok(body) = serde_json::from_slice::<Map<String, Value>>(json) else {
+        assert!(raw.is_none(), "read without a tree, refused by a tree");
         return;
     };
     // /v1/chat/completions: checks, then the upstream body.
     let checked = check_body(&body);
     upstream_body(&body, None, "upstream-model");
     // Read without a tree: only a body the checks pass, and the same upstream body.
-    if let Some(raw) = crate::proxy::body::RawChat::read(bytes::Bytes::copy_from_slice(json)) {
+    if let Some(raw) = raw {
         assert!(
             checked.is_ok(),
             "read without a tree, refused by the checks"

@@ -15,6 +15,69 @@ pub fn present<'de, D: Deserializer<'de>>(
     Deserialize::deserialize(d).map(Some)
 }
 
+/// The longest run of digits [`tree_would_read`] lets through: any number
+/// with at most this many digits before an exponent of at most two digits
+/// is a finite `f64`.
+pub const MAX_DIGIT_RUN: usize = 200;
+
+/// Whether JSON text that serde has skipped through (which checks only its
+/// syntax) would also be read into a tree: valid UTF-8, no `\uD800`–`\uDFFF`
+/// escape (a lone one fails a tree; pairs are left to it too), nested at
+/// most 127 deep (serde's limit is 128 and is not applied while skipping),
+/// no run of more than [`MAX_DIGIT_RUN`] digits and no exponent of more than
+/// two digits (numbers a tree could find out of range). False leaves the
+/// text to a tree, which reads it or says what is wrong.
+pub fn tree_would_read(text: &[u8]) -> bool {
+    if std::str::from_utf8(text).is_err() {
+        return false;
+    }
+    let (mut depth, mut run, mut exponent) = (0usize, 0usize, false);
+    let mut i = 0;
+    while i < text.len() {
+        match text[i] {
+            b'"' => {
+                i += 1;
+                while i < text.len() && text[i] != b'"' {
+                    if text[i] == b'\\' {
+                        i += 1;
+                        let surrogate = text.get(i) == Some(&b'u')
+                            && matches!(text.get(i + 1), Some(b'd' | b'D'))
+                            && matches!(
+                                text.get(i + 2),
+                                Some(b'8'..=b'9' | b'a'..=b'f' | b'A'..=b'F')
+                            );
+                        if surrogate {
+                            return false;
+                        }
+                    }
+                    i += 1;
+                }
+            }
+            b'{' | b'[' => {
+                depth += 1;
+                if depth > 127 {
+                    return false;
+                }
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            b'0'..=b'9' => {
+                run += 1;
+                if run > MAX_DIGIT_RUN || (exponent && run > 2) {
+                    return false;
+                }
+                i += 1;
+                continue;
+            }
+            b'e' | b'E' => exponent = true,
+            b'+' | b'-' => {}
+            _ => exponent = false,
+        }
+        run = 0;
+        i += 1;
+    }
+    true
+}
+
 /// `T` read only from a JSON object. A derived `Deserialize` also takes an
 /// array of the fields in order (`["a", [1]]` for `{model, messages}`),
 /// which a reader that stands in for a tree's `get("field")` must refuse.
@@ -137,5 +200,37 @@ mod tests {
         assert!(serde_json::from_str::<Pair>(r#"["x", 1]"#).is_ok());
         assert!(serde_json::from_str::<MapOnly<Pair>>(r#"["x", 1]"#).is_err());
         assert!(serde_json::from_str::<MapOnly<Pair>>(r#"{"a": "x", "a": "y"}"#).is_err());
+    }
+
+    #[test]
+    fn text_a_tree_would_not_read_is_told_apart() {
+        let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        for (text, reads) in [
+            (
+                r#"{"a": [1.5e-05, -2, "x\"y\\", {"b": null}], "c": "\u00e9"}"#.to_string(),
+                true,
+            ),
+            (deep(127), true),
+            (deep(128), false),
+            (r#"{"a": "\ud800"}"#.to_string(), false),
+            (r#"{"a": "\uDBFF\uDC00"}"#.to_string(), false),
+            (r#"{"a": "\\ud800"}"#.to_string(), true),
+            (r#"{"a": 1e400}"#.to_string(), false),
+            (r#"{"a": 1e99, "b": "1e400"}"#.to_string(), true),
+            (format!(r#"{{"a": 1{}}}"#, "0".repeat(MAX_DIGIT_RUN)), false),
+            (
+                format!(r#"{{"a": 1{}}}"#, "0".repeat(MAX_DIGIT_RUN - 1)),
+                true,
+            ),
+        ] {
+            assert_eq!(tree_would_read(text.as_bytes()), reads, "{text}");
+            if reads {
+                assert!(
+                    serde_json::from_str::<serde_json::Value>(&text).is_ok(),
+                    "{text}"
+                );
+            }
+        }
+        assert!(!tree_would_read(b"{\"a\": \"\xff\"}"));
     }
 }

@@ -217,11 +217,11 @@ pub const TOOL_MAX_DEPTH: usize = 125;
 #[derive(Default)]
 struct ReadLists {
     by_text: HashMap<Box<str>, Arc<ReadList>, foldhash::fast::RandomState>,
-    /// The text kept, in bytes.
+    /// What the entries take, in bytes (see [`kept_bytes`]).
     bytes: usize,
 }
 
-/// The most list text [`ReadLists`] keeps, and the longest list it keeps.
+/// The most [`ReadLists`] keeps (counted by [`kept_bytes`]), and the longest list it keeps.
 const READ_LISTS_BYTES: usize = 1024 * 1024;
 const READ_LIST_MAX_BYTES: usize = 64 * 1024;
 
@@ -239,8 +239,9 @@ fn read_list(text: &str, remember: bool) -> Result<Arc<ReadList>, serde_json::Er
     }
     let read = Arc::new(read_list_now(text)?);
     if text.len() <= READ_LIST_MAX_BYTES && read.len <= MAX_REQUEST_TOOLS {
+        let cost = kept_bytes(text, &read);
         let mut lists = READ_LISTS.write();
-        if lists.bytes + text.len() > READ_LISTS_BYTES {
+        if lists.bytes + cost > READ_LISTS_BYTES {
             *lists = ReadLists::default();
         }
         if lists
@@ -248,10 +249,17 @@ fn read_list(text: &str, remember: bool) -> Result<Arc<ReadList>, serde_json::Er
             .insert(text.into(), Arc::clone(&read))
             .is_none()
         {
-            lists.bytes += text.len();
+            lists.bytes += cost;
         }
     }
     Ok(read)
+}
+
+/// What a remembered list takes: its text, and a bound on the entry's own
+/// memory (map slot, `Arc`, each tool's span and name of at most 64 bytes),
+/// so that many small lists count too.
+fn kept_bytes(text: &str, read: &ReadList) -> usize {
+    text.len() + 128 + 128 * read.tools.len()
 }
 
 fn read_list_now(text: &str) -> Result<ReadList, serde_json::Error> {
@@ -1358,6 +1366,11 @@ mod tests {
             let read = read_list(&text, true).unwrap();
             assert_eq!(read.tools[1].name.as_deref(), Ok(format!("n{i}").as_str()));
             assert!(READ_LISTS.read().bytes <= READ_LISTS_BYTES);
+        }
+        // Many small lists count by what their entries take, not only their text.
+        for i in 0..(READ_LISTS_BYTES / 256 + 10) {
+            let _ = read_list(&format!(r#"[{{"function": {{"name": "s{i}"}}}}]"#), true).unwrap();
+            assert!(READ_LISTS.read().by_text.len() <= READ_LISTS_BYTES / 256);
         }
         // Too long to keep: read, not remembered.
         let long = format!("[{}]", vec![tool.as_str(); 20].join(","));

@@ -104,6 +104,7 @@ pub fn encode_vectors(
                 Encoding::Float => v.into_floats()?,
                 Encoding::Base64 => match v {
                     b @ Vector::Base64(_) => b,
+                    Vector::Text(t) => Vector::Base64(Vector::Json(t.floats()?).to_base64()),
                     v => Vector::Base64(v.to_base64()),
                 },
             };

@@ -118,6 +118,11 @@ impl RawChat {
     /// `bytes` read in the usual case (see [`RawChat`]); None for anything
     /// else, which the tree path reads (and names what is wrong with).
     pub fn read(bytes: Bytes) -> Option<RawChat> {
+        // What serde skips (the fields not named here) it checks only for
+        // syntax; the upstream gets them as they are.
+        if !crate::json::tree_would_read(&bytes) {
+            return None;
+        }
         let MapOnly(view): MapOnly<ChatView> = serde_json::from_slice(&bytes).ok()?;
         if view.messages.is_empty() || view.stream_options.is_some() {
             return None;
@@ -382,6 +387,9 @@ mod tests {
             r#"{"model": "a", "messages": [{"content": 5}]}"#,
             r#"{"model": "a", "messages": [{}]} x"#,
             r#"[{"model": "a"}]"#,
+            // What a tree refuses in a field the reader skips.
+            r#"{"model": "a", "messages": [{"role": "\ud800"}]}"#,
+            r#"{"model": "a", "messages": [{}], "temperature": 1e400}"#,
             // The array forms a derived reader takes, at every level.
             r#"["a", [{}]]"#,
             r#"{"model": "a", "messages": [[null, null]]}"#,
@@ -392,5 +400,13 @@ mod tests {
         ] {
             assert!(RawChat::read(Bytes::from(body)).is_none(), "{body}");
         }
+        let deep = format!(
+            r#"{{"model": "a", "messages": [{{}}], "x": {}{}}}"#,
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        assert!(RawChat::read(Bytes::from(deep)).is_none());
+        let not_utf8 = b"{\"model\": \"a\", \"messages\": [{\"role\": \"\xff\"}]}";
+        assert!(RawChat::read(Bytes::from_static(not_utf8)).is_none());
     }
 }

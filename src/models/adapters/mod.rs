@@ -56,32 +56,34 @@ pub struct NumbersText(Box<serde_json::value::RawValue>);
 
 impl NumbersText {
     /// `raw` when it is an array of numbers that read as finite floats: only
-    /// digits, signs, points, exponents of at most two digits, commas and
-    /// white space between its brackets (a valid JSON value with no other
-    /// byte can be nothing else).
+    /// digits, signs, points, commas and white space between its brackets (a
+    /// valid JSON value with no other byte can be nothing else), and numbers
+    /// a tree reads without finding them out of range
+    /// ([`crate::json::tree_would_read`]).
     pub fn new(raw: &serde_json::value::RawValue) -> Option<NumbersText> {
         let inner = raw.get().strip_prefix('[')?.strip_suffix(']')?;
-        let mut exponent_digits: Option<usize> = None;
-        for b in inner.bytes() {
-            match b {
-                b'0'..=b'9' => {
-                    if let Some(n) = exponent_digits.as_mut() {
-                        *n += 1;
-                        if *n > 2 {
-                            return None;
-                        }
-                    }
-                }
-                b'e' | b'E' => exponent_digits = Some(0),
-                b'+' | b'-' => {}
-                b'.' | b',' | b' ' | b'\t' | b'\n' | b'\r' => exponent_digits = None,
-                _ => return None,
-            }
-        }
-        Some(NumbersText(raw.to_owned()))
+        let plain = inner.bytes().all(|b| {
+            matches!(
+                b,
+                b'0'..=b'9'
+                    | b'e'
+                    | b'E'
+                    | b'+'
+                    | b'-'
+                    | b'.'
+                    | b','
+                    | b' '
+                    | b'\t'
+                    | b'\n'
+                    | b'\r'
+            )
+        });
+        (plain && crate::json::tree_would_read(inner.as_bytes()))
+            .then(|| NumbersText(raw.to_owned()))
     }
 
-    fn floats(&self) -> Result<Vec<f64>, String> {
+    /// The numbers as floats (finite: see [`NumbersText::new`]).
+    pub fn floats(&self) -> Result<Vec<f64>, String> {
         serde_json::from_str(self.0.get())
             .map_err(|_| "an embedding is not an array of numbers".to_string())
     }
@@ -99,7 +101,7 @@ impl Vector {
         let mut bytes = Vec::new();
         match self {
             Vector::Base64(s) => return s.clone(),
-            // Checked to be numbers when it was made.
+            // Finite numbers, checked when it was made.
             Vector::Text(t) => return Vector::Json(t.floats().unwrap_or_default()).to_base64(),
             Vector::Json(v) => {
                 bytes.reserve(v.len() * 4);

@@ -340,9 +340,12 @@ mod tests {
     #[test]
     fn an_answer_the_text_path_cannot_vouch_for_is_read_as_a_tree() {
         let read = |body: &str, n| OpenAi.parse_embed_bytes(body.as_bytes(), n);
-        // Exponents past two digits may not be finite floats: the tree reads them.
+        // Exponents past two digits, or numbers past 200 digits, may not be
+        // finite floats: the tree reads them (and refuses what is out of range).
         let a = read(r#"{"data": [{"embedding": [1e-300, 0.5]}]}"#, 1).unwrap();
         assert_eq!(a.vectors, vec![Vector::Json(vec![1e-300, 0.5])]);
+        let huge = format!(r#"{{"data": [{{"embedding": [1{}]}}]}}"#, "0".repeat(400));
+        assert_eq!(read(&huge, 1).unwrap_err(), "it is not JSON");
         let a = read(r#"{"data": [{"index": 0, "embedding": "AACAPw=="}]}"#, 1).unwrap();
         assert_eq!(a.vectors, vec![Vector::Base64("AACAPw==".into())]);
         // What is wrong is named as before.
