@@ -11,8 +11,8 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::{
-    int_at, json_answer, numbers, order_by_index, scores, Adapter, EmbedAnswer, NumbersText,
-    RerankAnswer, UpstreamCall, Vector,
+    json_answer, numbers, order_by_index, scores, Adapter, EmbedAnswer, NumbersText, RerankAnswer,
+    UpstreamCall, Vector,
 };
 use crate::json::MapOnly;
 use crate::models::requests::{EmbedRequest, RerankRequest};
@@ -81,10 +81,9 @@ fn embed_answer_as_text(answer: &[u8], inputs: usize) -> Option<Result<EmbedAnsw
         };
         items.push((index, Vector::Text(NumbersText::new(item.embedding)?)));
     }
-    let usage = |k: &str| reply.usage.as_ref()?.get(k)?.as_i64();
     Some(order_by_index(items, inputs).map(|vectors| EmbedAnswer {
         vectors,
-        prompt_tokens: usage("prompt_tokens").or_else(|| usage("total_tokens")),
+        prompt_tokens: reported_tokens(reply.usage.as_ref()),
     }))
 }
 
@@ -118,11 +117,16 @@ fn rerank_answer_plain(answer: &[u8], documents: usize) -> Option<RerankAnswer> 
             Some((index, r.relevance_score.or(r.score)?))
         })
         .collect::<Option<Vec<_>>>()?;
-    let usage = |k: &str| reply.usage.as_ref()?.get(k)?.as_i64();
     Some(RerankAnswer {
         scores,
-        prompt_tokens: usage("prompt_tokens").or_else(|| usage("total_tokens")),
+        prompt_tokens: reported_tokens(reply.usage.as_ref()),
     })
+}
+
+/// The tokens an OpenAI-shaped `usage` reports: `prompt_tokens`, else `total_tokens`.
+fn reported_tokens(usage: Option<&Value>) -> Option<i64> {
+    let count = |k: &str| usage?.get(k)?.as_i64();
+    count("prompt_tokens").or_else(|| count("total_tokens"))
 }
 
 impl Adapter for OpenAi {
@@ -171,8 +175,7 @@ impl Adapter for OpenAi {
         }
         Ok(EmbedAnswer {
             vectors: order_by_index(items, inputs)?,
-            prompt_tokens: int_at(&answer, &["usage", "prompt_tokens"])
-                .or_else(|| int_at(&answer, &["usage", "total_tokens"])),
+            prompt_tokens: reported_tokens(answer.get("usage")),
         })
     }
 
@@ -213,8 +216,7 @@ impl Adapter for OpenAi {
             .ok_or_else(|| "it has no 'results'".to_string())?;
         Ok(RerankAnswer {
             scores: scores(results, documents, &["relevance_score", "score"])?,
-            prompt_tokens: int_at(&answer, &["usage", "prompt_tokens"])
-                .or_else(|| int_at(&answer, &["usage", "total_tokens"])),
+            prompt_tokens: reported_tokens(answer.get("usage")),
         })
     }
 }
