@@ -234,13 +234,21 @@ fn read_list(text: &str, remember: bool) -> Result<Arc<ReadList>, serde_json::Er
     if !remember {
         return read_list_now(text).map(Arc::new);
     }
-    if let Some(read) = READ_LISTS.read().by_text.get(text) {
+    remembered(&READ_LISTS, text)
+}
+
+/// [`read_list`] through `lists` (the process's own, or a test's).
+fn remembered(
+    lists: &parking_lot::RwLock<ReadLists>,
+    text: &str,
+) -> Result<Arc<ReadList>, serde_json::Error> {
+    if let Some(read) = lists.read().by_text.get(text) {
         return Ok(Arc::clone(read));
     }
     let read = Arc::new(read_list_now(text)?);
     if text.len() <= READ_LIST_MAX_BYTES && read.len <= MAX_REQUEST_TOOLS {
         let cost = kept_bytes(text, &read);
-        let mut lists = READ_LISTS.write();
+        let mut lists = lists.write();
         if lists.bytes + cost > READ_LISTS_BYTES {
             *lists = ReadLists::default();
         }
@@ -1357,28 +1365,56 @@ mod tests {
 
     #[test]
     fn remembered_lists_stay_within_their_bound() {
+        // Its own cache: filling the process's would empty it under other tests.
+        let lists = parking_lot::RwLock::new(ReadLists::default());
         let tool = format!(
             r#"{{"function": {{"name": "t", "description": "{}"}}}}"#,
             "x".repeat(4000)
         );
         for i in 0..(2 * READ_LISTS_BYTES / 4000) {
             let text = format!(r#"[{tool}, {{"function": {{"name": "n{i}"}}}}]"#);
-            let read = read_list(&text, true).unwrap();
+            let read = remembered(&lists, &text).unwrap();
             assert_eq!(read.tools[1].name.as_deref(), Ok(format!("n{i}").as_str()));
-            assert!(READ_LISTS.read().bytes <= READ_LISTS_BYTES);
+            assert!(lists.read().bytes <= READ_LISTS_BYTES);
         }
         // Many small lists count by what their entries take, not only their text.
         for i in 0..(READ_LISTS_BYTES / 256 + 10) {
-            let _ = read_list(&format!(r#"[{{"function": {{"name": "s{i}"}}}}]"#), true).unwrap();
-            assert!(READ_LISTS.read().by_text.len() <= READ_LISTS_BYTES / 256);
+            let _ =
+                remembered(&lists, &format!(r#"[{{"function": {{"name": "s{i}"}}}}]"#)).unwrap();
+            assert!(lists.read().by_text.len() <= READ_LISTS_BYTES / 256);
         }
         // Too long to keep: read, not remembered.
         let long = format!("[{}]", vec![tool.as_str(); 20].join(","));
         assert!(long.len() > READ_LIST_MAX_BYTES);
         let (one, two) = (
-            read_list(&long, true).unwrap(),
-            read_list(&long, true).unwrap(),
+            remembered(&lists, &long).unwrap(),
+            remembered(&lists, &long).unwrap(),
         );
         assert!(!Arc::ptr_eq(&one, &two));
+    }
+
+    #[test]
+    fn a_list_is_remembered_up_to_its_longest_and_not_one_byte_past() {
+        let lists = parking_lot::RwLock::new(ReadLists::default());
+        let list = |len: usize| {
+            let shell = r#"[{"function": {"name": "t", "description": ""}}]"#;
+            let text = format!(
+                r#"[{{"function": {{"name": "t", "description": "{}"}}}}]"#,
+                "x".repeat(len - shell.len())
+            );
+            assert_eq!(text.len(), len);
+            text
+        };
+        for (len, kept) in [
+            (READ_LIST_MAX_BYTES, true),
+            (READ_LIST_MAX_BYTES + 1, false),
+        ] {
+            let text = list(len);
+            let (one, two) = (
+                remembered(&lists, &text).unwrap(),
+                remembered(&lists, &text).unwrap(),
+            );
+            assert_eq!(Arc::ptr_eq(&one, &two), kept, "{len} bytes");
+        }
     }
 }
