@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::TryStreamExt;
-use gatehouse::models::direct::DirectClient;
+use gatehouse::models::direct::{DirectClient, DirectTarget};
 use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper::header::{HeaderMap, HeaderValue, ACCEPT, CONTENT_TYPE};
@@ -34,8 +34,8 @@ type Body = BoxBody<Bytes, hyper::Error>;
 struct Relay {
     client: Arc<DirectClient>,
     upstream: reqwest::Url,
-    /// The upstream URL of each benchmarked path, parsed once (as the gateway does).
-    urls: Vec<(&'static str, reqwest::Url)>,
+    /// Where each benchmarked path goes, worked out once (as the gateway does).
+    urls: Vec<(&'static str, DirectTarget)>,
 }
 
 const PATHS: [&str; 3] = ["/v1/chat/completions", "/v1/embeddings", "/v1/rerank"];
@@ -51,8 +51,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let urls = PATHS
         .iter()
-        .map(|p| Ok((*p, upstream.join(p)?)))
-        .collect::<Result<_, url::ParseError>>()?;
+        .map(|p| Ok((*p, DirectTarget::of(&upstream.join(p)?)?)))
+        .collect::<Result<_, Box<dyn std::error::Error>>>()?;
     let relay = Arc::new(Relay {
         client: Arc::new(DirectClient::new(Duration::from_secs(10))),
         upstream,
@@ -119,17 +119,24 @@ impl Relay {
             "application/json"
         };
         let path = parts.uri.path();
-        let url = match self.urls.iter().find(|(p, _)| *p == path) {
-            Some((_, u)) => u.clone(),
-            None => match self.upstream.join(path) {
-                Ok(u) => u,
-                Err(_) => return status(StatusCode::NOT_FOUND),
+        let other;
+        let to = match self.urls.iter().find(|(p, _)| *p == path) {
+            Some((_, t)) => t,
+            None => match self.upstream.join(path).ok().map(|u| DirectTarget::of(&u)) {
+                Some(Ok(t)) => {
+                    other = t;
+                    &other
+                }
+                _ => return status(StatusCode::NOT_FOUND),
             },
         };
-        let mut headers = HeaderMap::with_capacity(2);
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        headers.insert(ACCEPT, HeaderValue::from_static(content_type));
-        let answer = match self.client.post(&url, &headers, body).await {
+        let headers = || {
+            let mut headers = HeaderMap::with_capacity(4);
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            headers.insert(ACCEPT, HeaderValue::from_static(content_type));
+            headers
+        };
+        let answer = match self.client.post(to, headers, body).await {
             Ok(a) => a,
             Err(_) => return status(StatusCode::BAD_GATEWAY),
         };

@@ -194,7 +194,7 @@ impl App {
     pub async fn agent(&self, address: &str) -> Result<Option<Arc<Agent>>, sqlx::Error> {
         self.caches
             .agents
-            .get_or_load(address.to_string(), || async {
+            .get_or_load(address, || async {
                 let Some(row) = self.store.agent(address).await? else {
                     return Ok(None);
                 };

@@ -304,7 +304,7 @@ pub async fn start(settings: Settings) -> Result<Server, StartError> {
         },
     ));
 
-    let router = http::router(Arc::clone(&app));
+    let dispatch = http::Dispatch::new(Arc::clone(&app));
     let (tx, rx) = tokio::sync::watch::channel(false);
     let limits = http::serve::ConnLimits {
         header_timeout: Duration::from_secs(settings.header_timeout_s),
@@ -312,7 +312,7 @@ pub async fn start(settings: Settings) -> Result<Server, StartError> {
         max_connections: settings.max_connections,
         shutdown_grace: Duration::from_secs(settings.shutdown_grace_s),
     };
-    let handle = http::serve::spawn(listeners, router, limits, rx)?;
+    let handle = http::serve::spawn(listeners, dispatch, limits, rx)?;
     tracing::info!(%addr, threads = settings.serve_threads, "gatehouse listening");
     Ok(Server {
         addr,

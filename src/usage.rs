@@ -161,14 +161,18 @@ impl UsageTicket {
                 .char_indices()
                 .nth(MAX_MODEL_CHARS)
                 .map_or(model.len(), |(i, _)| i);
-            r.model = model[..end].to_string();
+            // Set again by each attempt: the buffer is reused.
+            r.model.clear();
+            r.model.push_str(&model[..end]);
         }
     }
 
     /// The provider that answered.
     pub fn set_provider(&mut self, provider: &str) {
         if let Some(r) = self.record.as_mut() {
-            r.provider = Some(provider.to_string());
+            let p = r.provider.get_or_insert_with(String::new);
+            p.clear();
+            p.push_str(provider);
         }
     }
 
@@ -191,8 +195,26 @@ impl UsageTicket {
     }
 
     /// Forget the request without recording it (another ticket records it).
-    pub fn disarm(&mut self) {
-        self.record = None;
+    /// Hands the request over to the ticket another part makes from the
+    /// returned context (who made it, and what to tell its tokens): this one
+    /// records nothing.
+    pub fn hand_over(&mut self) -> UsageContext {
+        let on_end = std::mem::take(&mut self.on_end);
+        match self.record.take() {
+            Some(r) => UsageContext {
+                user_id: r.user_id,
+                api_key_id: r.api_key_id,
+                agent: r.agent,
+                device_id: r.device_id,
+                conversation_id: r.conversation_id,
+                turn_id: r.turn_id,
+                on_end,
+            },
+            None => UsageContext {
+                on_end,
+                ..UsageContext::default()
+            },
+        }
     }
 
     pub fn is_finished(&self) -> bool {
@@ -474,7 +496,35 @@ mod tests {
                 Some(kept.as_str())
             );
         }
-        ticket.disarm();
+        ticket.hand_over();
+    }
+
+    #[tokio::test]
+    async fn a_ticket_handed_over_records_nothing_and_gives_back_who_asked() {
+        let (tx, mut rx) = mpsc::channel(4);
+        let sink = UsageSink {
+            tx,
+            counters: Arc::default(),
+        };
+        let ctx = UsageContext {
+            user_id: Some("u1".into()),
+            api_key_id: Some("k1".into()),
+            turn_id: Some("t1".into()),
+            ..UsageContext::default()
+        };
+        let mut ticket = UsageTicket::new(&sink, ctx, "chat");
+        ticket.set_model("m");
+        let back = ticket.hand_over();
+        assert!(ticket.is_finished());
+        drop(ticket);
+        assert!(rx.try_recv().is_err(), "the handed-over ticket recorded");
+        assert_eq!(back.user_id.as_deref(), Some("u1"));
+        assert_eq!(back.api_key_id.as_deref(), Some("k1"));
+        assert_eq!(back.turn_id.as_deref(), Some("t1"));
+        let mut next = UsageTicket::new(&sink, back, "chat");
+        next.finish(200, Tokens::default());
+        let r = rx.try_recv().expect("the new ticket records");
+        assert_eq!((r.user_id.as_deref(), r.status), (Some("u1"), 200));
     }
 
     #[test]

@@ -1979,6 +1979,55 @@ async fn admin_agent_data_views_need_an_admin_and_an_existing_agent() {
     }
 }
 
+/// Agent chat is served before the router (`http::Dispatch`): the agent in
+/// its path is percent-decoded as the router's routes decode it, and a path
+/// or method the route does not take is answered as the router answers it.
+#[tokio::test]
+async fn agent_chat_path_is_decoded_and_near_misses_are_answered_as_by_the_router() {
+    let env = env("dispatch", json!({})).await;
+    let post = |path: String| {
+        env.app
+            .client
+            .post(env.app.u(&path))
+            .bearer_auth(&env.access)
+            .json(&chat_body("hi", &[]))
+            .send()
+    };
+    let encoded = env.address.replace('@', "%40");
+    let r = post(format!("/v1/agents/{encoded}/chat/completions"))
+        .await
+        .expect("chat");
+    assert_eq!(r.status(), StatusCode::OK, "a percent-encoded agent");
+    // Not UTF-8 once decoded: it names no agent, so not this token's.
+    let r = post("/v1/agents/%FF/chat/completions".into())
+        .await
+        .expect("chat");
+    expect_error(r, 403, "agent_mismatch").await;
+    for path in [
+        format!("/v1/agents/{}/chat/completions/", env.address),
+        format!("/v1/agents/{}/chat/completion", env.address),
+    ] {
+        let r = post(path.clone()).await.expect("post");
+        assert_eq!(r.status(), StatusCode::NOT_FOUND, "{path}");
+    }
+    let r = env
+        .app
+        .client
+        .get(env.app.u(&env.path("chat/completions")))
+        .bearer_auth(&env.access)
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(r.status(), StatusCode::METHOD_NOT_ALLOWED);
+    let v: Value = r.json().await.expect("json");
+    assert_eq!(v["error"]["code"], "method_not_allowed");
+    assert_eq!(
+        env.stub.requests_for_model(&env.upstream).len(),
+        1,
+        "only the first reached the upstream"
+    );
+}
+
 #[tokio::test]
 async fn agent_routes_refuse_another_agents_token() {
     let env = env("mismatch", json!({})).await;

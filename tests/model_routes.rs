@@ -49,6 +49,45 @@ async fn plain_chat_goes_upstream_under_the_upstream_name_and_returns_the_alias(
     );
 }
 
+/// The model routes are served before the router (`http::Dispatch`) by
+/// exact path and method; anything near them is answered as the router
+/// answers it, in the contract's error shape.
+#[tokio::test]
+async fn near_misses_of_the_model_routes_are_answered_as_by_the_router() {
+    let env = env().await;
+    env.model("chat-a", "chat", "openai", "Up/Chat-7B").await;
+    let body = chat_body("chat-a", "hi");
+    let r = env.post("/v1/chat/completions?x=1", &body).await;
+    assert_eq!(
+        r.status(),
+        StatusCode::OK,
+        "a query string is not part of the path"
+    );
+    for path in [
+        "/v1/chat/completions/",
+        "/v1/chat/completion",
+        "/v1/embeddings/",
+        "/v1/rerank/",
+    ] {
+        let (s, e) = v1_error(env.post(path, &body).await).await;
+        assert_eq!(
+            (s, e["code"].as_str()),
+            (StatusCode::NOT_FOUND, Some("not_found")),
+            "{path}"
+        );
+    }
+    for path in ["/v1/chat/completions", "/v1/embeddings", "/v1/rerank"] {
+        let r = env.app.get(path, &env.key).await;
+        let (s, e) = v1_error(r).await;
+        assert_eq!(
+            (s, e["code"].as_str()),
+            (StatusCode::METHOD_NOT_ALLOWED, Some("method_not_allowed")),
+            "{path}"
+        );
+    }
+    assert_eq!(env.stub.requests_for_model("Up/Chat-7B").len(), 1);
+}
+
 #[tokio::test]
 async fn a_provider_without_a_key_sends_no_authorization_upstream() {
     let env = env().await;

@@ -86,7 +86,7 @@ impl Auth {
     /// A user by id, from the cache or the database (then cached).
     pub async fn user(&self, id: &str) -> Result<Option<Arc<UserInfo>>, sqlx::Error> {
         self.users
-            .get_or_load(id.to_string(), || async {
+            .get_or_load(id, || async {
                 Ok(self
                     .store
                     .user_by_id(id)

@@ -373,7 +373,7 @@ pub async fn check_access(
     let key = sha256_hex(&claims.jti);
     let info = auth
         .sign_ins
-        .get_or_load(key.clone(), || async {
+        .get_or_load(key.as_str(), || async {
             let row = auth.store.sign_in_by_access(&key).await?;
             Ok::<_, sqlx::Error>(row.map(|r| Arc::new(SignInInfo::from(&r))))
         })

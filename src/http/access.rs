@@ -59,13 +59,42 @@ pub struct Access {
     started: Instant,
     note: AccessNote,
     method: Method,
-    route: Option<MatchedPath>,
+    route: Option<Route>,
     request_id: Option<HeaderValue>,
+}
+
+/// The route template a request matched: the router's, or one of the model
+/// routes served before the router (`http::Dispatch`).
+#[derive(Clone, Debug)]
+pub enum Route {
+    Matched(MatchedPath),
+    Direct(&'static str),
+}
+
+impl Route {
+    /// `direct` when the request was dispatched before the router, else what the router matched.
+    pub fn of(req: &Request, direct: Option<&'static str>) -> Option<Route> {
+        match direct {
+            Some(r) => Some(Route::Direct(r)),
+            None => req
+                .extensions()
+                .get::<MatchedPath>()
+                .cloned()
+                .map(Route::Matched),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            Route::Matched(m) => m.as_str(),
+            Route::Direct(r) => r,
+        }
+    }
 }
 
 impl Access {
     /// Gives the request its [`AccessNote`] slot and remembers what the line names.
-    pub fn begin(req: &mut Request) -> Access {
+    pub fn begin(req: &mut Request, route: Option<Route>) -> Access {
         let on = tracing::enabled!(target: "gatehouse::access", tracing::Level::INFO);
         let note = AccessNote(on.then(Arc::default));
         if on {
@@ -75,14 +104,18 @@ impl Access {
             started: Instant::now(),
             note,
             method: req.method().clone(),
-            route: req.extensions().get::<MatchedPath>().cloned(),
+            route,
             request_id: req.headers().get(X_REQUEST_ID).cloned(),
         }
     }
 
+    pub fn matched(&self) -> Option<&Route> {
+        self.route.as_ref()
+    }
+
     /// The matched route template, `unmatched` when none.
     pub fn route_label(&self) -> &str {
-        self.route.as_ref().map_or("unmatched", MatchedPath::as_str)
+        self.route.as_ref().map_or("unmatched", Route::as_str)
     }
 
     /// Writes the access line for `resp`.

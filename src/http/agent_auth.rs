@@ -62,16 +62,7 @@ impl FromRequestParts<AppState> for AgentAccess {
             ));
         }
         let (sign_in, user) = signins::check_access(&state.auth, &claims).await?;
-        // Percent-decoded, so `support%40acme` matches `support@acme`.
-        let path_agent = RawPathParams::from_request_parts(parts, state)
-            .await
-            .ok()
-            .and_then(|p| {
-                p.iter()
-                    .find(|(k, _)| *k == "agent")
-                    .map(|(_, v)| v.to_string())
-            });
-        if let Some(path_agent) = path_agent {
+        if let Some(path_agent) = path_agent(parts, state).await {
             if path_agent != sign_in.agent {
                 return Err(Error::forbidden(
                     "agent_mismatch",
@@ -101,6 +92,39 @@ impl FromRequestParts<AppState> for AgentAccess {
             agent,
         })
     }
+}
+
+/// The `{agent}` of an agent route served before the router
+/// (`http::Dispatch`), percent-decoded.
+#[derive(Clone, Debug)]
+pub struct AgentInPath(pub String);
+
+/// The path's `{agent}`, percent-decoded so `support%40acme` matches
+/// `support@acme`; `None` on routes without one. One that is not UTF-8 once
+/// decoded names no agent, so it is kept as is and matches none.
+async fn path_agent(parts: &mut Parts, state: &AppState) -> Option<String> {
+    use axum::extract::rejection::RawPathParamsRejection;
+    if let Some(AgentInPath(a)) = parts.extensions.get::<AgentInPath>() {
+        return Some(a.clone());
+    }
+    match RawPathParams::from_request_parts(parts, state).await {
+        Ok(p) => p
+            .iter()
+            .find(|(k, _)| *k == "agent")
+            .map(|(_, v)| v.to_string()),
+        Err(RawPathParamsRejection::InvalidUtf8InPathParam(_)) => {
+            let path = parts.uri.path();
+            Some(agent_segment(path).unwrap_or(path).to_string())
+        }
+        Err(_) => None,
+    }
+}
+
+/// The raw `{agent}` segment of `/v1/agents/{agent}/...`.
+pub fn agent_segment(path: &str) -> Option<&str> {
+    let rest = path.strip_prefix("/v1/agents/")?;
+    let end = rest.find('/').unwrap_or(rest.len());
+    Some(&rest[..end]).filter(|a| !a.is_empty())
 }
 
 /// A user by login token, or one device of theirs by its access token.

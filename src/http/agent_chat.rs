@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::extract::{Path, Request, State};
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use gatehouse_pii::{Counts, Mode as PiiMode, Scanner, Vault};
@@ -17,7 +17,7 @@ use crate::agents::tools::{refuse_legacy_functions, ChatRequest, ToolPolicy};
 use crate::app::AppState;
 use crate::error::{Error, ErrorKind, Result};
 use crate::http::access::AccessNote;
-use crate::http::agent_auth::AgentAccess;
+use crate::http::agent_auth::{agent_segment, AgentAccess, AgentInPath};
 use crate::http::agent_data::{manifest_classes, tool_decisions};
 use crate::http::extract::{parse_json, read_body};
 use crate::http::limits::{add_headers, admit, end_hook};
@@ -34,12 +34,40 @@ pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(agent_chat))
 }
 
+const ROUTE: &str = "/v1/agents/{agent}/chat/completions";
+
+/// This route for `http::Dispatch` (the caller checked the method): a path
+/// the router would match with an `{agent}` that decodes; any other goes to
+/// the router.
+pub(super) fn direct_route(req: &Request) -> Option<(&'static str, super::Direct)> {
+    direct_agent(req.uri().path())?;
+    Some((ROUTE, |mut req, app| {
+        if let Some(agent) = direct_agent(req.uri().path()) {
+            req.extensions_mut().insert(AgentInPath(agent));
+        }
+        axum::handler::Handler::call(agent_chat, req, app)
+    }))
+}
+
+/// The decoded `{agent}` of `/v1/agents/{agent}/chat/completions`.
+fn direct_agent(path: &str) -> Option<String> {
+    let segment = agent_segment(path)?;
+    let rest = &path["/v1/agents/".len() + segment.len()..];
+    if rest != "/chat/completions" {
+        return None;
+    }
+    percent_encoding::percent_decode_str(segment)
+        .decode_utf8()
+        .ok()
+        .map(|a| a.into_owned())
+}
+
 async fn scanner(app: &AppState, terms: &[String]) -> Result<Arc<Scanner>> {
     let terms = terms.to_vec();
     let built = app
         .caches
         .scanners
-        .get_or_load(terms.join("\u{1}"), || async move {
+        .get_or_load(&terms.join("\u{1}"), || async move {
             let s = tokio::task::spawn_blocking(move || Scanner::new(&terms))
                 .await
                 .map_err(Error::internal)?
@@ -61,7 +89,6 @@ async fn scanner(app: &AppState, terms: &[String]) -> Result<Arc<Scanner>> {
 async fn agent_chat(
     State(app): State<AppState>,
     access: AgentAccess,
-    Path(_agent): Path<String>,
     headers: HeaderMap,
     req: Request,
 ) -> Result<Response> {

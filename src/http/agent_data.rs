@@ -382,7 +382,7 @@ pub async fn manifest_classes(
     let loaded = app
         .caches
         .manifests
-        .get_or_load(format!("{agent}|{device}"), || async {
+        .get_or_load(&format!("{agent}|{device}"), || async {
             let body = app.store.latest_manifest(agent, device).await?;
             Ok::<_, sqlx::Error>(Some(Arc::new(classes_of(body.as_deref()))))
         })
@@ -421,7 +421,7 @@ pub async fn tool_decisions(
     let loaded = app
         .caches
         .tools
-        .get_or_load(agent.to_string(), || async {
+        .get_or_load(agent, || async {
             let rows = app.store.list_tools(agent).await?;
             let map: HashMap<String, ToolStatus> = rows
                 .iter()

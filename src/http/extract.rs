@@ -247,7 +247,7 @@ impl FromRequestParts<AppState> for ApiKeyAuth {
         let key = state
             .auth
             .api_keys
-            .get_or_load(hash.clone(), || async {
+            .get_or_load(hash.as_str(), || async {
                 let row = state.store.api_key_by_hash(&hash).await?;
                 Ok::<_, sqlx::Error>(
                     row.filter(|r| crate::auth::ct_eq(&r.key_hash, &hash))

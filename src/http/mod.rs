@@ -23,11 +23,14 @@ pub mod usage;
 pub mod users;
 pub mod v1;
 
+use std::future::Future;
+
 use axum::extract::Request;
 use axum::http::HeaderValue;
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::Router;
+use futures_util::FutureExt;
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 
@@ -71,6 +74,54 @@ pub fn openapi_document() -> serde_json::Value {
     let mut doc = serde_json::to_value(&api).unwrap_or_default();
     openapi::complete(&mut doc);
     doc
+}
+
+/// What each connection calls: the model routes dispatched by their path
+/// before the router (its route lookup, boxed services and middleware
+/// plumbing cost about as much as the rest of a chat request's framing),
+/// the same [`edge`] around them; every other request through the router.
+#[derive(Clone)]
+pub struct Dispatch {
+    router: Router,
+    app: AppState,
+}
+
+impl Dispatch {
+    pub fn new(app: AppState) -> Dispatch {
+        Dispatch {
+            router: router(app.clone()),
+            app,
+        }
+    }
+
+    pub fn call(&self, req: Request) -> impl Future<Output = Response> + Send + 'static {
+        use futures_util::future::Either;
+        match direct_route(&req) {
+            Some((route, handler)) => {
+                let app = self.app.clone();
+                Either::Left(edged(app.clone(), req, Some(route), move |req| {
+                    handler(req, app)
+                }))
+            }
+            None => Either::Right(
+                tower::ServiceExt::oneshot(self.router.clone(), req)
+                    .map(|r| r.unwrap_or_else(|never| match never {})),
+            ),
+        }
+    }
+}
+
+/// A route's handler called without the router.
+type Direct = fn(Request, AppState) -> std::pin::Pin<Box<dyn Future<Output = Response> + Send>>;
+
+/// The route template and handler of a request [`Dispatch`] serves itself.
+/// Only exact paths and `POST`: anything else (another method, a trailing
+/// slash) goes to the router, which answers it as before.
+fn direct_route(req: &Request) -> Option<(&'static str, Direct)> {
+    if req.method() != axum::http::Method::POST {
+        return None;
+    }
+    v1::direct_route(req.uri().path()).or_else(|| agent_chat::direct_route(req))
 }
 
 pub fn router(state: AppState) -> Router {
@@ -132,9 +183,24 @@ pub fn body_limit_for(path: &str, max_body_bytes: usize) -> BodyLimit {
 /// and a boxed future per request.
 async fn edge(
     axum::extract::State(app): axum::extract::State<AppState>,
-    mut req: Request,
+    req: Request,
     next: Next,
 ) -> Response {
+    edged(app, req, None, |req| next.run(req)).await
+}
+
+/// [`edge`] around `inner`; `direct` names the route of a request dispatched
+/// before the router ([`Dispatch`]).
+async fn edged<F, Fut>(
+    app: AppState,
+    mut req: Request,
+    direct: Option<&'static str>,
+    inner: F,
+) -> Response
+where
+    F: FnOnce(Request) -> Fut,
+    Fut: Future<Output = Response>,
+{
     let id = request_id(&mut req);
     let span =
         tracing::info_span!("request", id = ?id, method = %req.method(), path = %req.uri().path());
@@ -142,7 +208,7 @@ async fn edge(
     let mut resp = crate::models::upstream::REQUEST_ID
         .scope(
             id.clone(),
-            tracing::Instrument::instrument(served(app, req, next), span),
+            tracing::Instrument::instrument(served(app, req, direct, inner), span),
         )
         .await;
     resp.headers_mut().insert(X_REQUEST_ID, id);
@@ -150,8 +216,18 @@ async fn edge(
 }
 
 /// The rest of [`edge`], inside the request's id and span.
-async fn served(app: AppState, mut req: Request, next: Next) -> Response {
-    let access = access::Access::begin(&mut req);
+async fn served<F, Fut>(
+    app: AppState,
+    mut req: Request,
+    direct: Option<&'static str>,
+    inner: F,
+) -> Response
+where
+    F: FnOnce(Request) -> Fut,
+    Fut: Future<Output = Response>,
+{
+    let route = access::Route::of(&req, direct);
+    let access = access::Access::begin(&mut req, route);
     let path = req.uri().path();
     let v1 = path.starts_with("/v1/") || path == "/v1";
     let mut limit = body_limit_for(path, app.settings.max_body_bytes);
@@ -159,7 +235,7 @@ async fn served(app: AppState, mut req: Request, next: Next) -> Response {
     req.extensions_mut().insert(limit);
     let method = metrics::method_label(req.method());
     let started = std::time::Instant::now();
-    let mut resp = trace::run(req, next).await;
+    let mut resp = trace::run(req, access.matched(), inner).await;
     app.metrics.observe(
         method,
         access.route_label(),

@@ -19,14 +19,14 @@ use std::time::{Duration, Instant};
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::{Request, Response};
-use axum::Router;
+
+use crate::http::Dispatch;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
-use tower::Service;
 
 /// How connections are served (from the `GATEHOUSE_*` settings).
 #[derive(Clone, Copy, Debug)]
@@ -41,11 +41,11 @@ pub struct ConnLimits {
     pub shutdown_grace: Duration,
 }
 
-/// Serves `router` on `listener` until `stop` fires, then shuts down
+/// Serves `dispatch` on `listener` until `stop` fires, then shuts down
 /// gracefully (see the module comment). Returns when every connection ended.
 pub async fn serve(
     listener: TcpListener,
-    router: Router,
+    dispatch: Dispatch,
     limits: ConnLimits,
     permits: Arc<Semaphore>,
     stop: impl Future<Output = ()>,
@@ -87,7 +87,7 @@ pub async fn serve(
         conns.spawn(serve_conn(
             tcp,
             peer,
-            router.clone(),
+            dispatch.clone(),
             limits,
             closing.clone(),
             permit,
@@ -162,7 +162,7 @@ pub fn bind(addr: SocketAddr, threads: usize) -> std::io::Result<Vec<std::net::T
 /// The connection cap counts the connections of all of them.
 pub fn spawn(
     listeners: Vec<std::net::TcpListener>,
-    router: Router,
+    dispatch: Dispatch,
     limits: ConnLimits,
     stop: watch::Receiver<bool>,
 ) -> std::io::Result<tokio::task::JoinHandle<()>> {
@@ -177,14 +177,14 @@ pub fn spawn(
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        let (router, permits, stop) = (router.clone(), Arc::clone(&permits), stop.clone());
+        let (dispatch, permits, stop) = (dispatch.clone(), Arc::clone(&permits), stop.clone());
         std::thread::Builder::new()
             .name(format!("serve-{}", i + 1))
             .spawn(move || {
                 runtime.block_on(async move {
                     match TcpListener::from_std(listener) {
                         Ok(listener) => {
-                            serve(listener, router, limits, permits, stopped(stop)).await
+                            serve(listener, dispatch, limits, permits, stopped(stop)).await
                         }
                         Err(e) => tracing::error!(error = %e, "a serving thread could not listen"),
                     }
@@ -197,7 +197,7 @@ pub fn spawn(
     }
     let first = TcpListener::from_std(first)?;
     Ok(tokio::spawn(async move {
-        serve(first, router, limits, permits, stopped(stop)).await;
+        serve(first, dispatch, limits, permits, stopped(stop)).await;
         for done in ended {
             let _ = done.await;
         }
@@ -302,7 +302,7 @@ impl ConnState {
 async fn serve_conn(
     tcp: TcpStream,
     peer: SocketAddr,
-    router: Router,
+    dispatch: Dispatch,
     limits: ConnLimits,
     mut closing: watch::Receiver<bool>,
     _permit: tokio::sync::OwnedSemaphorePermit,
@@ -321,7 +321,7 @@ async fn serve_conn(
         state: Arc::clone(&state),
     });
     let service = ConnService {
-        router,
+        dispatch,
         peer,
         state: Arc::clone(&state),
     };
@@ -376,11 +376,11 @@ async fn refuse_conn(tcp: TcpStream, header_timeout: Duration) {
     let _ = tokio::time::timeout(header_timeout, conn).await;
 }
 
-/// The router for one connection: adds the peer address and keeps the
+/// The service of one connection: adds the peer address and keeps the
 /// connection's count of requests in flight.
 #[derive(Clone)]
 struct ConnService {
-    router: Router,
+    dispatch: Dispatch,
     peer: SocketAddr,
     state: Arc<ConnState>,
 }
@@ -395,9 +395,9 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
         let guard = InFlight(Arc::clone(&self.state));
         let mut req = req.map(Body::new);
         req.extensions_mut().insert(ConnectInfo(self.peer));
-        let fut = self.router.clone().call(req);
+        let fut = self.dispatch.call(req);
         Box::pin(async move {
-            let resp = fut.await?;
+            let resp = fut.await;
             // The request counts until its answer is fully written (or dropped).
             Ok(resp.map(|body| {
                 Body::new(Guarded {

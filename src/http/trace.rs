@@ -2,28 +2,30 @@
 //! `crate::telemetry`). It covers the whole answer: for a stream it ends
 //! when the body is done or dropped.
 
+use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use axum::body::Body;
-use axum::extract::{MatchedPath, Request};
-use axum::middleware::Next;
+use axum::extract::Request;
 use axum::response::Response;
 use bytes::Bytes;
 
+use crate::http::access::Route;
 use crate::telemetry;
 
 /// Runs the rest of the request (after the request id is set), in its
 /// SERVER span when traces are on. Part of the request-id middleware rather
 /// than a layer of its own: off, it costs one check.
-pub async fn run(req: Request, next: Next) -> Response {
+pub async fn run<F, Fut>(req: Request, route: Option<&Route>, next: F) -> Response
+where
+    F: FnOnce(Request) -> Fut,
+    Fut: Future<Output = Response>,
+{
     if !telemetry::enabled() {
-        return next.run(req).await;
+        return next(req).await;
     }
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|m| m.as_str().to_string());
+    let route = route.map(|r| r.as_str().to_string());
     let request_id = req
         .headers()
         .get(crate::models::upstream::X_REQUEST_ID)
@@ -36,9 +38,9 @@ pub async fn run(req: Request, next: Next) -> Response {
         req.uri().path(),
         request_id,
     ) else {
-        return next.run(req).await;
+        return next(req).await;
     };
-    let resp = telemetry::scope(Some(cx.clone()), next.run(req)).await;
+    let resp = telemetry::scope(Some(cx.clone()), next(req)).await;
     telemetry::server_status(&cx, resp.status().as_u16());
     let (parts, body) = resp.into_parts();
     Response::from_parts(parts, Body::new(SpanBody { inner: body, cx }))

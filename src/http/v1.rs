@@ -77,6 +77,23 @@ struct RerankRequestDoc {
     return_documents: Option<bool>,
 }
 
+/// The routes `http::Dispatch` serves before the router, by exact path (the
+/// caller checked the method): the same handlers, extractors and errors.
+pub(super) fn direct_route(path: &str) -> Option<(&'static str, super::Direct)> {
+    use axum::handler::Handler;
+    let direct: (&'static str, super::Direct) = match path {
+        "/v1/chat/completions" => ("/v1/chat/completions", |req, app| {
+            Handler::call(chat_completions, req, app)
+        }),
+        "/v1/embeddings" => ("/v1/embeddings", |req, app| {
+            Handler::call(embeddings, req, app)
+        }),
+        "/v1/rerank" => ("/v1/rerank", |req, app| Handler::call(rerank, req, app)),
+        _ => return None,
+    };
+    Some(direct)
+}
+
 fn key_context(auth: &ApiKeyAuth) -> UsageContext {
     UsageContext {
         user_id: Some(auth.user.id.clone()),
@@ -173,8 +190,7 @@ async fn chat_completions(
     auth: ApiKeyAuth,
     req: Request,
 ) -> Result<Response> {
-    let ctx = key_context(&auth);
-    let mut ticket = UsageTicket::new(&app.usage, ctx.clone(), "chat");
+    let mut ticket = UsageTicket::new(&app.usage, key_context(&auth), "chat");
     let prepared = chat_request(&app, &auth, req, &mut ticket).await;
     let (model, body) = match prepared {
         Ok(v) => v,
@@ -192,8 +208,7 @@ async fn chat_completions(
     };
     let headers = admission.headers;
     // The relay records the request from here on, and tells the limits its tokens.
-    ticket.disarm();
-    let mut ctx = ctx;
+    let mut ctx = ticket.hand_over();
     ctx.on_end = end_hook(admission);
     let relayed = relay(
         &app.http,

@@ -101,6 +101,39 @@ impl std::fmt::Display for DirectError {
     }
 }
 
+impl std::error::Error for DirectError {}
+
+/// Where direct requests to one URL go, worked out once (by
+/// `Provider::url`): the address to connect to, the `Host` header and the
+/// request target. Cloning its parts shares them, so a request builds none.
+#[derive(Clone, Debug)]
+pub struct DirectTarget {
+    authority: std::sync::Arc<str>,
+    host: hyper::header::HeaderValue,
+    target: hyper::Uri,
+}
+
+impl DirectTarget {
+    /// The target of `url` (an `http://` URL).
+    pub fn of(url: &reqwest::Url) -> Result<DirectTarget, DirectError> {
+        let authority = format!(
+            "{}:{}",
+            url.host_str().unwrap_or_default(),
+            url.port_or_known_default().unwrap_or(80)
+        );
+        let target = match url.query() {
+            Some(q) => format!("{}?{q}", url.path()),
+            None => url.path().to_string(),
+        };
+        let bad = |e: &dyn std::fmt::Display| DirectError::Request(e.to_string());
+        Ok(DirectTarget {
+            host: hyper::header::HeaderValue::from_str(&authority).map_err(|e| bad(&e))?,
+            target: hyper::Uri::from_maybe_shared(Bytes::from(target)).map_err(|e| bad(&e))?,
+            authority: authority.into(),
+        })
+    }
+}
+
 /// The pools of idle connections.
 pub struct DirectClient {
     idle: parking_lot::Mutex<HashMap<String, Vec<Idle>>>,
@@ -158,45 +191,35 @@ impl DirectClient {
         })
     }
 
-    /// POSTs `body` to `url` (an `http://` URL) with `headers`; returns once
-    /// the answer's head is in.
+    /// POSTs `body` to `to` with the headers `headers` makes (called again
+    /// for the second try on a new connection); returns once the answer's
+    /// head is in.
     pub async fn post(
         self: &std::sync::Arc<Self>,
-        url: &reqwest::Url,
-        headers: &HeaderMap,
+        to: &DirectTarget,
+        headers: impl Fn() -> HeaderMap,
         body: Bytes,
     ) -> Result<DirectResponse, DirectError> {
-        let authority = format!(
-            "{}:{}",
-            url.host_str().unwrap_or_default(),
-            url.port_or_known_default().unwrap_or(80)
-        );
-        let target = match url.query() {
-            Some(q) => format!("{}?{q}", url.path()),
-            None => url.path().to_string(),
-        };
-        let request = || -> Result<Request<Full<Bytes>>, DirectError> {
-            let mut req = Request::post(target.as_str())
-                .body(Full::new(body.clone()))
-                .map_err(|e| DirectError::Request(e.to_string()))?;
+        let request = || {
+            let mut req = Request::new(Full::new(body.clone()));
+            *req.method_mut() = hyper::Method::POST;
+            *req.uri_mut() = to.target.clone();
             let h = req.headers_mut();
-            h.reserve(headers.len() + 1);
-            h.extend(headers.iter().map(|(k, v)| (k.clone(), v.clone())));
-            let host_value = hyper::header::HeaderValue::from_str(&authority)
-                .map_err(|e| DirectError::Request(e.to_string()))?;
-            h.insert(hyper::header::HOST, host_value);
-            Ok(req)
+            *h = headers();
+            h.insert(hyper::header::HOST, to.host.clone());
+            req
         };
-        if let Some(mut c) = self.checkout(&authority) {
-            match exchange(&mut c, request()?).await {
+        let authority = &to.authority;
+        if let Some(mut c) = self.checkout(authority) {
+            match exchange(&mut c, request()).await {
                 Ok(resp) => return Ok(self.response(authority, c, resp)),
                 // Closed while idle, before it took the request: once more on a new one.
                 Err(e) if e.is_canceled() || e.is_incomplete_message() => {}
                 Err(e) => return Err(DirectError::Http(e)),
             }
         }
-        let mut c = self.connect(&authority).await?;
-        let resp = exchange(&mut c, request()?)
+        let mut c = self.connect(authority).await?;
+        let resp = exchange(&mut c, request())
             .await
             .map_err(DirectError::Http)?;
         Ok(self.response(authority, c, resp))
@@ -204,7 +227,7 @@ impl DirectClient {
 
     fn response(
         self: &std::sync::Arc<Self>,
-        authority: String,
+        authority: &std::sync::Arc<str>,
         c: Idle,
         resp: hyper::Response<Incoming>,
     ) -> DirectResponse {
@@ -218,7 +241,7 @@ impl DirectClient {
                 conn_done: false,
                 eof: false,
                 pool: std::sync::Arc::clone(self),
-                authority,
+                authority: std::sync::Arc::clone(authority),
             },
         }
     }
@@ -272,7 +295,7 @@ pub struct Exchange {
     conn_done: bool,
     eof: bool,
     pool: std::sync::Arc<DirectClient>,
-    authority: String,
+    authority: std::sync::Arc<str>,
 }
 
 impl Exchange {
@@ -462,8 +485,8 @@ mod tests {
         (format!("http://{addr}/v1/x"), conns)
     }
 
-    fn url(s: &str) -> reqwest::Url {
-        reqwest::Url::parse(s).expect("url")
+    fn target(s: &str) -> DirectTarget {
+        DirectTarget::of(&reqwest::Url::parse(s).expect("url")).expect("target")
     }
 
     const PLAIN: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
@@ -474,7 +497,7 @@ mod tests {
         let client = Arc::new(DirectClient::new(Duration::from_secs(1)));
         for _ in 0..5 {
             let r = client
-                .post(&url(&u), &HeaderMap::new(), Bytes::from_static(b"{}"))
+                .post(&target(&u), HeaderMap::new, Bytes::from_static(b"{}"))
                 .await
                 .expect("post");
             assert_eq!(r.status, StatusCode::OK);
@@ -489,7 +512,7 @@ mod tests {
         let client = Arc::new(DirectClient::new(Duration::from_secs(1)));
         for _ in 0..3 {
             let r = client
-                .post(&url(&u), &HeaderMap::new(), Bytes::from_static(b"{}"))
+                .post(&target(&u), HeaderMap::new, Bytes::from_static(b"{}"))
                 .await
                 .expect("post");
             assert_eq!(r.body.collect().await.expect("body"), "ok");
@@ -506,7 +529,7 @@ mod tests {
         let (u, _) = server(CHUNKED, false).await;
         let client = Arc::new(DirectClient::new(Duration::from_secs(1)));
         let r = client
-            .post(&url(&u), &HeaderMap::new(), Bytes::new())
+            .post(&target(&u), HeaderMap::new, Bytes::new())
             .await
             .expect("post");
         let pieces: Vec<Bytes> = r.body.map(|p| p.expect("piece")).collect().await;
@@ -521,12 +544,12 @@ mod tests {
         let (u, conns) = server(ENDLESS, false).await;
         let client = Arc::new(DirectClient::new(Duration::from_secs(1)));
         let r = client
-            .post(&url(&u), &HeaderMap::new(), Bytes::new())
+            .post(&target(&u), HeaderMap::new, Bytes::new())
             .await
             .expect("post");
         drop(r);
         let r = client
-            .post(&url(&u), &HeaderMap::new(), Bytes::new())
+            .post(&target(&u), HeaderMap::new, Bytes::new())
             .await
             .expect("post");
         drop(r);
@@ -545,8 +568,8 @@ mod tests {
         let client = Arc::new(DirectClient::new(Duration::from_secs(1)));
         let e = client
             .post(
-                &url(&format!("http://{addr}/")),
-                &HeaderMap::new(),
+                &target(&format!("http://{addr}/")),
+                HeaderMap::new,
                 Bytes::new(),
             )
             .await

@@ -99,7 +99,7 @@ pub struct Provider {
 /// `Authorization` value.
 #[derive(Debug, Default)]
 pub struct Wire {
-    urls: parking_lot::RwLock<Vec<(&'static str, reqwest::Url)>>,
+    urls: parking_lot::RwLock<Vec<(&'static str, Arc<Endpoint>)>>,
     auth: std::sync::OnceLock<Option<reqwest::header::HeaderValue>>,
 }
 
@@ -109,19 +109,33 @@ impl Clone for Wire {
     }
 }
 
+/// One upstream URL of a provider, and for an `http://` one where the lean
+/// client sends it ([`direct::DirectTarget`]).
+#[derive(Debug)]
+pub struct Endpoint {
+    pub url: reqwest::Url,
+    pub direct: Option<direct::DirectTarget>,
+}
+
 impl Provider {
-    /// `base_url` + `path` (`/chat/completions`, ...), parsed.
-    pub fn url(&self, path: &'static str) -> Result<reqwest::Url, url::ParseError> {
-        if let Some((_, u)) = self.wire.urls.read().iter().find(|(p, _)| *p == path) {
-            return Ok(u.clone());
+    /// `base_url` + `path` (`/chat/completions`, ...), parsed once.
+    pub fn endpoint(&self, path: &'static str) -> Result<Arc<Endpoint>, String> {
+        if let Some((_, e)) = self.wire.urls.read().iter().find(|(p, _)| *p == path) {
+            return Ok(Arc::clone(e));
         }
-        let url = reqwest::Url::parse(&format!("{}{}", self.base_url, path))?;
+        let url = reqwest::Url::parse(&format!("{}{}", self.base_url, path))
+            .map_err(|e| e.to_string())?;
+        let direct = match url.scheme() {
+            "http" => Some(direct::DirectTarget::of(&url).map_err(|e| e.to_string())?),
+            _ => None,
+        };
+        let endpoint = Arc::new(Endpoint { url, direct });
         let mut urls = self.wire.urls.write();
         // Paths are a handful of constants; the bound only guards the lock.
         if urls.len() < 16 {
-            urls.push((path, url.clone()));
+            urls.push((path, Arc::clone(&endpoint)));
         }
-        Ok(url)
+        Ok(endpoint)
     }
 
     /// `Bearer <api_key>`, marked sensitive (never logged by the HTTP client).

@@ -201,44 +201,54 @@ pub async fn post(
     deadline: Instant,
 ) -> Result<Answer, AttemptError> {
     // The base URL was checked when the provider was saved.
-    let url = provider.url(path).map_err(|e| {
+    let endpoint = provider.endpoint(path).map_err(|e| {
         tracing::warn!(provider = %provider.name, error = %e, "provider base_url does not parse");
         AttemptError::new(Failure::Connect, unavailable_error())
     })?;
-    let mut headers = HeaderMap::with_capacity(4);
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    headers.insert(
-        header::ACCEPT,
-        HeaderValue::from_static(if stream {
-            "text/event-stream"
-        } else {
-            "application/json"
-        }),
-    );
-    if let Some(auth) = provider.authorization() {
-        headers.insert(header::AUTHORIZATION, auth.clone());
-    }
-    if let Ok(id) = REQUEST_ID.try_with(HeaderValue::clone) {
-        headers.insert(X_REQUEST_ID, id);
-    }
+    // The request id and trace context are the task's, read where it runs.
+    let request_id = REQUEST_ID.try_with(HeaderValue::clone).ok();
+    let headers = || {
+        let mut headers = HeaderMap::with_capacity(8);
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        headers.insert(
+            header::ACCEPT,
+            HeaderValue::from_static(if stream {
+                "text/event-stream"
+            } else {
+                "application/json"
+            }),
+        );
+        if let Some(auth) = provider.authorization() {
+            headers.insert(header::AUTHORIZATION, auth.clone());
+        }
+        if let Some(id) = &request_id {
+            headers.insert(X_REQUEST_ID, id.clone());
+        }
+        crate::telemetry::inject(&mut headers);
+        headers
+    };
     let timeout = || AttemptError::new(Failure::TimeoutBeforeHead, timeout_error(provider));
-    crate::telemetry::inject(&mut headers);
     let unreachable = |e: &dyn std::fmt::Display| {
         tracing::warn!(provider = %provider.name, error = %e, "upstream unreachable");
         AttemptError::new(Failure::Connect, unavailable_error())
     };
-    let (status, answer) = if url.scheme() == "http" {
-        let sent = client.direct.post(&url, &headers, body);
+    let (status, answer) = if let Some(to) = &endpoint.direct {
+        let sent = client.direct.post(to, headers, body);
         match tokio::time::timeout_at(deadline, sent).await {
             Err(_) | Ok(Err(DirectError::ConnectTimeout)) => return Err(timeout()),
             Ok(Err(e)) => return Err(unreachable(&e)),
             Ok(Ok(r)) => (r.status, Answer::Direct(Box::new(r.body))),
         }
     } else {
-        let sent = client.reqwest.post(url).headers(headers).body(body).send();
+        let sent = client
+            .reqwest
+            .post(endpoint.url.clone())
+            .headers(headers())
+            .body(body)
+            .send();
         match tokio::time::timeout_at(deadline, sent).await {
             Err(_) => return Err(timeout()),
             Ok(Err(e)) if e.is_timeout() => return Err(timeout()),

@@ -3,6 +3,7 @@
 //! generation counter stops a fill that raced with an eviction from putting
 //! a stale entry back.
 
+use std::borrow::Borrow;
 use std::hash::Hash;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -26,7 +27,11 @@ impl<K: Eq + Hash + Clone, V: Clone> TtlCache<K, V> {
         }
     }
 
-    pub fn get(&self, k: &K) -> Option<V> {
+    pub fn get<Q>(&self, k: &Q) -> Option<V>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         let entry = self.map.get(k)?;
         if entry.0.elapsed() < self.ttl {
             Some(entry.1.clone())
@@ -40,22 +45,25 @@ impl<K: Eq + Hash + Clone, V: Clone> TtlCache<K, V> {
     /// The cached value, or what `load` finds, stored unless an eviction
     /// raced the load. `Ok(None)` from `load` is not cached, so something
     /// created a moment later is seen at once.
-    pub async fn get_or_load<E, Fut>(
+    /// The key is borrowed and copied only when a loaded value is kept.
+    pub async fn get_or_load<Q, E, Fut>(
         &self,
-        key: K,
+        key: &Q,
         load: impl FnOnce() -> Fut,
     ) -> Result<Option<V>, E>
     where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
         Fut: std::future::Future<Output = Result<Option<V>, E>>,
     {
-        if let Some(v) = self.get(&key) {
+        if let Some(v) = self.get(key) {
             return Ok(Some(v));
         }
         let generation = self.generation();
         let Some(v) = load().await? else {
             return Ok(None);
         };
-        self.insert(key, v.clone(), generation);
+        self.insert(key.to_owned(), v.clone(), generation);
         Ok(Some(v))
     }
 
@@ -120,7 +128,7 @@ mod tests {
     async fn a_load_raced_by_an_eviction_is_returned_but_not_kept() {
         let c = TtlCache::new(Duration::from_secs(60), 10);
         let v = c
-            .get_or_load(1, || async {
+            .get_or_load(&1, || async {
                 c.remove(&1);
                 Ok::<_, ()>(Some("stale"))
             })
@@ -133,17 +141,17 @@ mod tests {
     async fn a_miss_is_not_cached_and_a_hit_is() {
         let c = TtlCache::new(Duration::from_secs(60), 10);
         assert_eq!(
-            c.get_or_load(1, || async { Ok::<_, ()>(None) }).await,
+            c.get_or_load(&1, || async { Ok::<_, ()>(None) }).await,
             Ok(None)
         );
         assert_eq!(
-            c.get_or_load(1, || async { Ok::<_, ()>(Some("new")) })
+            c.get_or_load(&1, || async { Ok::<_, ()>(Some("new")) })
                 .await,
             Ok(Some("new"))
         );
         // Now cached: the loader is not called again.
         assert_eq!(
-            c.get_or_load(1, || async { Err::<Option<&str>, ()>(()) })
+            c.get_or_load(&1, || async { Err::<Option<&str>, ()>(()) })
                 .await,
             Ok(Some("new"))
         );
