@@ -137,14 +137,19 @@ pub fn chat_body(data: &[u8]) {
     let classes: HashMap<String, ToolClass> = offered
         .iter()
         .step_by(2)
-        .map(|n| (n.clone(), ToolClass::Read))
+        .map(|n| (n.to_string(), ToolClass::Read))
         .collect();
-    let contract: Vec<String> = offered.iter().skip(1).step_by(2).cloned().collect();
+    let contract: Vec<String> = offered
+        .iter()
+        .skip(1)
+        .step_by(2)
+        .map(|n| n.to_string())
+        .collect();
     let decisions: HashMap<String, ToolStatus> = offered
         .iter()
         .skip(2)
         .step_by(3)
-        .map(|n| (n.clone(), ToolStatus::Accepted))
+        .map(|n| (n.to_string(), ToolStatus::Accepted))
         .collect();
     let policy = ToolPolicy {
         mode,

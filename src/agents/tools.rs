@@ -85,12 +85,23 @@ pub struct ToolPolicy<'a> {
     pub allow_local_mcp: bool,
 }
 
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct ToolDecision {
+/// `S` is how the names were offered: `String`, or `Arc<str>` as a request's
+/// list gives them (copied without an allocation).
+#[derive(Debug, PartialEq, Eq)]
+pub struct ToolDecision<S = String> {
     /// Tools that go upstream, in offered order.
-    pub keep: Vec<String>,
+    pub keep: Vec<S>,
     /// Tools held back by the contract, in offered order (for `X-Service-Held-Tools`).
-    pub held: Vec<String>,
+    pub held: Vec<S>,
+}
+
+impl<S> Default for ToolDecision<S> {
+    fn default() -> Self {
+        ToolDecision {
+            keep: Vec::new(),
+            held: Vec::new(),
+        }
+    }
 }
 
 impl ToolPolicy<'_> {
@@ -114,14 +125,15 @@ impl ToolPolicy<'_> {
         self.decisions.get(name) != Some(&ToolStatus::Accepted)
     }
 
-    pub fn decide(&self, offered: &[String]) -> ToolDecision {
+    pub fn decide<S: AsRef<str> + Clone>(&self, offered: &[S]) -> ToolDecision<S> {
         let mut d = ToolDecision::default();
         let contract: Names = self.contract.iter().map(String::as_str).collect();
         let mut held_seen = Names::default();
-        for name in offered {
+        for offered_name in offered {
+            let name = offered_name.as_ref();
             if self.is_held_in(&contract, name) {
-                if held_seen.insert(name.as_str()) {
-                    d.held.push(name.clone());
+                if held_seen.insert(name) {
+                    d.held.push(offered_name.clone());
                 }
                 continue;
             }
@@ -131,7 +143,7 @@ impl ToolPolicy<'_> {
                 ToolMode::Ask | ToolMode::Auto => true,
             };
             if allowed {
-                d.keep.push(name.clone());
+                d.keep.push(offered_name.clone());
             }
         }
         d
@@ -187,8 +199,8 @@ struct ReadTool {
     /// Where its text is in the list's.
     at: usize,
     len: usize,
-    /// `function.name`, or why the tool is refused.
-    name: Result<String, ToolFault>,
+    /// `function.name` (shared by every request that sends the list), or why the tool is refused.
+    name: Result<Arc<str>, ToolFault>,
 }
 
 /// Why an offered tool is refused.
@@ -288,7 +300,7 @@ fn read_list_now(text: &str) -> Result<ReadList, serde_json::Error> {
                 // Borrowed from `text`: an offset into it.
                 at: t.as_ptr() as usize - base,
                 len: t.len(),
-                name: read_tool(t),
+                name: read_tool(t).map(Arc::from),
             }
         })
         .collect();
@@ -636,7 +648,7 @@ impl ChatRequest {
     /// records nothing and costs nothing. A tool object or function object
     /// that repeats the key the rules read is refused too: the upstream might
     /// read the other one.
-    pub fn offered_tools(&self) -> Result<Vec<String>, Error> {
+    pub fn offered_tools(&self) -> Result<Vec<Arc<str>>, Error> {
         let Some(tools) = &self.tools else {
             return match self.fields.get("tools") {
                 None | Some(Value::Null) => Ok(Vec::new()),
@@ -678,8 +690,8 @@ impl ChatRequest {
     /// Removes every tool not in `keep`; drops `tool_choice` when it names a
     /// removed tool (or requires a tool when none is left), and `tools` and
     /// `parallel_tool_calls` when nothing is left.
-    pub fn apply(&mut self, keep: &[String]) {
-        let keep: Names = keep.iter().map(String::as_str).collect();
+    pub fn apply<S: AsRef<str>>(&mut self, keep: &[S]) {
+        let keep: Names = keep.iter().map(AsRef::as_ref).collect();
         let mut now_empty = false;
         if let Some(tools) = &mut self.tools {
             for (k, t) in tools.keep.iter_mut().zip(&tools.read.tools) {
@@ -890,6 +902,10 @@ pub fn refuse_legacy_functions(body: &Map<String, Value>) -> Result<(), Error> {
 mod tests {
     use super::*;
 
+    fn strings(names: Vec<Arc<str>>) -> Vec<String> {
+        names.iter().map(|n| n.to_string()).collect()
+    }
+
     fn body(v: Value) -> Map<String, Value> {
         match v {
             Value::Object(m) => m,
@@ -914,6 +930,7 @@ mod tests {
     fn a_request_may_offer_up_to_128_tools_and_no_more() {
         let at = req(serde_json::json!({"tools": tools(128)}))
             .offered_tools()
+            .map(strings)
             .unwrap();
         assert_eq!(at.len(), 128);
         let over = req(serde_json::json!({"tools": tools(129)}))
@@ -945,7 +962,7 @@ mod tests {
             serde_json::json!({"tools": [{"type": "function", "function": {"name": "get_weather-2"}}]}),
         );
         assert_eq!(
-            ok.offered_tools().unwrap(),
+            ok.offered_tools().map(strings).unwrap(),
             vec!["get_weather-2".to_string()]
         );
     }
@@ -1087,12 +1104,12 @@ mod tests {
             {"type": "function", "function": {"name": "b"}}
         ], "tool_choice": {"type": "function", "function": {"name": "b"}}}));
         body.apply(&names(&["a"]));
-        assert_eq!(body.offered_tools().unwrap(), names(&["a"]));
+        assert_eq!(body.offered_tools().map(strings).unwrap(), names(&["a"]));
         assert!(!body.fields.contains_key("tool_choice"));
         let mut body = req(
             json!({"tools": [{"type": "function", "function": {"name": "a"}}], "tool_choice": "required", "parallel_tool_calls": true}),
         );
-        body.apply(&[]);
+        body.apply::<String>(&[]);
         let (fields, tools) = body.into_parts();
         assert!(tools.is_none());
         assert!(
@@ -1143,7 +1160,7 @@ mod tests {
         // An escaped key is the key it spells.
         let body: ChatRequest =
             serde_json::from_str(r#"{"tools": [{"f\u0075nction": {"n\u0061me": "a"}}]}"#).unwrap();
-        assert_eq!(body.offered_tools().unwrap(), names(&["a"]));
+        assert_eq!(body.offered_tools().map(strings).unwrap(), names(&["a"]));
     }
 
     #[test]
@@ -1235,7 +1252,7 @@ mod tests {
             "[{".repeat(300)
         );
         let req: ChatRequest = serde_json::from_str(&text).unwrap();
-        assert_eq!(req.offered_tools().unwrap(), names(&["t"]));
+        assert_eq!(req.offered_tools().map(strings).unwrap(), names(&["t"]));
     }
 
     #[test]
@@ -1243,7 +1260,7 @@ mod tests {
         let text = r#"{"tools": [{"function": {"name": "a", "description": "\ud800", "parameters": {"default": 1e400}}}]}"#;
         assert!(serde_json::from_str::<Map<String, Value>>(text).is_err());
         let mut req: ChatRequest = serde_json::from_str(text).unwrap();
-        assert_eq!(req.offered_tools().unwrap(), names(&["a"]));
+        assert_eq!(req.offered_tools().map(strings).unwrap(), names(&["a"]));
         let e = req.with_tools_as_values(|_| {}).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("tools"));
         assert!(
@@ -1270,6 +1287,7 @@ mod tests {
         assert_eq!(
             req(json!({"tools": [{"function": {"name": "a"}}]}))
                 .offered_tools()
+                .map(strings)
                 .unwrap(),
             names(&["a"])
         );
@@ -1288,7 +1306,10 @@ mod tests {
     #[test]
     fn tools_that_are_not_a_list_stay_fields_and_null_offers_none() {
         let body = req(json!({"tools": null, "messages": []}));
-        assert_eq!(body.offered_tools().unwrap(), Vec::<String>::new());
+        assert_eq!(
+            body.offered_tools().map(strings).unwrap(),
+            Vec::<String>::new()
+        );
         assert_eq!(body.fields.get("tools"), Some(&Value::Null));
         let e = req(json!({"tools": {"name": "a"}}))
             .offered_tools()
@@ -1302,7 +1323,7 @@ mod tests {
         let body: ChatRequest =
             serde_json::from_str(r#"{"tools": "x", "tools": [{"function": {"name": "a"}}]}"#)
                 .unwrap();
-        assert_eq!(body.offered_tools().unwrap(), names(&["a"]));
+        assert_eq!(body.offered_tools().map(strings).unwrap(), names(&["a"]));
         assert!(!body.fields.contains_key("tools"));
     }
 
@@ -1317,7 +1338,7 @@ mod tests {
         })
         .unwrap();
         assert!(!body.fields.contains_key("tools"));
-        assert_eq!(body.offered_tools().unwrap(), names(&["a"]));
+        assert_eq!(body.offered_tools().map(strings).unwrap(), names(&["a"]));
         assert!(body.has_tool_fields());
         let (_, tools) = body.into_parts();
         assert_eq!(
@@ -1338,9 +1359,12 @@ mod tests {
         );
         assert!(Arc::ptr_eq(&a.read, &b.read), "read again");
         first.apply(&names(&["again_a"]));
-        assert_eq!(first.offered_tools().unwrap(), names(&["again_a"]));
         assert_eq!(
-            second.offered_tools().unwrap(),
+            first.offered_tools().map(strings).unwrap(),
+            names(&["again_a"])
+        );
+        assert_eq!(
+            second.offered_tools().map(strings).unwrap(),
             names(&["again_a", "again_b"])
         );
     }
@@ -1354,8 +1378,14 @@ mod tests {
         };
         let one: ChatRequest = serde_json::from_str(&list("tool_b")).unwrap();
         let two: ChatRequest = serde_json::from_str(&list("tool_c")).unwrap();
-        assert_eq!(one.offered_tools().unwrap(), names(&["same", "tool_b"]));
-        assert_eq!(two.offered_tools().unwrap(), names(&["same", "tool_c"]));
+        assert_eq!(
+            one.offered_tools().map(strings).unwrap(),
+            names(&["same", "tool_b"])
+        );
+        assert_eq!(
+            two.offered_tools().map(strings).unwrap(),
+            names(&["same", "tool_c"])
+        );
         // A refused tool is refused from the remembered reading too.
         for _ in 0..2 {
             let bad: ChatRequest = serde_json::from_str(&list("not a name")).unwrap();

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue};
+use axum::http::HeaderValue;
 use axum::response::{IntoResponse, Response};
 use gatehouse_pii::{Counts, Mode as PiiMode, Scanner, Vault};
 use serde_json::{json, Value};
@@ -89,10 +89,9 @@ async fn scanner(app: &AppState, terms: &[String]) -> Result<Arc<Scanner>> {
 async fn agent_chat(
     State(app): State<AppState>,
     access: AgentAccess,
-    headers: HeaderMap,
     req: Request,
 ) -> Result<Response> {
-    let h = parse_headers(|name| headers.get(name).map(|v| v.as_bytes()))?;
+    let h = parse_headers(|name| req.headers().get(name).map(|v| v.as_bytes()))?;
     let agent = Arc::clone(&access.agent);
     let pii_mode = choose_mode(
         agent.pii.mode,
@@ -156,8 +155,8 @@ async fn agent_chat(
     let unseen: Vec<String> = decision
         .held
         .iter()
-        .filter(|t| !decisions.contains_key(*t))
-        .cloned()
+        .filter(|t| !decisions.contains_key(t.as_ref()))
+        .map(|t| t.to_string())
         .collect();
     if !unseen.is_empty() {
         // Held tools show in the admin's list even if no manifest named them.
@@ -240,7 +239,7 @@ async fn agent_chat(
         conversation_id: h.conversation_id.clone(),
         mode,
         classes: Arc::clone(&classes),
-        held: decision.held.clone(),
+        held: decision.held.iter().map(|t| t.to_string()).collect(),
         pii_counts: counts,
         vault: vault_out,
         ag_ui,
