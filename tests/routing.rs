@@ -914,24 +914,9 @@ async fn models_from_before_targets_keep_working_after_the_migration() {
         s.admin_password = Some(common::ADMIN_PASSWORD.into());
         s
     };
-    // The migrations of the previous version only.
-    let old = tempfile::tempdir().expect("tempdir");
-    let all = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
-    for e in std::fs::read_dir(&all).expect("migrations") {
-        let e = e.expect("entry");
-        let name = e.file_name().to_string_lossy().into_owned();
-        if name.as_str() < "20261124000100" {
-            std::fs::copy(e.path(), old.path().join(&name)).expect("copy");
-        }
-    }
     {
-        let store = gatehouse::store::Store::connect(&settings.db_options())
-            .await
-            .expect("connect");
-        let migrator = sqlx::migrate::Migrator::new(old.path())
-            .await
-            .expect("old migrations");
-        migrator.run(&store.pool).await.expect("old schema");
+        // The migrations of the previous version only.
+        let store = common::migrate_before(&db, "20261124000100").await;
         sqlx::query(
             "INSERT INTO providers (name, type, base_url, api_key, timeout_s, created_at)
              VALUES ('old-p', 'openai', $1, NULL, 5, 1)",
@@ -1013,6 +998,69 @@ async fn models_from_before_targets_keep_working_after_the_migration() {
         .expect("delete");
     assert_eq!(r.status(), StatusCode::CONFLICT);
     server.shutdown().await;
+}
+
+/// The migration that took the primary key off usage records keeps every
+/// record, and records are written on the rebuilt table.
+#[tokio::test]
+async fn usage_records_survive_the_migration_that_drops_their_key() {
+    let stub = Stub::start().await;
+    let (db, dir) = common::fresh_database().await;
+    {
+        let store = common::migrate_before(&db, "20261126000001").await;
+        for (id, model, provider) in [("a1", "old-m", Some("p")), ("a2", "old-m", None)] {
+            sqlx::query(
+                "INSERT INTO usage_records (id, at, model, kind, prompt_tokens, completion_tokens,
+                    latency_ms, status, provider) VALUES ($1, 1000, $2, 'chat', 3, 4, 5, 200, $3)",
+            )
+            .bind(id)
+            .bind(model)
+            .bind(provider)
+            .execute(&store.pool)
+            .await
+            .expect("record");
+        }
+        store.pool.close().await;
+    }
+    let app = common::app_on(&db, dir, |_| {}).await;
+    let admin = app.admin_token().await;
+    app.add_model("openai", &stub.openai_base_url(), "new-m", "chat", "up")
+        .await;
+    let key = app.api_key(&admin, json!({"name": "k"})).await;
+    let r = app
+        .post("/v1/chat/completions", &key, &chat_body("new-m", false))
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let totals = || async {
+        let r = app
+            .get(
+                "/api/admin/usage?from=1970-01-01T00:00:00Z&to=2999-01-01T00:00:00Z&group_by=model",
+                &admin,
+            )
+            .await;
+        r.json::<Vec<Value>>().await.expect("json")
+    };
+    let rows = poll(10, || async {
+        let rows = totals().await;
+        (rows.len() == 2).then_some(rows)
+    })
+    .await;
+    let by: Vec<(&str, i64, i64)> = rows
+        .iter()
+        .map(|r| {
+            let n = |k: &str| r[k].as_i64().expect("number");
+            (
+                r["key"].as_str().expect("key"),
+                n("requests"),
+                n("prompt_tokens"),
+            )
+        })
+        .collect();
+    assert!(by.contains(&("old-m", 2, 6)), "{by:?}");
+    assert!(
+        by.iter().any(|(k, n, _)| *k == "new-m" && *n == 1),
+        "{by:?}"
+    );
 }
 
 #[tokio::test]

@@ -72,6 +72,29 @@ pub async fn fresh_database() -> (String, Option<tempfile::TempDir>) {
     }
 }
 
+/// Migrates the database of `settings` with the migrations older than
+/// `before` only (a file name prefix): the schema of an earlier version, for
+/// tests of the migration that follows. Returns the open store.
+pub async fn migrate_before(db: &str, before: &str) -> gatehouse::store::Store {
+    let old = tempfile::tempdir().expect("tempdir");
+    let all = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+    for e in std::fs::read_dir(&all).expect("migrations") {
+        let e = e.expect("entry");
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.as_str() < before {
+            std::fs::copy(e.path(), old.path().join(&name)).expect("copy");
+        }
+    }
+    let store = gatehouse::store::Store::connect(&Settings::for_database(db).db_options())
+        .await
+        .expect("connect");
+    let migrator = sqlx::migrate::Migrator::new(old.path())
+        .await
+        .expect("old migrations");
+    migrator.run(&store.pool).await.expect("old schema");
+    store
+}
+
 fn uuid_like() -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
     static N: AtomicU64 = AtomicU64::new(0);
@@ -93,7 +116,17 @@ pub async fn spawn_app() -> TestApp {
 
 pub async fn spawn_app_with(f: impl FnOnce(&mut Settings)) -> TestApp {
     let (db, dir) = fresh_database().await;
-    let mut settings = Settings::for_database(&db);
+    app_on(&db, dir, f).await
+}
+
+/// A server on the database `db` (made by [`fresh_database`]; `dir` holds
+/// its file), with the test administrator.
+pub async fn app_on(
+    db: &str,
+    dir: Option<tempfile::TempDir>,
+    f: impl FnOnce(&mut Settings),
+) -> TestApp {
+    let mut settings = Settings::for_database(db);
     settings.admin_email = Some(ADMIN_EMAIL.into());
     settings.admin_password = Some(ADMIN_PASSWORD.into());
     f(&mut settings);
