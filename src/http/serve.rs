@@ -19,14 +19,14 @@ use std::time::{Duration, Instant};
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::{Request, Response};
-
-use crate::http::Dispatch;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
+
+use crate::http::Dispatch;
 
 /// How connections are served (from the `GATEHOUSE_*` settings).
 #[derive(Clone, Copy, Debug)]
