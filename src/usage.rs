@@ -121,7 +121,7 @@ const MAX_MODEL_CHARS: usize = 256;
 /// One request's usage record in the making. `finish` queues it; dropped
 /// unfinished (the client went away and the handler or stream was dropped)
 /// it is queued with status [`CLIENT_CLOSED`], so every request is counted
-/// exactly once. `disarm` hands the request over to another ticket.
+/// exactly once. `hand_over` gives the request to another ticket.
 pub struct UsageTicket {
     sink: UsageSink,
     record: Option<UsageRecord>,

@@ -2003,6 +2003,21 @@ async fn agent_chat_path_is_decoded_and_near_misses_are_answered_as_by_the_route
         .await
         .expect("chat");
     expect_error(r, 403, "agent_mismatch").await;
+    // The agent decodes, another parameter does not: that one's own error.
+    let r = env
+        .app
+        .client
+        .post(env.app.u(&format!("/v1/agents/{encoded}/approvals/%FF")))
+        .bearer_auth(&env.access)
+        .json(&json!({"decision": "approve"}))
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(
+        r.status(),
+        StatusCode::BAD_REQUEST,
+        "an approval id that does not decode"
+    );
     for path in [
         format!("/v1/agents/{}/chat/completions/", env.address),
         format!("/v1/agents/{}/chat/completion", env.address),

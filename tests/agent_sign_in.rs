@@ -498,7 +498,8 @@ async fn an_access_token_on_another_agents_path_is_agent_mismatch() {
     setup(&app).await;
     let (_, login) = app.user("ann@example.com").await;
     let t = app.sign_in(&login, AGENT, "laptop").await;
-    for path_agent in [OTHER_AGENT, "no-such-agent"] {
+    // `%FF` does not decode to UTF-8: it names no agent, so not the token's.
+    for path_agent in [OTHER_AGENT, "no-such-agent", "%FF"] {
         let r = app.profile(path_agent, &s(&t, "access_token")).await;
         assert_eq!(r.status(), StatusCode::FORBIDDEN);
         let v: Value = r.json().await.unwrap();

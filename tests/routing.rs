@@ -1000,6 +1000,19 @@ async fn models_from_before_targets_keep_working_after_the_migration() {
     server.shutdown().await;
 }
 
+/// id, at, model, prompt and completion tokens, latency, status, turn, provider.
+type CopiedRecord = (
+    String,
+    i64,
+    String,
+    i64,
+    i64,
+    i64,
+    i64,
+    Option<String>,
+    Option<String>,
+);
+
 /// The migration that took the primary key off usage records keeps every
 /// record, and records are written on the rebuilt table.
 #[tokio::test]
@@ -1011,7 +1024,8 @@ async fn usage_records_survive_the_migration_that_drops_their_key() {
         for (id, model, provider) in [("a1", "old-m", Some("p")), ("a2", "old-m", None)] {
             sqlx::query(
                 "INSERT INTO usage_records (id, at, model, kind, prompt_tokens, completion_tokens,
-                    latency_ms, status, provider) VALUES ($1, 1000, $2, 'chat', 3, 4, 5, 200, $3)",
+                    latency_ms, status, turn_id, provider)
+                 VALUES ($1, 1000, $2, 'chat', 3, 4, 5, 200, 't1', $3)",
             )
             .bind(id)
             .bind(model)
@@ -1023,6 +1037,54 @@ async fn usage_records_survive_the_migration_that_drops_their_key() {
         store.pool.close().await;
     }
     let app = common::app_on(&db, dir, |_| {}).await;
+    let store = &app.app().store;
+    // Every column came over.
+    let rows: Vec<CopiedRecord> = sqlx::query_as(
+        "SELECT id, at, model, prompt_tokens, completion_tokens, latency_ms, status, turn_id,
+                    provider FROM usage_records ORDER BY id",
+    )
+    .fetch_all(&store.pool)
+    .await
+    .expect("rows");
+    assert_eq!(
+        rows,
+        [
+            (
+                "a1".into(),
+                1000,
+                "old-m".into(),
+                3,
+                4,
+                5,
+                200,
+                Some("t1".into()),
+                Some("p".into())
+            ),
+            (
+                "a2".into(),
+                1000,
+                "old-m".into(),
+                3,
+                4,
+                5,
+                200,
+                Some("t1".into()),
+                None
+            ),
+        ]
+    );
+    // The key is gone: an id may repeat (the gateway never makes one twice).
+    sqlx::query(
+        "INSERT INTO usage_records (id, at, model, kind, latency_ms, status)
+         VALUES ('a1', 1001, 'old-m', 'chat', 0, 200)",
+    )
+    .execute(&store.pool)
+    .await
+    .expect("no unique key on id");
+    sqlx::query("DELETE FROM usage_records WHERE at = 1001")
+        .execute(&store.pool)
+        .await
+        .expect("delete");
     let admin = app.admin_token().await;
     app.add_model("openai", &stub.openai_base_url(), "new-m", "chat", "up")
         .await;

@@ -101,7 +101,8 @@ pub struct AgentInPath(pub String);
 
 /// The path's `{agent}`, percent-decoded so `support%40acme` matches
 /// `support@acme`; `None` on routes without one. One that is not UTF-8 once
-/// decoded names no agent, so it is kept as is and matches none.
+/// decoded names no agent, so it is kept as sent and matches none (another
+/// parameter that does not decode is left to that parameter's extractor).
 async fn path_agent(parts: &mut Parts, state: &AppState) -> Option<String> {
     use axum::extract::rejection::RawPathParamsRejection;
     if let Some(AgentInPath(a)) = parts.extensions.get::<AgentInPath>() {
@@ -113,11 +114,19 @@ async fn path_agent(parts: &mut Parts, state: &AppState) -> Option<String> {
             .find(|(k, _)| *k == "agent")
             .map(|(_, v)| v.to_string()),
         Err(RawPathParamsRejection::InvalidUtf8InPathParam(_)) => {
-            let path = parts.uri.path();
-            Some(agent_segment(path).unwrap_or(path).to_string())
+            let segment = agent_segment(parts.uri.path())?;
+            Some(decoded_agent(segment).unwrap_or_else(|| segment.to_string()))
         }
         Err(_) => None,
     }
+}
+
+/// `segment` percent-decoded, if that gives UTF-8 (as the router decodes path parameters).
+pub fn decoded_agent(segment: &str) -> Option<String> {
+    percent_encoding::percent_decode_str(segment)
+        .decode_utf8()
+        .ok()
+        .map(|a| a.into_owned())
 }
 
 /// The raw `{agent}` segment of `/v1/agents/{agent}/...`.

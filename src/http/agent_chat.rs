@@ -17,7 +17,7 @@ use crate::agents::tools::{refuse_legacy_functions, ChatRequest, ToolPolicy};
 use crate::app::AppState;
 use crate::error::{Error, ErrorKind, Result};
 use crate::http::access::AccessNote;
-use crate::http::agent_auth::{agent_segment, AgentAccess, AgentInPath};
+use crate::http::agent_auth::{agent_segment, decoded_agent, AgentAccess, AgentInPath};
 use crate::http::agent_data::{manifest_classes, tool_decisions};
 use crate::http::extract::{parse_json, read_body};
 use crate::http::limits::{add_headers, admit, end_hook};
@@ -56,10 +56,7 @@ fn direct_agent(path: &str) -> Option<String> {
     if rest != "/chat/completions" {
         return None;
     }
-    percent_encoding::percent_decode_str(segment)
-        .decode_utf8()
-        .ok()
-        .map(|a| a.into_owned())
+    decoded_agent(segment)
 }
 
 async fn scanner(app: &AppState, terms: &[String]) -> Result<Arc<Scanner>> {
