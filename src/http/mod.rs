@@ -205,48 +205,35 @@ where
     let id = request_id(&mut req);
     let span =
         tracing::info_span!("request", id = ?id, method = %req.method(), path = %req.uri().path());
+    // The rest runs inside the request's id and span.
+    let served = async move {
+        let route = access::Route::of(&req, direct);
+        let access = access::Access::begin(&mut req, route);
+        let path = req.uri().path();
+        let v1 = path.starts_with("/v1/") || path == "/v1";
+        let mut limit = body_limit_for(path, app.settings.max_body_bytes);
+        limit.timeout = std::time::Duration::from_secs(app.settings.body_timeout_s);
+        req.extensions_mut().insert(limit);
+        let method = metrics::method_label(req.method());
+        let started = std::time::Instant::now();
+        let mut resp = trace::run(req, access.matched(), inner).await;
+        app.metrics.observe(
+            method,
+            access.route_label(),
+            resp.status().as_u16(),
+            started.elapsed().as_secs_f64() * 1000.0,
+        );
+        if v1 {
+            resp = error::render_openai(resp);
+        }
+        access.finish(&resp);
+        resp
+    };
     // Instrument the future (a guard held across .await would leak the span to other tasks).
     let mut resp = crate::models::upstream::REQUEST_ID
-        .scope(
-            id.clone(),
-            tracing::Instrument::instrument(served(app, req, direct, inner), span),
-        )
+        .scope(id.clone(), tracing::Instrument::instrument(served, span))
         .await;
     resp.headers_mut().insert(X_REQUEST_ID, id);
-    resp
-}
-
-/// The rest of [`edge`], inside the request's id and span.
-async fn served<F, Fut>(
-    app: AppState,
-    mut req: Request,
-    direct: Option<&'static str>,
-    inner: F,
-) -> Response
-where
-    F: FnOnce(Request) -> Fut,
-    Fut: Future<Output = Response>,
-{
-    let route = access::Route::of(&req, direct);
-    let access = access::Access::begin(&mut req, route);
-    let path = req.uri().path();
-    let v1 = path.starts_with("/v1/") || path == "/v1";
-    let mut limit = body_limit_for(path, app.settings.max_body_bytes);
-    limit.timeout = std::time::Duration::from_secs(app.settings.body_timeout_s);
-    req.extensions_mut().insert(limit);
-    let method = metrics::method_label(req.method());
-    let started = std::time::Instant::now();
-    let mut resp = trace::run(req, access.matched(), inner).await;
-    app.metrics.observe(
-        method,
-        access.route_label(),
-        resp.status().as_u16(),
-        started.elapsed().as_secs_f64() * 1000.0,
-    );
-    if v1 {
-        resp = error::render_openai(resp);
-    }
-    access.finish(&resp);
     resp
 }
 
