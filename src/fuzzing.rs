@@ -63,11 +63,36 @@ fn pieces<'a>(s: &'a str, sizes: &[u8]) -> Vec<&'a str> {
     out
 }
 
+/// What the handler reads of an agent chat body.
+type ReadAs<'a> = (
+    &'a Map<String, Value>,
+    Option<Vec<&'a str>>,
+    Option<Vec<Arc<str>>>,
+);
+
+fn read_as(req: &ChatRequest) -> ReadAs<'_> {
+    (&req.fields, req.raw_tools(), req.offered_tools().ok())
+}
+
 /// The agent chat body rewrite, in the order the handler runs it: legacy
 /// refusal, tool checks, body checks, tool rules, approval enforcement, PII
 /// protection, and the upstream body. Also the model chat route's part.
 pub fn chat_body(data: &[u8]) {
     let (opts, json) = split(data);
+    // Agent chat's parse: read whole (which remembers the list), then again
+    // with the list found remembered; the same either way.
+    match (
+        serde_json::from_slice::<ChatRequest>(json),
+        ChatRequest::parse(json),
+    ) {
+        (Ok(whole), Ok(again)) => assert_eq!(read_as(&whole), read_as(&again)),
+        (Err(_), Err(_)) => {}
+        (whole, again) => panic!(
+            "read whole: {}, with the list remembered: {}",
+            whole.is_ok(),
+            again.is_ok()
+        ),
+    }
     let raw = crate::proxy::body::RawChat::read(bytes::Bytes::copy_from_slice(json));
     let Ok(body) = serde_json::from_slice::<Map<String, Value>>(json) else {
         assert!(raw.is_none(), "read without a tree, refused by a tree");

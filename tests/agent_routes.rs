@@ -550,6 +550,39 @@ async fn tool_mode_off_sends_no_tools_upstream() {
     assert!(sent.get("tool_choice").is_none(), "{sent}");
 }
 
+/// An app sends the same `tools` list every turn; from the second turn on
+/// the gateway finds it remembered instead of reading it again. What reaches
+/// the upstream is the turn's own body all the same.
+#[tokio::test]
+async fn a_tools_list_sent_again_reaches_the_upstream_like_the_first_time() {
+    let env = env("again", json!({})).await;
+    env.manifest_ok(&std_manifest()).await;
+    let list = ["read_file", "write_file", "run"];
+    let turns = [
+        chat_body("first turn", &list),
+        {
+            let mut b = chat_body("second turn", &list);
+            b["tool_choice"] = json!({"type": "function", "function": {"name": "run"}});
+            b["messages"][0]["content"] = json!("second \"tools\": turn");
+            b
+        },
+        chat_body("third turn", &["read_file", "write_file", "runs"]),
+        chat_body("fourth turn", &list),
+    ];
+    for (i, body) in turns.iter().enumerate() {
+        env.chat_ok("read_only", body).await;
+        let sent = env.last_sent();
+        assert_eq!(sent["messages"], body["messages"], "turn {i}");
+        assert_eq!(sent["model"], json!(env.upstream), "turn {i}");
+        assert_eq!(sent["tools"], json!([offered(&list)[0]]), "turn {i}");
+        assert!(sent.get("tool_choice").is_none(), "turn {i}: {sent}");
+        env.chat_ok("auto", body).await;
+        let sent = env.last_sent();
+        assert_eq!(sent["tools"], body["tools"], "turn {i}");
+        assert_eq!(sent.get("tool_choice"), body.get("tool_choice"), "turn {i}");
+    }
+}
+
 #[tokio::test]
 async fn tool_mode_read_only_sends_only_read_tools() {
     let env = env("modero", json!({})).await;

@@ -176,10 +176,27 @@ pub struct ChatRequest {
 #[derive(Debug)]
 pub struct KeptTools {
     /// The list's text, `[...]`.
-    text: Box<RawValue>,
+    text: ListText,
     read: Arc<ReadList>,
     /// Per tool of `read`: whether it goes upstream.
     keep: Vec<bool>,
+}
+
+/// A list's text: the request's own, or the same text remembered (see
+/// [`ChatRequest::parse`]).
+#[derive(Debug)]
+enum ListText {
+    Own(Box<RawValue>),
+    Remembered(Arc<str>),
+}
+
+impl ListText {
+    fn get(&self) -> &str {
+        match self {
+            ListText::Own(text) => text.get(),
+            ListText::Remembered(text) => text,
+        }
+    }
 }
 
 /// What each tool of a list is: a pure function of the list's text, so it
@@ -228,10 +245,22 @@ pub const TOOL_MAX_DEPTH: usize = 125;
 /// text it keeps; emptied when full.
 #[derive(Default)]
 struct ReadLists {
-    by_text: HashMap<Box<str>, Arc<ReadList>, foldhash::fast::RandomState>,
+    by_text: HashMap<Arc<str>, Arc<ReadList>, foldhash::fast::RandomState>,
+    /// The same lists by their first [`LIST_HEAD`] bytes (shorter ones are
+    /// not here), at most [`LISTS_PER_HEAD`] each, the newest last: how
+    /// [`ChatRequest::parse`] finds a list in a body without reading it.
+    by_head: HashMap<[u8; LIST_HEAD], Vec<KnownList>, foldhash::fast::RandomState>,
     /// What the entries take, in bytes (see [`kept_bytes`]).
     bytes: usize,
 }
+
+/// A remembered list: its text and what its tools are.
+type KnownList = (Arc<str>, Arc<ReadList>);
+
+/// Lists of one app share their beginning (the first tools), so a head
+/// holds a few lists; a list pushed out of its head stays in `by_text`.
+const LIST_HEAD: usize = 64;
+const LISTS_PER_HEAD: usize = 4;
 
 /// The most [`ReadLists`] keeps (counted by [`kept_bytes`]), and the longest list it keeps.
 const READ_LISTS_BYTES: usize = 1024 * 1024;
@@ -264,11 +293,16 @@ fn remembered(
         if lists.bytes + cost > READ_LISTS_BYTES {
             *lists = ReadLists::default();
         }
-        if lists
-            .by_text
-            .insert(text.into(), Arc::clone(&read))
-            .is_none()
-        {
+        if !lists.by_text.contains_key(text) {
+            let text: Arc<str> = text.into();
+            lists.by_text.insert(Arc::clone(&text), Arc::clone(&read));
+            if let Some(head) = text.as_bytes().first_chunk::<LIST_HEAD>() {
+                let known = lists.by_head.entry(*head).or_default();
+                if known.len() == LISTS_PER_HEAD {
+                    known.remove(0);
+                }
+                known.push((text, Arc::clone(&read)));
+            }
             lists.bytes += cost;
         }
     }
@@ -276,10 +310,69 @@ fn remembered(
 }
 
 /// What a remembered list takes: its text, and a bound on the entry's own
-/// memory (map slot, `Arc`, each tool's span and name of at most 64 bytes),
-/// so that many small lists count too.
+/// memory (map slots, `Arc`s, its head, each tool's span and name of at
+/// most 64 bytes), so that many small lists count too.
 fn kept_bytes(text: &str, read: &ReadList) -> usize {
-    text.len() + 128 + 128 * read.tools.len()
+    text.len() + 256 + 128 * read.tools.len()
+}
+
+/// Where a remembered list is the `tools` of `body`: its start, and the list.
+/// Found by walking the body's top-level members (skipping their values,
+/// unread) and comparing the text at the `tools` value with the remembered
+/// lists of the same head; `None` when there is no `tools`, more than one,
+/// an escaped key (it could spell `tools`), or a list not remembered. The
+/// body is not validated here: a list that is valid JSON standing where a
+/// value starts leaves the body valid or not as the rest of it is, so the
+/// caller parses the rest (see [`ChatRequest::parse`]).
+fn remembered_list_in(
+    lists: &parking_lot::RwLock<ReadLists>,
+    body: &[u8],
+) -> Option<(usize, KnownList)> {
+    memchr::memmem::find(body, b"\"tools\"")?;
+    let lists = lists.read();
+    if lists.by_head.is_empty() {
+        return None;
+    }
+    let mut s = Scanner::new(body);
+    s.long_strings = true;
+    s.ws();
+    if s.peek() != Some(b'{') {
+        return None;
+    }
+    let (mut found, mut give_up) = (None, false);
+    s.object(|s, key, key_escaped| {
+        if give_up || key_escaped || (key == b"tools" && found.is_some()) {
+            give_up = true;
+            s.i = s.b.len();
+        } else if key == b"tools" {
+            let at = s.i;
+            let rest = s.b.get(at..).unwrap_or_default();
+            let known = rest
+                .first_chunk::<LIST_HEAD>()
+                .and_then(|head| lists.by_head.get(head))
+                .and_then(|known| {
+                    known
+                        .iter()
+                        .find(|(text, _)| rest.starts_with(text.as_bytes()))
+                });
+            match known {
+                Some((text, read)) => {
+                    s.i = at + text.len();
+                    found = Some((at, (Arc::clone(text), Arc::clone(read))));
+                }
+                None => {
+                    give_up = true;
+                    s.i = s.b.len();
+                }
+            }
+        } else {
+            s.skip_value();
+        }
+    });
+    if give_up {
+        return None;
+    }
+    found
 }
 
 fn read_list_now(text: &str) -> Result<ReadList, serde_json::Error> {
@@ -311,8 +404,12 @@ impl KeptTools {
     /// `text` is a JSON array; `remember` as for [`read_list`].
     fn new(text: Box<RawValue>, remember: bool) -> Result<KeptTools, serde_json::Error> {
         let read = read_list(text.get(), remember)?;
+        Ok(KeptTools::of(ListText::Own(text), read))
+    }
+
+    fn of(text: ListText, read: Arc<ReadList>) -> KeptTools {
         let keep = vec![true; read.tools.len()];
-        Ok(KeptTools { text, read, keep })
+        KeptTools { text, read, keep }
     }
 
     /// The kept tools, each as the client wrote it.
@@ -363,12 +460,7 @@ pub fn scan_agrees_with_serde(text: &str) -> bool {
 /// key of the tool or of its function, the name or the type holds an escape:
 /// serde decodes those.
 fn scan_tool(text: &str) -> Option<Result<String, ToolFault>> {
-    let mut s = Scanner {
-        b: text.as_bytes(),
-        i: 0,
-        depth: 0,
-        max_depth: 0,
-    };
+    let mut s = Scanner::new(text.as_bytes());
     let (mut name, mut kind, mut bad, mut escaped) = (None::<&[u8]>, None, false, false);
     s.ws();
     if s.peek() == Some(b'{') {
@@ -448,9 +540,22 @@ struct Scanner<'a> {
     i: usize,
     depth: usize,
     max_depth: usize,
+    /// Whether strings may be long (message text), so that finding their
+    /// end with `memchr` pays.
+    long_strings: bool,
 }
 
 impl<'a> Scanner<'a> {
+    fn new(b: &'a [u8]) -> Scanner<'a> {
+        Scanner {
+            b,
+            i: 0,
+            depth: 0,
+            max_depth: 0,
+            long_strings: false,
+        }
+    }
+
     fn peek(&self) -> Option<u8> {
         self.b.get(self.i).copied()
     }
@@ -470,10 +575,16 @@ impl<'a> Scanner<'a> {
     /// At a `"`: the string's text between its quotes and whether it holds
     /// an escape; moves past the closing quote.
     fn string(&mut self) -> (&'a [u8], bool) {
-        // A plain loop: keys and names are short, too short for memchr to pay.
+        // A plain loop unless strings may be long: keys and names are too
+        // short for memchr to pay.
         let start = self.i + 1;
         let (mut j, mut escaped) = (start, false);
-        while let Some(&c) = self.b.get(j) {
+        loop {
+            if self.long_strings {
+                let rest = self.b.get(j..).unwrap_or_default();
+                j += memchr::memchr2(b'"', b'\\', rest).unwrap_or(rest.len());
+            }
+            let Some(&c) = self.b.get(j) else { break };
             match c {
                 b'"' => {
                     self.i = j + 1;
@@ -608,39 +719,81 @@ fn nests_deeper_than(text: &str, limit: usize) -> bool {
 
 impl<'de> Deserialize<'de> for ChatRequest {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Fields;
-        impl<'de> Visitor<'de> for Fields {
-            type Value = ChatRequest;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ChatRequest, A::Error> {
-                let mut req = ChatRequest::default();
-                // A repeated key: the last one counts, as for a JSON value.
-                while let Some(key) = map.next_key::<String>()? {
-                    if key == "tools" {
-                        let text: Box<RawValue> = map.next_value()?;
-                        if text.get().starts_with('[') {
-                            req.fields.remove("tools");
-                            req.tools =
-                                Some(KeptTools::new(text, true).map_err(de::Error::custom)?);
-                        } else {
-                            req.tools = None;
-                            let v = serde_json::from_str(text.get()).map_err(de::Error::custom)?;
-                            req.fields.insert(key, v);
-                        }
-                    } else {
-                        req.fields.insert(key, map.next_value()?);
+        d.deserialize_map(Fields(None))
+    }
+}
+
+/// Reads an agent chat body's fields; with a list found remembered (see
+/// [`ChatRequest::parse`]), the `tools` value is the `0` put in its place.
+struct Fields(Option<KeptTools>);
+
+impl<'de> Visitor<'de> for Fields {
+    type Value = ChatRequest;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+    fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<ChatRequest, A::Error> {
+        let mut req = ChatRequest::default();
+        // A repeated key: the last one counts, as for a JSON value.
+        while let Some(key) = map.next_key::<String>()? {
+            if key == "tools" {
+                if let Some(known) = self.0.take() {
+                    if map.next_value::<u8>()? != 0 {
+                        return Err(de::Error::custom("not the list's place"));
                     }
+                    req.tools = Some(known);
+                    continue;
                 }
-                Ok(req)
+                let text: Box<RawValue> = map.next_value()?;
+                if text.get().starts_with('[') {
+                    req.fields.remove("tools");
+                    req.tools = Some(KeptTools::new(text, true).map_err(de::Error::custom)?);
+                } else {
+                    req.tools = None;
+                    let v = serde_json::from_str(text.get()).map_err(de::Error::custom)?;
+                    req.fields.insert(key, v);
+                }
+            } else {
+                req.fields.insert(key, map.next_value()?);
             }
         }
-        d.deserialize_map(Fields)
+        Ok(req)
     }
 }
 
 impl ChatRequest {
+    /// Parses an agent chat body. An app sends the same `tools` list with
+    /// every turn: when the body's list is one remembered (byte for byte),
+    /// it is not read again (checking it as JSON was 43 % of the body's
+    /// parse). The rest of the body, with a `0` in the list's place, is
+    /// parsed as usual; anything else, or any failure, takes the whole
+    /// body through [`parse_json`](crate::json::parse_json), so answers and
+    /// errors are the same either way.
+    pub fn parse(body: &[u8]) -> Result<ChatRequest, Error> {
+        match ChatRequest::parse_remembered(&READ_LISTS, body) {
+            Some(req) => Ok(req),
+            None => crate::json::parse_json(body),
+        }
+    }
+
+    fn parse_remembered(
+        lists: &parking_lot::RwLock<ReadLists>,
+        body: &[u8],
+    ) -> Option<ChatRequest> {
+        let (at, (text, read)) = remembered_list_in(lists, body)?;
+        let after = body.get(at + text.len()..)?;
+        let mut rest = Vec::with_capacity(at + 1 + after.len());
+        rest.extend_from_slice(body.get(..at)?);
+        rest.push(b'0');
+        rest.extend_from_slice(after);
+        let known = KeptTools::of(ListText::Remembered(text), read);
+        let mut de = serde_json::Deserializer::from_slice(&rest);
+        let req = de.deserialize_map(Fields(Some(known))).ok()?;
+        de.end().ok()?;
+        // The `0` was the value of the one `tools` key, so the list is in.
+        req.tools.is_some().then_some(req)
+    }
+
     /// The function names of the `tools` offered, in order, checked before
     /// anything else happens: at most [`MAX_REQUEST_TOOLS`] (400
     /// `too_many_tools`), each an object whose `function` object has a `name`
@@ -1446,5 +1599,167 @@ mod tests {
             );
             assert_eq!(Arc::ptr_eq(&one, &two), kept, "{len} bytes");
         }
+    }
+
+    /// What a handler sees of a parsed body: its fields, the tools kept as
+    /// text and the names offered (or the error's code).
+    type Seen = (
+        Map<String, Value>,
+        Option<Vec<String>>,
+        Result<Vec<String>, String>,
+    );
+
+    fn seen(req: &ChatRequest) -> Seen {
+        (
+            req.fields.clone(),
+            req.raw_tools()
+                .map(|ts| ts.iter().map(|t| t.to_string()).collect()),
+            req.offered_tools()
+                .map(strings)
+                .map_err(|e| e.code.to_string()),
+        )
+    }
+
+    /// A body's list, in the form clients send it: long enough to have a head.
+    const LIST: &str = r#"[{"type":"function","function":{"name":"read_file","parameters":{"type":"object","properties":{"path":{"type":"string"}}}}},{"type":"function","function":{"name":"write_file"}}]"#;
+
+    fn with_list(lists: &parking_lot::RwLock<ReadLists>) {
+        remembered(lists, LIST).unwrap();
+    }
+
+    #[test]
+    fn a_body_with_a_remembered_list_is_read_as_the_whole_body_would_be() {
+        let lists = parking_lot::RwLock::new(ReadLists::default());
+        with_list(&lists);
+        for body in [
+            format!(
+                r#"{{"model":"m","messages":[{{"role":"user","content":"hi \"tools\": \\ {{"}}],"tools":{LIST}}}"#
+            ),
+            format!(r#" {{ "tools" : {LIST} , "tool_choice" : "auto", "stream": false }} "#),
+            format!(
+                r#"{{"tools":{LIST},"messages":[],"nested":{{"tools":[1]}},"x":[{{}},[],"]"]}}"#
+            ),
+        ] {
+            let fast = ChatRequest::parse_remembered(&lists, body.as_bytes())
+                .unwrap_or_else(|| panic!("the list is found in {body}"));
+            let whole: ChatRequest = serde_json::from_str(&body).unwrap();
+            assert_eq!(seen(&fast), seen(&whole), "{body}");
+            assert!(matches!(
+                fast.tools,
+                Some(KeptTools {
+                    text: ListText::Remembered(_),
+                    ..
+                })
+            ));
+        }
+    }
+
+    #[test]
+    fn a_body_whose_list_is_not_simply_a_remembered_one_is_read_whole() {
+        let lists = parking_lot::RwLock::new(ReadLists::default());
+        with_list(&lists);
+        let other = LIST.replace("write_file", "write_fil");
+        for body in [
+            // Not remembered, or a remembered list with more after it.
+            format!(r#"{{"tools":{other}}}"#),
+            format!(r#"{{"tools":[{}]}}"#, &LIST[1..]),
+            // Two `tools`, or a key that may spell it.
+            format!(r#"{{"tools":{LIST},"tools":null}}"#),
+            format!(r#"{{"tools":null,"tools":{LIST}}}"#),
+            format!(r#"{{"tool\u0073":{LIST}}}"#),
+            format!(r#"{{"m\"x":1,"tools":{LIST}}}"#),
+            // Not at the top level, or inside a string.
+            format!(r#"{{"x":{{"tools":{LIST}}}}}"#),
+            format!(r#"{{"x":"\"tools\":{}"}}"#, LIST.replace('"', "\\\"")),
+            format!(r#"[{{"tools":{LIST}}}]"#),
+            // Not JSON around a remembered list.
+            format!(r#"{{"tools":{LIST}"#),
+            format!(r#"{{"tools":{LIST}}}}}"#),
+            format!(r#"{{"tools" {LIST}}}"#),
+            format!(r#"{{"a":1 "tools":{LIST}}}"#),
+            format!(r#"{{"a":tru,"tools":{LIST}}}"#),
+        ] {
+            assert!(
+                ChatRequest::parse_remembered(&lists, body.as_bytes()).is_none(),
+                "{body}"
+            );
+        }
+    }
+
+    /// Every byte of a body changed, removed or doubled, and bytes that
+    /// matter to JSON put between any two: the remembered list's way either
+    /// gives up or reads the body exactly as serde reads it whole.
+    #[test]
+    fn a_remembered_list_never_changes_how_a_mutated_body_reads() {
+        let lists = parking_lot::RwLock::new(ReadLists::default());
+        with_list(&lists);
+        let body = format!(
+            r#"{{"model":"m","messages":[{{"role":"user","content":"a\"b"}}],"tools":{LIST},"n":[1,{{"k":true}}]}}"#
+        )
+        .into_bytes();
+        let list_at = body
+            .windows(LIST.len())
+            .position(|w| w == LIST.as_bytes())
+            .unwrap();
+        let (mut found, mut tried) = (0, 0);
+        let mut check = |b: &[u8]| {
+            tried += 1;
+            let Some(fast) = ChatRequest::parse_remembered(&lists, b) else {
+                return;
+            };
+            found += 1;
+            let whole = serde_json::from_slice::<ChatRequest>(b)
+                .unwrap_or_else(|e| panic!("{e}: accepted {}", String::from_utf8_lossy(b)));
+            assert_eq!(seen(&fast), seen(&whole), "{}", String::from_utf8_lossy(b));
+        };
+        for i in 0..=body.len() {
+            // Inside the list, a change makes it a list not remembered; the
+            // places around it are what matter.
+            if i > list_at + 2 && i + 2 < list_at + LIST.len() {
+                continue;
+            }
+            for c in *b"\"\\{}[],:0 t" {
+                let mut b = body.clone();
+                b.insert(i, c);
+                check(&b);
+                if i < body.len() {
+                    let mut b = body.clone();
+                    b[i] = c;
+                    check(&b);
+                }
+            }
+            if i < body.len() {
+                let mut b = body.clone();
+                b.remove(i);
+                check(&b);
+            }
+        }
+        assert!(found > 100 && found < tried, "{found} of {tried}");
+    }
+
+    #[test]
+    fn lists_shorter_than_a_head_are_remembered_but_not_found_in_bodies() {
+        let lists = parking_lot::RwLock::new(ReadLists::default());
+        let short = r#"[{"function":{"name":"a"}}]"#;
+        remembered(&lists, short).unwrap();
+        assert!(lists.read().by_text.contains_key(short));
+        let body = format!(r#"{{"tools":{short}}}"#);
+        assert!(ChatRequest::parse_remembered(&lists, body.as_bytes()).is_none());
+    }
+
+    #[test]
+    fn a_head_keeps_its_newest_lists_and_the_rest_stay_remembered() {
+        let lists = parking_lot::RwLock::new(ReadLists::default());
+        let list = |i: usize| LIST.replace("write_file", &format!("write_{i}"));
+        for i in 0..=LISTS_PER_HEAD {
+            remembered(&lists, &list(i)).unwrap();
+        }
+        let found = |i: usize| {
+            let body = format!(r#"{{"tools":{}}}"#, list(i));
+            ChatRequest::parse_remembered(&lists, body.as_bytes()).is_some()
+        };
+        assert!(!found(0), "the oldest list left its head");
+        assert!((1..=LISTS_PER_HEAD).all(found));
+        assert!(lists.read().by_text.contains_key(list(0).as_str()));
     }
 }

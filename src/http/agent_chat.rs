@@ -19,7 +19,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::http::access::AccessNote;
 use crate::http::agent_auth::{agent_segment, decoded_agent, AgentAccess, AgentInPath};
 use crate::http::agent_data::{manifest_classes, tool_decisions};
-use crate::http::extract::{parse_json, read_body};
+use crate::http::extract::read_body;
 use crate::http::limits::{add_headers, admit, end_hook};
 use crate::limits::Subject;
 use crate::models::{resolve, ModelKind};
@@ -98,7 +98,7 @@ async fn agent_chat(
     let note = AccessNote::of(req.extensions());
     note.set(|f| f.model = Some(agent.model.clone()));
     let bytes = read_body(req).await?;
-    let mut request: ChatRequest = parse_json(&bytes)?;
+    let mut request = ChatRequest::parse(&bytes)?;
     // Tool checks first: a refused list records nothing and reaches no upstream.
     refuse_legacy_functions(&request.fields)?;
     let offered = request.offered_tools()?;
