@@ -253,3 +253,50 @@ fn request_id(req: &mut Request) -> HeaderValue {
     req.headers_mut().insert(X_REQUEST_ID, id.clone());
     id
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The template of the route `Dispatch` serves itself, or `None` for the router.
+    fn direct(method: &str, path: &str) -> Option<&'static str> {
+        let req = Request::builder()
+            .method(method)
+            .uri(path)
+            .body(axum::body::Body::empty())
+            .expect("a request");
+        direct_route(&req).map(|(route, _)| route)
+    }
+
+    #[test]
+    fn the_model_routes_skip_the_router_and_their_near_misses_do_not() {
+        for path in ["/v1/chat/completions", "/v1/embeddings", "/v1/rerank"] {
+            assert_eq!(direct("POST", path), Some(path));
+        }
+        let agent = "/v1/agents/{agent}/chat/completions";
+        assert_eq!(
+            direct("POST", "/v1/agents/bot@acme/chat/completions"),
+            Some(agent)
+        );
+        assert_eq!(
+            direct("POST", "/v1/agents/bot%40acme/chat/completions"),
+            Some(agent)
+        );
+        for (method, path) in [
+            ("GET", "/v1/chat/completions"),
+            ("PUT", "/v1/embeddings"),
+            ("POST", "/v1/chat/completions/"),
+            ("POST", "/v1/chat/completion"),
+            ("POST", "/v1/rerank/x"),
+            ("POST", "/v1/models"),
+            ("GET", "/v1/agents/bot@acme/chat/completions"),
+            ("POST", "/v1/agents/bot@acme/chat/completions/"),
+            ("POST", "/v1/agents/bot@acme/manifest"),
+            ("POST", "/v1/agents//chat/completions"),
+            ("POST", "/v1/agents/a/b/chat/completions"),
+            ("POST", "/v1/agents/%FF/chat/completions"),
+        ] {
+            assert_eq!(direct(method, path), None, "{method} {path}");
+        }
+    }
+}
