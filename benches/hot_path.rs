@@ -164,7 +164,7 @@ fn benches(c: &mut Criterion) {
     let bytes20 = serde_json::to_vec(&body20).expect("json");
     let to_upstream = |mut req: ChatRequest| {
         let offered = req.offered_tools().expect("tools");
-        let d = policy.decide(&offered);
+        let d = policy.decide(&offered.names());
         req.apply(&d.keep);
         let (fields, tools) = req.into_parts();
         let texts = tools.as_ref().map(|t| t.texts());

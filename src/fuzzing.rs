@@ -67,11 +67,17 @@ fn pieces<'a>(s: &'a str, sizes: &[u8]) -> Vec<&'a str> {
 type ReadAs<'a> = (
     &'a Map<String, Value>,
     Option<Vec<&'a str>>,
-    Option<Vec<Arc<str>>>,
+    Option<Vec<String>>,
 );
 
 fn read_as(req: &ChatRequest) -> ReadAs<'_> {
-    (&req.fields, req.raw_tools(), req.offered_tools().ok())
+    (&req.fields, req.raw_tools(), offered_names(req).ok())
+}
+
+/// The names a request offers, or why it is refused.
+fn offered_names(req: &ChatRequest) -> Result<Vec<String>, crate::error::Error> {
+    req.offered_tools()
+        .map(|o| o.names().into_iter().map(String::from).collect())
 }
 
 /// The agent chat body rewrite, in the order the handler runs it: legacy
@@ -144,7 +150,7 @@ pub fn chat_body(data: &[u8]) {
     if refuse_legacy_functions(&req.fields).is_err() {
         return;
     }
-    let Ok(offered) = req.offered_tools() else {
+    let Ok(offered) = offered_names(&req) else {
         return;
     };
     assert!(offered.len() <= crate::agents::tools::MAX_REQUEST_TOOLS);
@@ -188,7 +194,7 @@ pub fn chat_body(data: &[u8]) {
         req.apply(&decision.keep);
     }
     // What goes upstream offers only kept tools.
-    if let Ok(left) = req.offered_tools() {
+    if let Ok(left) = offered_names(&req) {
         assert!(left.iter().all(|n| decision.keep.contains(n)), "{left:?}");
     }
     assert!(decision.held.iter().all(|n| !decision.keep.contains(n)));
@@ -223,7 +229,7 @@ pub fn chat_body(data: &[u8]) {
         return;
     }
     // Tool names are not scanned: the tool rules' decision still holds.
-    if let Ok(after) = req.offered_tools() {
+    if let Ok(after) = offered_names(&req) {
         assert!(after.iter().all(|n| decision.keep.contains(n)));
     }
     let _ = is_stream(&req.fields);

@@ -126,7 +126,10 @@ impl ToolPolicy<'_> {
     }
 
     pub fn decide<S: AsRef<str> + Clone>(&self, offered: &[S]) -> ToolDecision<S> {
-        let mut d = ToolDecision::default();
+        let mut d = ToolDecision {
+            keep: Vec::with_capacity(offered.len()),
+            held: Vec::new(),
+        };
         let contract: Names = self.contract.iter().map(String::as_str).collect();
         let mut held_seen = Names::default();
         for offered_name in offered {
@@ -218,6 +221,32 @@ struct ReadTool {
     len: usize,
     /// `function.name` (shared by every request that sends the list), or why the tool is refused.
     name: Result<Arc<str>, ToolFault>,
+}
+
+/// The tools a request offers, each with a name by the rule (see
+/// [`ChatRequest::offered_tools`]): the request's reading of its list,
+/// shared, so the names are lent rather than copied (their shared pointers'
+/// counts, touched from both serving threads, cost more than the rest of
+/// the decision).
+#[derive(Debug, Default)]
+pub struct OfferedTools {
+    read: Option<Arc<ReadList>>,
+    keep: Vec<bool>,
+}
+
+impl OfferedTools {
+    /// The function names, in offered order.
+    pub fn names(&self) -> Vec<&str> {
+        let Some(read) = &self.read else {
+            return Vec::new();
+        };
+        read.tools
+            .iter()
+            .zip(&self.keep)
+            .filter(|(_, &k)| k)
+            .filter_map(|(t, _)| t.name.as_deref().ok())
+            .collect()
+    }
 }
 
 /// Why an offered tool is refused.
@@ -801,10 +830,10 @@ impl ChatRequest {
     /// records nothing and costs nothing. A tool object or function object
     /// that repeats the key the rules read is refused too: the upstream might
     /// read the other one.
-    pub fn offered_tools(&self) -> Result<Vec<Arc<str>>, Error> {
+    pub fn offered_tools(&self) -> Result<OfferedTools, Error> {
         let Some(tools) = &self.tools else {
             return match self.fields.get("tools") {
-                None | Some(Value::Null) => Ok(Vec::new()),
+                None | Some(Value::Null) => Ok(OfferedTools::default()),
                 Some(_) => Err(Error::validation("tools", "'tools' must be a list.")),
             };
         };
@@ -818,26 +847,26 @@ impl ChatRequest {
             )
             .with_param("tools"));
         }
-        tools
-            .kept()
-            .enumerate()
-            .map(|(i, (_, t))| {
-                t.name.clone().map_err(|fault| {
-                    let message = match fault {
-                        ToolFault::Name => format!(
-                            "tools[{i}].function.name must be 1 to 64 of letters, digits, _ and -."
-                        ),
-                        ToolFault::NotFunction => format!(
-                            "tools[{i}].type must be \"function\": tool rules apply to function tools."
-                        ),
-                        ToolFault::TooDeep => {
-                            format!("tools[{i}] nests more than {TOOL_MAX_DEPTH} levels deep.")
-                        }
-                    };
-                    Error::validation("tools", message)
-                })
-            })
-            .collect()
+        for (i, (_, t)) in tools.kept().enumerate() {
+            if let Err(fault) = &t.name {
+                let message = match fault {
+                    ToolFault::Name => format!(
+                        "tools[{i}].function.name must be 1 to 64 of letters, digits, _ and -."
+                    ),
+                    ToolFault::NotFunction => format!(
+                        "tools[{i}].type must be \"function\": tool rules apply to function tools."
+                    ),
+                    ToolFault::TooDeep => {
+                        format!("tools[{i}] nests more than {TOOL_MAX_DEPTH} levels deep.")
+                    }
+                };
+                return Err(Error::validation("tools", message));
+            }
+        }
+        Ok(OfferedTools {
+            read: Some(Arc::clone(&tools.read)),
+            keep: tools.keep.clone(),
+        })
     }
 
     /// Removes every tool not in `keep`; drops `tool_choice` when it names a
@@ -1055,8 +1084,8 @@ pub fn refuse_legacy_functions(body: &Map<String, Value>) -> Result<(), Error> {
 mod tests {
     use super::*;
 
-    fn strings(names: Vec<Arc<str>>) -> Vec<String> {
-        names.iter().map(|n| n.to_string()).collect()
+    fn strings(offered: OfferedTools) -> Vec<String> {
+        offered.names().iter().map(|n| n.to_string()).collect()
     }
 
     fn body(v: Value) -> Map<String, Value> {

@@ -145,14 +145,14 @@ async fn agent_chat(
         decisions: &decisions,
         allow_local_mcp: agent.allow_local_mcp,
     };
-    let decision = policy.decide(&offered);
+    let decision = policy.decide(&offered.names());
     if request.has_tool_fields() {
         request.apply(&decision.keep);
     }
     let unseen: Vec<String> = decision
         .held
         .iter()
-        .filter(|t| !decisions.contains_key(t.as_ref()))
+        .filter(|t| !decisions.contains_key(**t))
         .map(|t| t.to_string())
         .collect();
     if !unseen.is_empty() {
