@@ -550,9 +550,10 @@ async fn tool_mode_off_sends_no_tools_upstream() {
     assert!(sent.get("tool_choice").is_none(), "{sent}");
 }
 
-/// An app sends the same `tools` list every turn; from the second turn on
-/// the gateway finds it remembered instead of reading it again. What reaches
-/// the upstream is the turn's own body all the same.
+/// An app sends the same `tools` list every turn; from the second turn on it
+/// is a list the gateway has read before, which it finds in the body without
+/// reading it again (`agents::tools`' unit tests check that way against a
+/// whole read). What reaches the upstream is the turn's own body all the same.
 #[tokio::test]
 async fn a_tools_list_sent_again_reaches_the_upstream_like_the_first_time() {
     let env = env("again", json!({})).await;

@@ -85,8 +85,8 @@ pub struct ToolPolicy<'a> {
     pub allow_local_mcp: bool,
 }
 
-/// `S` is how the names were offered: `String`, or `Arc<str>` as a request's
-/// list gives them (copied without an allocation).
+/// `S` is how the names were offered: `String`, or `&str` lent by a
+/// request's [`OfferedTools`].
 #[derive(Debug, PartialEq, Eq)]
 pub struct ToolDecision<S = String> {
     /// Tools that go upstream, in offered order.
@@ -287,9 +287,11 @@ struct ReadLists {
 type KnownList = (Arc<str>, Arc<ReadList>);
 
 /// Lists of one app share their beginning (the first tools), so a head
-/// holds a few lists; a list pushed out of its head stays in `by_text`.
+/// holds several lists. One pushed out of its head stays in `by_text`, and
+/// goes back into its head the next time a body brings it (see
+/// [`remembered`]).
 const LIST_HEAD: usize = 64;
-const LISTS_PER_HEAD: usize = 4;
+const LISTS_PER_HEAD: usize = 8;
 
 /// The most [`ReadLists`] keeps (counted by [`kept_bytes`]), and the longest list it keeps.
 const READ_LISTS_BYTES: usize = 1024 * 1024;
@@ -312,8 +314,20 @@ fn remembered(
     lists: &parking_lot::RwLock<ReadLists>,
     text: &str,
 ) -> Result<Arc<ReadList>, serde_json::Error> {
-    if let Some(read) = lists.read().by_text.get(text) {
-        return Ok(Arc::clone(read));
+    let known = {
+        let lists = lists.read();
+        lists.by_text.get_key_value(text).map(|(text, read)| {
+            let in_head = lists.in_head(text);
+            ((Arc::clone(text), Arc::clone(read)), in_head)
+        })
+    };
+    if let Some(((text, read), in_head)) = known {
+        // Remembered, but pushed out of its head, or this body would not
+        // have been read whole: back into it.
+        if !in_head {
+            lists.write().put_in_head(&text, &read);
+        }
+        return Ok(read);
     }
     let read = Arc::new(read_list_now(text)?);
     if text.len() <= READ_LIST_MAX_BYTES && read.len <= MAX_REQUEST_TOOLS {
@@ -325,43 +339,64 @@ fn remembered(
         if !lists.by_text.contains_key(text) {
             let text: Arc<str> = text.into();
             lists.by_text.insert(Arc::clone(&text), Arc::clone(&read));
-            if let Some(head) = text.as_bytes().first_chunk::<LIST_HEAD>() {
-                let known = lists.by_head.entry(*head).or_default();
-                if known.len() == LISTS_PER_HEAD {
-                    known.remove(0);
-                }
-                known.push((text, Arc::clone(&read)));
-            }
+            lists.put_in_head(&text, &read);
             lists.bytes += cost;
         }
     }
     Ok(read)
 }
 
-/// What a remembered list takes: its text, and a bound on the entry's own
-/// memory (map slots, `Arc`s, its head, each tool's span and name of at
-/// most 64 bytes), so that many small lists count too.
+impl ReadLists {
+    /// Whether `text`, remembered, can be found by its head (always for a
+    /// list too short to have one: there is nothing to do for it).
+    fn in_head(&self, text: &Arc<str>) -> bool {
+        text.as_bytes()
+            .first_chunk::<LIST_HEAD>()
+            .is_none_or(|head| {
+                self.by_head
+                    .get(head)
+                    .is_some_and(|known| known.iter().any(|(t, _)| Arc::ptr_eq(t, text)))
+            })
+    }
+
+    /// Puts a remembered list into its head, the oldest of a full head out.
+    fn put_in_head(&mut self, text: &Arc<str>, read: &Arc<ReadList>) {
+        if self.in_head(text) {
+            return;
+        }
+        if let Some(head) = text.as_bytes().first_chunk::<LIST_HEAD>() {
+            let known = self.by_head.entry(*head).or_default();
+            if known.len() == LISTS_PER_HEAD {
+                known.remove(0);
+            }
+            known.push((Arc::clone(text), Arc::clone(read)));
+        }
+    }
+}
+
+/// What a remembered list takes, counted on the high side: its text, and
+/// its share of the maps' slots (with their spare capacity), of its head's
+/// list, the `Arc`s' counts, and each tool's span and name of at most 64
+/// bytes, so that many small lists count too.
 fn kept_bytes(text: &str, read: &ReadList) -> usize {
-    text.len() + 256 + 128 * read.tools.len()
+    text.len() + 640 + 128 * read.tools.len()
 }
 
 /// Where a remembered list is the `tools` of `body`: its start, and the list.
 /// Found by walking the body's top-level members (skipping their values,
 /// unread) and comparing the text at the `tools` value with the remembered
-/// lists of the same head; `None` when there is no `tools`, more than one,
-/// an escaped key (it could spell `tools`), or a list not remembered. The
-/// body is not validated here: a list that is valid JSON standing where a
-/// value starts leaves the body valid or not as the rest of it is, so the
-/// caller parses the rest (see [`ChatRequest::parse`]).
+/// lists of the same head. `None` when the body is not an object, has no
+/// `tools`, more than one, or an escaped key (it could spell `tools`), or
+/// when the list is not in its head (not remembered, shorter than a head,
+/// or pushed out of it). The body is not validated here: a list that is
+/// valid JSON standing where a value starts leaves the body valid or not as
+/// the rest of it is, so the caller parses the rest (see
+/// [`ChatRequest::parse`]). The lock is taken only to look at the list.
 fn remembered_list_in(
     lists: &parking_lot::RwLock<ReadLists>,
     body: &[u8],
 ) -> Option<(usize, KnownList)> {
     memchr::memmem::find(body, b"\"tools\"")?;
-    let lists = lists.read();
-    if lists.by_head.is_empty() {
-        return None;
-    }
     let mut s = Scanner::new(body);
     s.long_strings = true;
     s.ws();
@@ -376,18 +411,19 @@ fn remembered_list_in(
         } else if key == b"tools" {
             let at = s.i;
             let rest = s.b.get(at..).unwrap_or_default();
-            let known = rest
-                .first_chunk::<LIST_HEAD>()
-                .and_then(|head| lists.by_head.get(head))
-                .and_then(|known| {
-                    known
-                        .iter()
-                        .find(|(text, _)| rest.starts_with(text.as_bytes()))
-                });
+            let known = rest.first_chunk::<LIST_HEAD>().and_then(|head| {
+                let lists = lists.read();
+                let (text, read) = lists
+                    .by_head
+                    .get(head)?
+                    .iter()
+                    .find(|(text, _)| rest.starts_with(text.as_bytes()))?;
+                Some((Arc::clone(text), Arc::clone(read)))
+            });
             match known {
                 Some((text, read)) => {
                     s.i = at + text.len();
-                    found = Some((at, (Arc::clone(text), Arc::clone(read))));
+                    found = Some((at, (text, read)));
                 }
                 None => {
                     give_up = true;
@@ -563,7 +599,10 @@ fn scan_tool(text: &str) -> Option<Result<String, ToolFault>> {
     })
 }
 
-/// A cursor over valid JSON text that tracks how deeply it nests.
+/// A cursor over JSON text that tracks how deeply it nests. It reads valid
+/// JSON as a parser does; over any other bytes it moves on without failing
+/// (and without panicking), and what it finds there is not to be trusted
+/// on its own (see [`remembered_list_in`]).
 struct Scanner<'a> {
     b: &'a [u8],
     i: usize,
@@ -819,7 +858,9 @@ impl ChatRequest {
         let mut de = serde_json::Deserializer::from_slice(&rest);
         let req = de.deserialize_map(Fields(Some(known))).ok()?;
         de.end().ok()?;
-        // The `0` was the value of the one `tools` key, so the list is in.
+        // The scan found one `tools` key and no escaped key, so the `0` was
+        // its value and the list is in. (Had it missed a later `tools`, that
+        // one replaced the list, as in a whole read: the last key counts.)
         req.tools.is_some().then_some(req)
     }
 
@@ -1689,17 +1730,25 @@ mod tests {
         with_list(&lists);
         let other = LIST.replace("write_file", "write_fil");
         for body in [
-            // Not remembered, or a remembered list with more after it.
+            // Not remembered: a list of the same head, and a longer one
+            // that begins as the remembered list does.
             format!(r#"{{"tools":{other}}}"#),
-            format!(r#"{{"tools":[{}]}}"#, &LIST[1..]),
+            format!(
+                r#"{{"tools":{},{{"type":"function","function":{{"name":"run"}}}}]}}"#,
+                &LIST[..LIST.len() - 1]
+            ),
             // Two `tools`, or a key that may spell it.
             format!(r#"{{"tools":{LIST},"tools":null}}"#),
             format!(r#"{{"tools":null,"tools":{LIST}}}"#),
             format!(r#"{{"tool\u0073":{LIST}}}"#),
             format!(r#"{{"m\"x":1,"tools":{LIST}}}"#),
-            // Not at the top level, or inside a string.
+            // Not at the top level, or inside a string (the nested key
+            // brings the scan past the string).
             format!(r#"{{"x":{{"tools":{LIST}}}}}"#),
-            format!(r#"{{"x":"\"tools\":{}"}}"#, LIST.replace('"', "\\\"")),
+            format!(
+                r#"{{"x":"\"tools\":{}","y":{{"tools":1}}}}"#,
+                LIST.replace('"', "\\\"")
+            ),
             format!(r#"[{{"tools":{LIST}}}]"#),
             // Not JSON around a remembered list.
             format!(r#"{{"tools":{LIST}"#),
@@ -1769,11 +1818,14 @@ mod tests {
     #[test]
     fn lists_shorter_than_a_head_are_remembered_but_not_found_in_bodies() {
         let lists = parking_lot::RwLock::new(ReadLists::default());
+        with_list(&lists);
         let short = r#"[{"function":{"name":"a"}}]"#;
         remembered(&lists, short).unwrap();
         assert!(lists.read().by_text.contains_key(short));
-        let body = format!(r#"{{"tools":{short}}}"#);
+        let body = format!(r#"{{"tools":{short},"pad":"{}"}}"#, "x".repeat(LIST_HEAD));
         assert!(ChatRequest::parse_remembered(&lists, body.as_bytes()).is_none());
+        let body = format!(r#"{{"tools":{LIST},"pad":"{}"}}"#, "x".repeat(LIST_HEAD));
+        assert!(ChatRequest::parse_remembered(&lists, body.as_bytes()).is_some());
     }
 
     #[test]
@@ -1790,5 +1842,9 @@ mod tests {
         assert!(!found(0), "the oldest list left its head");
         assert!((1..=LISTS_PER_HEAD).all(found));
         assert!(lists.read().by_text.contains_key(list(0).as_str()));
+        // Brought again (and so read whole), it goes back into its head.
+        remembered(&lists, &list(0)).unwrap();
+        assert!(found(0), "back in its head");
+        assert!(!found(1), "the next oldest left it");
     }
 }

@@ -269,7 +269,7 @@ mod tests {
     }
 
     #[test]
-    fn the_model_routes_skip_the_router_and_their_near_misses_do_not() {
+    fn model_and_agent_chat_routes_skip_the_router_and_their_near_misses_do_not() {
         for path in ["/v1/chat/completions", "/v1/embeddings", "/v1/rerank"] {
             assert_eq!(direct("POST", path), Some(path));
         }
