@@ -78,6 +78,32 @@ pub fn tree_would_read(text: &[u8]) -> bool {
     true
 }
 
+/// Whether the inside of a JSON array that serde has skipped through is
+/// only plain numbers a tree reads as finite floats: digits, signs, points,
+/// exponents, commas and white space, with the number rules of
+/// [`tree_would_read`]. One pass where a check of the bytes and then
+/// [`tree_would_read`] took two (an embeddings answer is mostly numbers).
+pub fn plain_finite_numbers(inner: &[u8]) -> bool {
+    let (mut run, mut exponent) = (0usize, false);
+    for &b in inner {
+        match b {
+            b'0'..=b'9' => {
+                run += 1;
+                if run > MAX_DIGIT_RUN || (exponent && run > 2) {
+                    return false;
+                }
+                continue;
+            }
+            b'e' | b'E' => exponent = true,
+            b'+' | b'-' => {}
+            b'.' | b',' | b' ' | b'\t' | b'\n' | b'\r' => exponent = false,
+            _ => return false,
+        }
+        run = 0;
+    }
+    true
+}
+
 /// `T` read only from a JSON object. A derived `Deserialize` also takes an
 /// array of the fields in order (`["a", [1]]` for `{model, messages}`),
 /// which a reader that stands in for a tree's `get("field")` must refuse.
@@ -147,6 +173,75 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The two passes [`plain_finite_numbers`] stands for.
+    fn plain_then_tree(inner: &[u8]) -> bool {
+        inner.iter().all(|b| b"0123456789eE+-., \t\n\r".contains(b)) && tree_would_read(inner)
+    }
+
+    #[test]
+    fn plain_finite_numbers_agrees_with_a_byte_check_then_tree_would_read() {
+        let long = "9".repeat(MAX_DIGIT_RUN);
+        let longer = "9".repeat(MAX_DIGIT_RUN + 1);
+        let mut cases: Vec<String> = [
+            "",
+            "1",
+            "-0.5, 2e10,3E-07",
+            " 1 ,\t2\n",
+            "1e100",
+            "1e1000",
+            "1.5e+99",
+            "1e+999",
+            "1e-5.5",
+            "1e5 5",
+            "\"1\"",
+            "[1]",
+            "1,null",
+            "x",
+            "1\u{e9}",
+            "1e+1.11111",
+        ]
+        .iter()
+        .map(|c| c.to_string())
+        .collect();
+        cases.push(long.clone());
+        cases.push(longer);
+        cases.push(format!("0.{long}"));
+        cases.push(format!("1e2{long}"));
+        // Every short string over the alphabet that matters, and one byte past it.
+        let alphabet = b"09eE+-., x";
+        let mut strings = vec![Vec::new()];
+        for _ in 0..4 {
+            strings = strings
+                .iter()
+                .flat_map(|s| {
+                    alphabet.iter().map(move |c| {
+                        let mut s = s.clone();
+                        s.push(*c);
+                        s
+                    })
+                })
+                .collect();
+            for s in &strings {
+                assert_eq!(
+                    plain_finite_numbers(s),
+                    plain_then_tree(s),
+                    "{}",
+                    String::from_utf8_lossy(s)
+                );
+            }
+        }
+        for c in cases {
+            assert_eq!(
+                plain_finite_numbers(c.as_bytes()),
+                plain_then_tree(c.as_bytes()),
+                "{c}"
+            );
+        }
+        assert!(plain_finite_numbers(b"1.5, -2e10"));
+        assert!(!plain_finite_numbers(b"1e100"));
+        assert!(!plain_finite_numbers(format!("1{long}").as_bytes()));
+    }
 
     #[derive(serde::Deserialize, Debug)]
     #[allow(dead_code)]

@@ -59,27 +59,10 @@ impl NumbersText {
     /// digits, signs, points, commas and white space between its brackets (a
     /// valid JSON value with no other byte can be nothing else), and numbers
     /// a tree reads without finding them out of range
-    /// ([`crate::json::tree_would_read`]).
+    /// ([`crate::json::plain_finite_numbers`]).
     pub fn new(raw: &serde_json::value::RawValue) -> Option<NumbersText> {
         let inner = raw.get().strip_prefix('[')?.strip_suffix(']')?;
-        let plain = inner.bytes().all(|b| {
-            matches!(
-                b,
-                b'0'..=b'9'
-                    | b'e'
-                    | b'E'
-                    | b'+'
-                    | b'-'
-                    | b'.'
-                    | b','
-                    | b' '
-                    | b'\t'
-                    | b'\n'
-                    | b'\r'
-            )
-        });
-        (plain && crate::json::tree_would_read(inner.as_bytes()))
-            .then(|| NumbersText(raw.to_owned()))
+        crate::json::plain_finite_numbers(inner.as_bytes()).then(|| NumbersText(raw.to_owned()))
     }
 
     /// The numbers as floats (finite: see [`NumbersText::new`]).
