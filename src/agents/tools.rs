@@ -95,15 +95,6 @@ pub struct ToolDecision<S = String> {
     pub held: Vec<S>,
 }
 
-impl<S> Default for ToolDecision<S> {
-    fn default() -> Self {
-        ToolDecision {
-            keep: Vec::new(),
-            held: Vec::new(),
-        }
-    }
-}
-
 impl ToolPolicy<'_> {
     pub fn class_of(&self, name: &str) -> ToolClass {
         self.classes
