@@ -1820,6 +1820,25 @@ mod tests {
     }
 
     #[test]
+    fn a_list_of_exactly_a_heads_length_is_found_and_one_byte_shorter_is_not() {
+        let lists = parking_lot::RwLock::new(ReadLists::default());
+        // `[{"function":{"name":"` and `"}}]` around a name: 26 bytes of frame.
+        let list =
+            |len: usize| format!(r#"[{{"function":{{"name":"{}"}}}}]"#, "a".repeat(len - 26));
+        let (at, under) = (list(LIST_HEAD), list(LIST_HEAD - 1));
+        assert_eq!((at.len(), under.len()), (LIST_HEAD, LIST_HEAD - 1));
+        remembered(&lists, &at).unwrap();
+        remembered(&lists, &under).unwrap();
+        let pad = "x".repeat(LIST_HEAD);
+        let found = |list: &str| {
+            let body = format!(r#"{{"tools":{list},"pad":"{pad}"}}"#);
+            ChatRequest::parse_remembered(&lists, body.as_bytes()).is_some()
+        };
+        assert!(found(&at));
+        assert!(!found(&under));
+    }
+
+    #[test]
     fn a_head_keeps_its_newest_lists_and_the_rest_stay_remembered() {
         let lists = parking_lot::RwLock::new(ReadLists::default());
         let list = |i: usize| LIST.replace("write_file", &format!("write_{i}"));
