@@ -36,21 +36,23 @@ pub fn tree_would_read(text: &[u8]) -> bool {
     while i < text.len() {
         match text[i] {
             b'"' => {
+                // To the closing quote, escape by escape: a chat body is
+                // mostly text, and a byte at a time was a third of reading one.
                 i += 1;
-                while i < text.len() && text[i] != b'"' {
-                    if text[i] == b'\\' {
-                        i += 1;
-                        let surrogate = text.get(i) == Some(&b'u')
-                            && matches!(text.get(i + 1), Some(b'd' | b'D'))
-                            && matches!(
-                                text.get(i + 2),
-                                Some(b'8'..=b'9' | b'a'..=b'f' | b'A'..=b'F')
-                            );
-                        if surrogate {
-                            return false;
-                        }
+                loop {
+                    let rest = text.get(i..).unwrap_or_default();
+                    let Some(at) = memchr::memchr2(b'"', b'\\', rest) else {
+                        i = text.len();
+                        break;
+                    };
+                    i += at;
+                    if text[i] == b'"' {
+                        break;
                     }
-                    i += 1;
+                    if is_surrogate_escape(&text[i + 1..]) {
+                        return false;
+                    }
+                    i += 2;
                 }
             }
             b'{' | b'[' => {
@@ -76,6 +78,13 @@ pub fn tree_would_read(text: &[u8]) -> bool {
         i += 1;
     }
     true
+}
+
+/// Whether the text after a backslash escapes a surrogate (`uD800`–`uDFFF`).
+fn is_surrogate_escape(after: &[u8]) -> bool {
+    after.first() == Some(&b'u')
+        && matches!(after.get(1), Some(b'd' | b'D'))
+        && matches!(after.get(2), Some(b'8'..=b'9' | b'a'..=b'f' | b'A'..=b'F'))
 }
 
 /// Whether the inside of a JSON array that serde has skipped through is
@@ -241,6 +250,93 @@ mod tests {
         assert!(plain_finite_numbers(b"1.5, -2e10"));
         assert!(!plain_finite_numbers(b"1e100"));
         assert!(!plain_finite_numbers(format!("1{long}").as_bytes()));
+    }
+
+    /// [`tree_would_read`] a byte at a time, as it was before strings were
+    /// skipped with `memchr`.
+    fn byte_by_byte(text: &[u8]) -> bool {
+        if std::str::from_utf8(text).is_err() {
+            return false;
+        }
+        let (mut depth, mut run, mut exponent) = (0usize, 0usize, false);
+        let mut i = 0;
+        while i < text.len() {
+            match text[i] {
+                b'"' => {
+                    i += 1;
+                    while i < text.len() && text[i] != b'"' {
+                        if text[i] == b'\\' {
+                            i += 1;
+                            if is_surrogate_escape(&text[i..]) {
+                                return false;
+                            }
+                        }
+                        i += 1;
+                    }
+                }
+                b'{' | b'[' => {
+                    depth += 1;
+                    if depth > 127 {
+                        return false;
+                    }
+                }
+                b'}' | b']' => depth = depth.saturating_sub(1),
+                b'0'..=b'9' => {
+                    run += 1;
+                    if run > MAX_DIGIT_RUN || (exponent && run > 2) {
+                        return false;
+                    }
+                    i += 1;
+                    continue;
+                }
+                b'e' | b'E' => exponent = true,
+                b'+' | b'-' => {}
+                _ => exponent = false,
+            }
+            run = 0;
+            i += 1;
+        }
+        true
+    }
+
+    #[test]
+    fn tree_would_read_skips_strings_as_a_byte_at_a_time_did() {
+        // Every string of up to 5 bytes over what matters in and around
+        // strings, and those bytes around a long string.
+        let alphabet = b"\"\\ud8Dx1e[";
+        let mut strings = vec![Vec::new()];
+        for _ in 0..5 {
+            strings = strings
+                .iter()
+                .flat_map(|s| {
+                    alphabet.iter().map(move |c| {
+                        let mut s = s.clone();
+                        s.push(*c);
+                        s
+                    })
+                })
+                .collect();
+            for s in &strings {
+                assert_eq!(
+                    tree_would_read(s),
+                    byte_by_byte(s),
+                    "{}",
+                    String::from_utf8_lossy(s)
+                );
+                let long = [&b"\""[..], &[b'a'; 100], s, &[b'b'; 100], s].concat();
+                assert_eq!(
+                    tree_would_read(&long),
+                    byte_by_byte(&long),
+                    "{}",
+                    String::from_utf8_lossy(&long)
+                );
+            }
+        }
+        assert!(!tree_would_read(br#"{"a": "x\ud800"}"#));
+        assert!(tree_would_read(br#"{"a": "x\\ud800"}"#));
+        assert!(!tree_would_read(
+            format!(r#"{{"a": "{}", "b": 1e400}}"#, "y".repeat(300)).as_bytes()
+        ));
     }
 
     #[derive(serde::Deserialize, Debug)]
