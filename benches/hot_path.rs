@@ -8,8 +8,10 @@ use std::collections::HashMap;
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use gatehouse::agents::tools::{ChatRequest, ToolClass, ToolMode, ToolPolicy, ToolStatus};
-use gatehouse::proxy::body::ChatBody;
+use gatehouse::agents::tools::{
+    ChatRequest, ToolClass, ToolMode, ToolPolicy, ToolStatus, Upstream,
+};
+use gatehouse::proxy::body::{ChatBody, RawChat};
 use gatehouse::proxy::chat::{check_body, rewrite_model, splice_chunk_into, strip_usage};
 use gatehouse::proxy::sse::SseParser;
 use gatehouse_pii::{Counts, Mode, Scanner, Vault};
@@ -159,23 +161,56 @@ fn benches(c: &mut Criterion) {
     };
     // The agent chat body from bytes to the upstream's bytes: parse (the
     // tools list kept as text), tool checks, filtering, serialisation. As
-    // the handler parses it (the list found remembered from the first
-    // round on, as an app sends the same list every turn), and read whole.
-    let bytes20 = serde_json::to_vec(&body20).expect("json");
+    // the handler parses it without PII protection (the list found
+    // remembered from the first round on, as an app sends the same list
+    // every turn; the other fields kept as text), with it (a tree of the
+    // other fields), and read whole.
+    let bytes20 = bytes::Bytes::from(serde_json::to_vec(&body20).expect("json"));
     let to_upstream = |mut req: ChatRequest| {
         let offered = req.offered_tools().expect("tools");
         let d = policy.decide(&offered.names());
         req.apply(&d.keep);
-        let (fields, tools) = req.into_parts();
-        let texts = tools.as_ref().map(|t| t.texts());
-        let mut t = ChatBody::new(&fields, texts.as_deref()).expect("body");
+        let mut t = match req.into_upstream() {
+            Upstream::Tree(fields, tools) => {
+                let texts = tools.as_ref().map(|t| t.texts());
+                ChatBody::new(&fields, texts.as_deref()).expect("body")
+            }
+            Upstream::Text {
+                after_model,
+                stream,
+                prompt_chars,
+            } => ChatBody::spliced(&RawChat::assembled(after_model, stream, prompt_chars)),
+        };
         black_box((t.for_model("upstream/model"), d.held));
     };
     c.bench_function("agent_request_20_tools", |b| {
-        b.iter(|| to_upstream(ChatRequest::parse(black_box(&bytes20)).expect("json")))
+        b.iter(|| to_upstream(ChatRequest::parse(black_box(&bytes20), true).expect("json")))
+    });
+    c.bench_function("agent_request_20_tools_tree", |b| {
+        b.iter(|| to_upstream(ChatRequest::parse(black_box(&bytes20), false).expect("json")))
     });
     c.bench_function("agent_request_20_tools_read_whole", |b| {
         b.iter(|| to_upstream(serde_json::from_slice(black_box(&bytes20)).expect("json")))
+    });
+    // Later in a conversation: an app sends the whole of it every turn.
+    let mut long = body20.clone();
+    let said =
+        "Here is what I found in the workspace, file by file, with a line on each. ".repeat(4);
+    long["messages"] = (0..40)
+        .map(|i| match i % 4 {
+            0 => json!({"role": "user", "content": format!("Step {i}: {said}")}),
+            1 => json!({"role": "assistant", "content": null, "tool_calls": [{"id": format!("call_{i}"),
+                 "type": "function", "function": {"name": "tool_0", "arguments": "{\"path\":\"src/main.rs\"}"}}]}),
+            2 => json!({"role": "tool", "tool_call_id": format!("call_{}", i - 1), "content": said}),
+            _ => json!({"role": "assistant", "content": said}),
+        })
+        .collect();
+    let long = bytes::Bytes::from(serde_json::to_vec(&long).expect("json"));
+    c.bench_function("agent_request_20_tools_40_messages", |b| {
+        b.iter(|| to_upstream(ChatRequest::parse(black_box(&long), true).expect("json")))
+    });
+    c.bench_function("agent_request_20_tools_40_messages_tree", |b| {
+        b.iter(|| to_upstream(ChatRequest::parse(black_box(&long), false).expect("json")))
     });
 
     let scanner = Scanner::new(&[]).expect("scanner");

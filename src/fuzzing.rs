@@ -13,15 +13,13 @@ use gatehouse_pii::{Counts, Mode, Scanner, StreamRestorer, Vault};
 use serde_json::{Map, Value};
 
 use crate::agents::agent::{AgentAddress, ToolName};
-use crate::agents::approvals::{answered_calls, enforce, tool_calls_of_response, ApprovalState};
+use crate::agents::approvals::{tool_calls_of_response, ApprovalState};
 use crate::agents::chat::parse_headers;
 use crate::agents::ids::{is_conversation_id, is_tool_name};
 use crate::agents::manifest;
-use crate::agents::tools::{
-    refuse_legacy_functions, ChatRequest, ToolClass, ToolMode, ToolPolicy, ToolStatus,
-};
+use crate::agents::tools::{ChatRequest, ToolClass, ToolMode, ToolPolicy, ToolStatus, Upstream};
 use crate::proxy::agui::AgUi;
-use crate::proxy::body::ChatBody;
+use crate::proxy::body::{ChatBody, RawChat};
 use crate::proxy::chat::{
     ask_for_usage, check_body, completion_chars, is_stream, prompt_chars, rewrite_model,
     strip_usage, usage_tokens,
@@ -65,13 +63,13 @@ fn pieces<'a>(s: &'a str, sizes: &[u8]) -> Vec<&'a str> {
 
 /// What the handler reads of an agent chat body.
 type ReadAs<'a> = (
-    &'a Map<String, Value>,
+    Option<&'a Map<String, Value>>,
     Option<Vec<&'a str>>,
     Option<Vec<String>>,
 );
 
 fn read_as(req: &ChatRequest) -> ReadAs<'_> {
-    (&req.fields, req.raw_tools(), offered_names(req).ok())
+    (req.fields(), req.raw_tools(), offered_names(req).ok())
 }
 
 /// The names a request offers, or why it is refused.
@@ -89,7 +87,7 @@ pub fn chat_body(data: &[u8]) {
     // with the list found remembered; the same either way.
     match (
         serde_json::from_slice::<ChatRequest>(json),
-        ChatRequest::parse(json),
+        ChatRequest::parse(&bytes::Bytes::copy_from_slice(json), false),
     ) {
         (Ok(whole), Ok(again)) => assert_eq!(read_as(&whole), read_as(&again)),
         (Err(_), Err(_)) => {}
@@ -128,10 +126,10 @@ pub fn chat_body(data: &[u8]) {
     }
 
     // Agent chat keeps a `tools` list as text: the same body all the same.
-    let mut req: ChatRequest =
+    let req: ChatRequest =
         serde_json::from_slice(json).expect("a JSON object parses as an agent chat body");
     {
-        let mut whole = req.fields.clone();
+        let mut whole = req.fields().expect("read whole: a tree").clone();
         if let Some(ts) = req.raw_tools() {
             let v = ts
                 .iter()
@@ -147,16 +145,35 @@ pub fn chat_body(data: &[u8]) {
             );
         }
     }
-    if refuse_legacy_functions(&req.fields).is_err() {
-        return;
+    // Its fields kept as the client's text when they can be: the rules end
+    // the same way, and the upstream gets the same body.
+    let text = ChatRequest::parse(&bytes::Bytes::copy_from_slice(json), true)
+        .expect("what parses whole parses with its fields kept as text");
+    let instructions = (opts & 0x40 != 0).then_some("Be \"brief\".");
+    let tree_end = agent_rules(req, opts, instructions);
+    let text_end = agent_rules(text, opts, instructions);
+    assert_eq!(tree_end, text_end);
+}
+
+/// How [`agent_rules`] ended: at which refusal, or with the upstream body,
+/// whether it streams and its prompt's characters.
+type RulesEnd = Result<(Value, bool, usize), &'static str>;
+
+/// Agent chat's rules, in the order the handler runs them.
+fn agent_rules(mut req: ChatRequest, opts: u8, instructions: Option<&str>) -> RulesEnd {
+    if req.refuse_legacy_functions().is_err() {
+        return Err("legacy functions");
     }
     let Ok(offered) = offered_names(&req) else {
-        return;
+        return Err("tools");
     };
     assert!(offered.len() <= crate::agents::tools::MAX_REQUEST_TOOLS);
     assert!(offered.iter().all(|n| is_tool_name(n)));
-    if check_body(&req.fields).is_err() {
-        return;
+    if req.fields().is_some_and(|f| check_body(f).is_err()) {
+        return Err("checks");
+    }
+    if let Some(i) = instructions {
+        req.put_instructions(i);
     }
     let mode = [
         ToolMode::Off,
@@ -199,7 +216,7 @@ pub fn chat_body(data: &[u8]) {
     }
     assert!(decision.held.iter().all(|n| !decision.keep.contains(n)));
 
-    let answered = answered_calls(&req.fields);
+    let answered = req.answered_calls();
     let states: HashMap<String, ApprovalState> = answered
         .iter()
         .enumerate()
@@ -213,32 +230,60 @@ pub fn chat_body(data: &[u8]) {
             (id.clone(), s)
         })
         .collect();
-    if enforce(&mut req.fields, &states).is_err() {
-        return;
+    if req.enforce(&states).is_err() {
+        return Err("approval pending");
     }
 
-    let pii = [Mode::Off, Mode::Redact, Mode::TokenizeReversible][usize::from(opts >> 3 & 1) + 1];
-    let mut vault = Vault::new();
-    let mut counts = Counts::new();
-    if req
-        .with_tools_as_values(|body| {
-            crate::pii::protect_body(body, scanner(), pii, &mut vault, &mut counts)
-        })
-        .is_err()
-    {
-        return;
+    let pii = if opts & 0x80 != 0 {
+        Mode::Off
+    } else {
+        [Mode::Redact, Mode::TokenizeReversible][usize::from(opts >> 3 & 1)]
+    };
+    if pii != Mode::Off {
+        let mut vault = Vault::new();
+        let mut counts = Counts::new();
+        if req
+            .with_tools_as_values(|body| {
+                crate::pii::protect_body(body, scanner(), pii, &mut vault, &mut counts)
+            })
+            .is_err()
+        {
+            return Err("tools unreadable for PII protection");
+        }
     }
     // Tool names are not scanned: the tool rules' decision still holds.
     if let Ok(after) = offered_names(&req) {
         assert!(after.iter().all(|n| decision.keep.contains(n)));
     }
-    let _ = is_stream(&req.fields);
-    let _ = prompt_chars(&req.fields);
-    upstream_body(&req.fields, req.raw_tools().as_deref(), "agent-model");
+    let stream = req.is_stream();
+    let (sent, chars) = match req.into_upstream() {
+        Upstream::Tree(fields, tools) => {
+            assert_eq!(is_stream(&fields), stream);
+            let texts = tools.as_ref().map(|t| t.texts());
+            (
+                upstream_body(&fields, texts.as_deref(), "agent-model"),
+                prompt_chars(&fields),
+            )
+        }
+        Upstream::Text {
+            after_model,
+            stream: text_stream,
+            prompt_chars,
+        } => {
+            assert_eq!(text_stream, stream);
+            let raw = RawChat::assembled(after_model, stream, prompt_chars);
+            let sent = ChatBody::spliced(&raw).for_model("agent-model");
+            (
+                serde_json::from_slice(&sent).expect("the upstream body is JSON"),
+                prompt_chars,
+            )
+        }
+    };
+    Ok((sent, stream, chars))
 }
 
 /// The bytes sent upstream parse back as the body with the upstream model.
-fn upstream_body(body: &Map<String, Value>, tools: Option<&[&str]>, upstream_model: &str) {
+fn upstream_body(body: &Map<String, Value>, tools: Option<&[&str]>, upstream_model: &str) -> Value {
     let mut body = body.clone();
     let stream = is_stream(&body);
     let _ = ask_for_usage(&mut body, stream);
@@ -261,6 +306,7 @@ fn upstream_body(body: &Map<String, Value>, tools: Option<&[&str]>, upstream_mod
         serde_json::from_slice(&serde_json::to_vec(&body).expect("a JSON map serialises"))
             .expect("serialised JSON parses");
     assert_eq!(sent, expected);
+    Value::Object(sent)
 }
 
 /// The manifest parser and its canonical hash.

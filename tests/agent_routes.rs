@@ -1886,6 +1886,44 @@ async fn the_agents_model_replaces_the_clients_and_instructions_come_first() {
 }
 
 #[tokio::test]
+async fn without_pii_protection_each_field_reaches_the_upstream_as_the_client_wrote_it() {
+    let env = env("fieldstext", json!({"instructions": "Be \"brief\"."})).await;
+    env.manifest_ok(&std_manifest()).await;
+    // Spellings a JSON tree would not keep: a float's, an escape, white space
+    // inside a value.
+    let text = r#"{ "model" : "m", "temperature": 0.50,
+        "messages": [ {"role":"user", "content":"h\u00e9 \"q\""} ],
+        "x_vendor": {"n": [1.0, 2e2]},
+        "tools": [{"type":"function","function":{"name":"read_file"}},{"type":"function","function":{"name":"run"}}],
+        "tool_choice": {"type":"function","function":{"name":"run"}} }"#;
+    let r = chat_raw(&env, "read_only", text).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let raw = env
+        .stub
+        .requests_for_model(&env.upstream)
+        .pop()
+        .expect("a request reached the upstream")
+        .raw_body;
+    for written in [
+        r#""temperature":0.50"#,
+        r#""x_vendor":{"n": [1.0, 2e2]}"#,
+        r#"{"role":"user", "content":"h\u00e9 \"q\""}"#,
+        r#""tools":[{"type":"function","function":{"name":"read_file"}}]"#,
+    ] {
+        assert!(raw.contains(written), "{written} in {raw}");
+    }
+    let sent: Value = serde_json::from_str(&raw).expect("JSON");
+    assert_eq!(sent["model"], env.upstream.as_str());
+    assert_eq!(
+        sent["messages"],
+        json!([{"role": "system", "content": "Be \"brief\"."},
+               {"role": "user", "content": "h\u{e9} \"q\""}])
+    );
+    // The tool choice named a tool the rules took out.
+    assert!(sent.get("tool_choice").is_none(), "{sent}");
+}
+
+#[tokio::test]
 async fn without_instructions_the_messages_go_up_unchanged() {
     let env = env("modelnoinst", json!({})).await;
     let body = chat_body("hello", &[]);

@@ -12,6 +12,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::agents::agent::ToolName;
+use crate::agents::raw_fields::{RawFields, ToolsMember};
 use crate::error::Error;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -153,16 +154,43 @@ impl ToolPolicy<'_> {
 pub const MAX_REQUEST_TOOLS: usize = 128;
 
 /// An agent chat body as the handler works on it: every field but `tools` as
-/// JSON values, and a `tools` list as the client's JSON text, each tool read
-/// for its function name. Building a tree of 20 tools' schemas and writing
-/// it out again for the upstream was a fifth of agent chat's CPU, and only
-/// each tool's `function.name` matters here. A `tools` that is not a list
-/// stays among the fields (where [`ChatRequest::offered_tools`] refuses it
-/// unless it is `null`).
+/// JSON values (or, in the usual case, as the client's text: see
+/// [`RawFields`]), and a `tools` list as the client's JSON text, each tool
+/// read for its function name. Building a tree of 20 tools' schemas and
+/// writing it out again for the upstream was a fifth of agent chat's CPU,
+/// and only each tool's `function.name` matters here. A `tools` that is not
+/// a list stays among the fields (where [`ChatRequest::offered_tools`]
+/// refuses it unless it is `null`).
 #[derive(Debug, Default)]
 pub struct ChatRequest {
-    pub fields: Map<String, Value>,
+    fields: Fields,
     tools: Option<KeptTools>,
+}
+
+/// A body's fields but a `tools` list.
+#[derive(Debug)]
+enum Fields {
+    Tree(Map<String, Value>),
+    /// Read without a tree (see [`ChatRequest::parse`]).
+    Text(RawFields),
+}
+
+impl Default for Fields {
+    fn default() -> Self {
+        Fields::Tree(Map::new())
+    }
+}
+
+/// What goes upstream of an agent chat body.
+pub enum Upstream {
+    /// The fields as a tree, and the kept tools.
+    Tree(Map<String, Value>, Option<KeptTools>),
+    /// The body after its model's name (see [`RawFields::after_model`]).
+    Text {
+        after_model: bytes::Bytes,
+        stream: bool,
+        prompt_chars: usize,
+    },
 }
 
 /// A request's `tools` list as the client wrote it, what each of its tools
@@ -778,21 +806,22 @@ fn nests_deeper_than(text: &str, limit: usize) -> bool {
 
 impl<'de> Deserialize<'de> for ChatRequest {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_map(Fields(None))
+        d.deserialize_map(ReadFields(None))
     }
 }
 
-/// Reads an agent chat body's fields; with a list found remembered (see
-/// [`ChatRequest::parse`]), the `tools` value is the `0` put in its place.
-struct Fields(Option<KeptTools>);
+/// Reads an agent chat body's fields into a tree; with a list found
+/// remembered (see [`ChatRequest::parse`]), the `tools` value is the `0` put
+/// in its place.
+struct ReadFields(Option<KeptTools>);
 
-impl<'de> Visitor<'de> for Fields {
+impl<'de> Visitor<'de> for ReadFields {
     type Value = ChatRequest;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a JSON object")
     }
     fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<ChatRequest, A::Error> {
-        let mut req = ChatRequest::default();
+        let (mut fields, mut tools) = (Map::new(), None);
         // A repeated key: the last one counts, as for a JSON value.
         while let Some(key) = map.next_key::<String>()? {
             if key == "tools" {
@@ -800,23 +829,26 @@ impl<'de> Visitor<'de> for Fields {
                     if map.next_value::<u8>()? != 0 {
                         return Err(de::Error::custom("not the list's place"));
                     }
-                    req.tools = Some(known);
+                    tools = Some(known);
                     continue;
                 }
                 let text: Box<RawValue> = map.next_value()?;
                 if text.get().starts_with('[') {
-                    req.fields.remove("tools");
-                    req.tools = Some(KeptTools::new(text, true).map_err(de::Error::custom)?);
+                    fields.remove("tools");
+                    tools = Some(KeptTools::new(text, true).map_err(de::Error::custom)?);
                 } else {
-                    req.tools = None;
+                    tools = None;
                     let v = serde_json::from_str(text.get()).map_err(de::Error::custom)?;
-                    req.fields.insert(key, v);
+                    fields.insert(key, v);
                 }
             } else {
-                req.fields.insert(key, map.next_value()?);
+                fields.insert(key, map.next_value()?);
             }
         }
-        Ok(req)
+        Ok(ChatRequest {
+            fields: Fields::Tree(fields),
+            tools,
+        })
     }
 }
 
@@ -828,8 +860,13 @@ impl ChatRequest {
     /// parsed as usual; anything else, or any failure, takes the whole
     /// body through [`parse_json`](crate::json::parse_json), so answers and
     /// errors are the same either way.
-    pub fn parse(body: &[u8]) -> Result<ChatRequest, Error> {
-        match ChatRequest::parse_remembered(&READ_LISTS, body) {
+    ///
+    /// With `keep_text` (no rule will edit inside the fields for sure: PII
+    /// protection is off), the fields are kept as the client's text when
+    /// [`RawFields::read`] takes them; a rule that needs them as a tree after
+    /// all gets one (see [`ChatRequest::tree`]).
+    pub fn parse(body: &bytes::Bytes, keep_text: bool) -> Result<ChatRequest, Error> {
+        match ChatRequest::parse_remembered(&READ_LISTS, body, keep_text) {
             Some(req) => Ok(req),
             None => crate::json::parse_json(body),
         }
@@ -837,22 +874,129 @@ impl ChatRequest {
 
     fn parse_remembered(
         lists: &parking_lot::RwLock<ReadLists>,
-        body: &[u8],
+        body: &bytes::Bytes,
+        keep_text: bool,
     ) -> Option<ChatRequest> {
-        let (at, (text, read)) = remembered_list_in(lists, body)?;
-        let after = body.get(at + text.len()..)?;
-        let mut rest = Vec::with_capacity(at + 1 + after.len());
-        rest.extend_from_slice(body.get(..at)?);
-        rest.push(b'0');
-        rest.extend_from_slice(after);
-        let known = KeptTools::of(ListText::Remembered(text), read);
-        let mut de = serde_json::Deserializer::from_slice(&rest);
-        let req = de.deserialize_map(Fields(Some(known))).ok()?;
+        let found = remembered_list_in(lists, body);
+        if found.is_none() && !keep_text {
+            return None;
+        }
+        let (text, known) = match found {
+            Some((at, known)) => {
+                let after = body.get(at + known.0.len()..)?;
+                let mut rest = Vec::with_capacity(at + 1 + after.len());
+                rest.extend_from_slice(body.get(..at)?);
+                rest.push(b'0');
+                rest.extend_from_slice(after);
+                (bytes::Bytes::from(rest), Some(known))
+            }
+            None => (body.clone(), None),
+        };
+        let remembered = |(text, read): KnownList| KeptTools::of(ListText::Remembered(text), read);
+        if keep_text {
+            if let Ok((fields, tools)) = RawFields::read(&text, known.is_some()) {
+                let tools = match tools {
+                    ToolsMember::None => None,
+                    ToolsMember::Remembered => Some(remembered(known?)),
+                    ToolsMember::List(list) => Some(KeptTools::new(list.to_owned(), true).ok()?),
+                };
+                return Some(ChatRequest {
+                    fields: Fields::Text(fields),
+                    tools,
+                });
+            }
+        }
+        let mut de = serde_json::Deserializer::from_slice(&text);
+        let req = de
+            .deserialize_map(ReadFields(Some(remembered(known?))))
+            .ok()?;
         de.end().ok()?;
         // The scan found one `tools` key and no escaped key, so the `0` was
         // its value and the list is in. (Had it missed a later `tools`, that
         // one replaced the list, as in a whole read: the last key counts.)
         req.tools.is_some().then_some(req)
+    }
+
+    /// The fields as a tree, unless they are kept as text.
+    pub fn fields(&self) -> Option<&Map<String, Value>> {
+        match &self.fields {
+            Fields::Tree(fields) => Some(fields),
+            Fields::Text(_) => None,
+        }
+    }
+
+    /// The fields as a tree, read into one if they were kept as text.
+    pub fn tree(&mut self) -> Result<&mut Map<String, Value>, Error> {
+        if let Fields::Text(_) = &self.fields {
+            if let Fields::Text(raw) = std::mem::take(&mut self.fields) {
+                // Text that `RawFields::read` took reads as a tree.
+                self.fields = Fields::Tree(raw.into_tree().map_err(Error::internal)?);
+            }
+        }
+        match &mut self.fields {
+            Fields::Tree(fields) => Ok(fields),
+            Fields::Text(_) => Err(Error::internal("the fields were not read into a tree")),
+        }
+    }
+
+    /// Refuses what [`refuse_legacy_functions`] refuses (fields kept as
+    /// text have none of it: see [`RawFields::read`]).
+    pub fn refuse_legacy_functions(&self) -> Result<(), Error> {
+        self.fields().map_or(Ok(()), refuse_legacy_functions)
+    }
+
+    /// Puts the agent's instructions first, as a system message.
+    pub fn put_instructions(&mut self, instructions: &str) {
+        match &mut self.fields {
+            Fields::Tree(fields) => {
+                if let Some(Value::Array(messages)) = fields.get_mut("messages") {
+                    messages.insert(
+                        0,
+                        serde_json::json!({"role": "system", "content": instructions}),
+                    );
+                }
+            }
+            Fields::Text(raw) => raw.put_first(instructions),
+        }
+    }
+
+    /// The `tool_call_id`s that `role: "tool"` messages answer.
+    pub fn answered_calls(&self) -> Vec<String> {
+        match &self.fields {
+            Fields::Tree(fields) => crate::agents::approvals::answered_calls(fields),
+            Fields::Text(raw) => raw.answered.clone(),
+        }
+    }
+
+    /// Enforces the approvals' states (see
+    /// [`enforce`](crate::agents::approvals::enforce)); only approved calls
+    /// leave the fields as they are.
+    pub fn enforce(
+        &mut self,
+        states: &HashMap<String, crate::agents::approvals::ApprovalState>,
+    ) -> Result<(), Error> {
+        use crate::agents::approvals::{enforce, ApprovalState};
+        if matches!(self.fields, Fields::Text(_))
+            && states.values().all(|s| *s == ApprovalState::Approved)
+        {
+            return Ok(());
+        }
+        enforce(self.tree()?, states)
+    }
+
+    /// Whether the client asked for a stream.
+    pub fn is_stream(&self) -> bool {
+        match &self.fields {
+            Fields::Tree(fields) => fields.get("stream") == Some(&Value::Bool(true)),
+            Fields::Text(raw) => raw.stream,
+        }
+    }
+
+    fn has_field(&self, key: &str) -> bool {
+        match &self.fields {
+            Fields::Tree(fields) => fields.contains_key(key),
+            Fields::Text(raw) => raw.contains_key(key),
+        }
     }
 
     /// The function names of the `tools` offered, in order, checked before
@@ -864,9 +1008,14 @@ impl ChatRequest {
     /// read the other one.
     pub fn offered_tools(&self) -> Result<OfferedTools, Error> {
         let Some(tools) = &self.tools else {
-            return match self.fields.get("tools") {
-                None | Some(Value::Null) => Ok(OfferedTools::default()),
-                Some(_) => Err(Error::validation("tools", "'tools' must be a list.")),
+            // A `tools` among fields kept as text is `null` (see `RawFields::read`).
+            let refused = self
+                .fields()
+                .is_some_and(|f| !matches!(f.get("tools"), None | Some(Value::Null)));
+            return if refused {
+                Err(Error::validation("tools", "'tools' must be a list."))
+            } else {
+                Ok(OfferedTools::default())
             };
         };
         if tools.read.len > MAX_REQUEST_TOOLS {
@@ -913,32 +1062,36 @@ impl ChatRequest {
             }
             now_empty = tools.is_empty();
         }
-        let body = &mut self.fields;
         if now_empty {
             self.tools = None;
-            body.remove("parallel_tool_calls");
         }
-        let drop_choice = match body.get("tool_choice") {
-            Some(Value::Object(_)) => {
-                let name = body["tool_choice"]
-                    .get("function")
-                    .and_then(|f| f.get("name"))
-                    .and_then(Value::as_str);
-                name.is_some_and(|n| !keep.contains(n))
+        match &mut self.fields {
+            Fields::Tree(body) => {
+                if now_empty {
+                    body.remove("parallel_tool_calls");
+                }
+                if drops_choice(body.get("tool_choice"), &keep, now_empty) {
+                    body.remove("tool_choice");
+                }
             }
-            Some(Value::String(s)) => now_empty && (s == "required" || s == "auto"),
-            _ => false,
-        };
-        if drop_choice || (now_empty && body.contains_key("tool_choice")) {
-            body.remove("tool_choice");
+            Fields::Text(raw) => {
+                if now_empty {
+                    raw.remove("parallel_tool_calls");
+                }
+                // Text that `RawFields::read` took reads as a value.
+                let choice = raw
+                    .get("tool_choice")
+                    .map(|t| serde_json::from_str(t).unwrap_or(Value::Null));
+                if drops_choice(choice.as_ref(), &keep, now_empty) {
+                    raw.remove("tool_choice");
+                }
+            }
         }
     }
 
     /// Whether the body offers tools or names a tool choice.
     pub fn has_tool_fields(&self) -> bool {
-        self.tools.is_some()
-            || self.fields.contains_key("tools")
-            || self.fields.contains_key("tool_choice")
+        self.tools.is_some() || self.has_field("tools") || self.has_field("tool_choice")
     }
 
     /// Runs `f` over the fields with the `tools` list among them as values
@@ -948,7 +1101,9 @@ impl ChatRequest {
         &mut self,
         f: impl FnOnce(&mut Map<String, Value>),
     ) -> Result<(), Error> {
-        if let Some(tools) = self.tools.take() {
+        let tools = self.tools.take();
+        let fields = self.tree()?;
+        if let Some(tools) = tools {
             // Kept text is valid JSON, but may hold what a JSON value cannot
             // (a lone surrogate escape, a number out of range).
             let values = tools
@@ -963,15 +1118,15 @@ impl ChatRequest {
                     })
                 })
                 .collect::<Result<Vec<Value>, Error>>()?;
-            self.fields.insert("tools".into(), Value::Array(values));
+            fields.insert("tools".into(), Value::Array(values));
         }
-        f(&mut self.fields);
-        if let Some(list @ Value::Array(_)) = self.fields.get("tools") {
+        f(fields);
+        if let Some(list @ Value::Array(_)) = fields.get("tools") {
             // Not remembered: protected text differs from turn to turn.
             let tools = serde_json::value::to_raw_value(list)
                 .and_then(|text| KeptTools::new(text, false))
                 .map_err(Error::internal)?;
-            self.fields.remove("tools");
+            fields.remove("tools");
             self.tools = Some(tools);
         }
         Ok(())
@@ -982,10 +1137,30 @@ impl ChatRequest {
         self.tools.as_ref().map(KeptTools::texts)
     }
 
-    /// The fields, and the tools of a `tools` list as JSON text when it is
-    /// kept so.
-    pub fn into_parts(self) -> (Map<String, Value>, Option<KeptTools>) {
-        (self.fields, self.tools)
+    /// What goes upstream: the fields, and a `tools` list's kept tools.
+    pub fn into_upstream(self) -> Upstream {
+        match self.fields {
+            Fields::Tree(fields) => Upstream::Tree(fields, self.tools),
+            Fields::Text(raw) => Upstream::Text {
+                after_model: raw.after_model(self.tools.as_ref().map(KeptTools::texts).as_deref()),
+                stream: raw.stream,
+                prompt_chars: raw.prompt_chars,
+            },
+        }
+    }
+}
+
+/// Whether a `tool_choice` goes: any, when no tool is left; one naming a
+/// tool that does not go upstream.
+fn drops_choice(choice: Option<&Value>, keep: &Names, now_empty: bool) -> bool {
+    match choice {
+        None => false,
+        Some(_) if now_empty => true,
+        Some(choice) => choice
+            .get("function")
+            .and_then(|f| f.get("name"))
+            .and_then(Value::as_str)
+            .is_some_and(|n| !keep.contains(n)),
     }
 }
 
@@ -1115,9 +1290,18 @@ pub fn refuse_legacy_functions(body: &Map<String, Value>) -> Result<(), Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
 
     fn strings(offered: OfferedTools) -> Vec<String> {
         offered.names().iter().map(|n| n.to_string()).collect()
+    }
+
+    /// A body read whole: its fields, and the tools kept as text.
+    fn parts(req: ChatRequest) -> (Map<String, Value>, Option<KeptTools>) {
+        match req.into_upstream() {
+            Upstream::Tree(fields, tools) => (fields, tools),
+            Upstream::Text { .. } => panic!("read whole: a tree"),
+        }
     }
 
     fn body(v: Value) -> Map<String, Value> {
@@ -1319,12 +1503,12 @@ mod tests {
         ], "tool_choice": {"type": "function", "function": {"name": "b"}}}));
         body.apply(&names(&["a"]));
         assert_eq!(body.offered_tools().map(strings).unwrap(), names(&["a"]));
-        assert!(!body.fields.contains_key("tool_choice"));
+        assert!(!body.fields().unwrap().contains_key("tool_choice"));
         let mut body = req(
             json!({"tools": [{"type": "function", "function": {"name": "a"}}], "tool_choice": "required", "parallel_tool_calls": true}),
         );
         body.apply::<String>(&[]);
-        let (fields, tools) = body.into_parts();
+        let (fields, tools) = parts(body);
         assert!(tools.is_none());
         assert!(
             !fields.contains_key("tools")
@@ -1335,7 +1519,7 @@ mod tests {
             json!({"tools": [{"type": "function", "function": {"name": "a"}}], "tool_choice": {"type": "function", "function": {"name": "a"}}}),
         );
         body.apply(&names(&["a"]));
-        assert!(body.fields.contains_key("tool_choice"));
+        assert!(body.fields().unwrap().contains_key("tool_choice"));
     }
 
     #[test]
@@ -1345,9 +1529,9 @@ mod tests {
             r#"{{"model":"m","tools":[ {a} ,{{"type":"function","function":{{"name":"b"}}}}],"messages":[]}}"#
         );
         let mut body: ChatRequest = serde_json::from_str(&text).unwrap();
-        assert!(!body.fields.contains_key("tools"));
+        assert!(!body.fields().unwrap().contains_key("tools"));
         body.apply(&names(&["a"]));
-        let (_, tools) = body.into_parts();
+        let (_, tools) = parts(body);
         let tools = tools.unwrap();
         assert_eq!(tools.texts(), [a]);
     }
@@ -1524,7 +1708,7 @@ mod tests {
             body.offered_tools().map(strings).unwrap(),
             Vec::<String>::new()
         );
-        assert_eq!(body.fields.get("tools"), Some(&Value::Null));
+        assert_eq!(body.fields().unwrap().get("tools"), Some(&Value::Null));
         let e = req(json!({"tools": {"name": "a"}}))
             .offered_tools()
             .unwrap_err();
@@ -1538,7 +1722,7 @@ mod tests {
             serde_json::from_str(r#"{"tools": "x", "tools": [{"function": {"name": "a"}}]}"#)
                 .unwrap();
         assert_eq!(body.offered_tools().map(strings).unwrap(), names(&["a"]));
-        assert!(!body.fields.contains_key("tools"));
+        assert!(!body.fields().unwrap().contains_key("tools"));
     }
 
     #[test]
@@ -1551,10 +1735,10 @@ mod tests {
             fields["tools"][0]["function"]["description"] = json!("y");
         })
         .unwrap();
-        assert!(!body.fields.contains_key("tools"));
+        assert!(!body.fields().unwrap().contains_key("tools"));
         assert_eq!(body.offered_tools().map(strings).unwrap(), names(&["a"]));
         assert!(body.has_tool_fields());
-        let (_, tools) = body.into_parts();
+        let (_, tools) = parts(body);
         assert_eq!(
             serde_json::from_str::<Value>(tools.unwrap().texts()[0]).unwrap(),
             json!({"type": "function", "function": {"name": "a", "description": "y"}})
@@ -1665,14 +1849,14 @@ mod tests {
     /// What a handler sees of a parsed body: its fields, the tools kept as
     /// text and the names offered (or the error's code).
     type Seen = (
-        Map<String, Value>,
+        Option<Map<String, Value>>,
         Option<Vec<String>>,
         Result<Vec<String>, String>,
     );
 
     fn seen(req: &ChatRequest) -> Seen {
         (
-            req.fields.clone(),
+            req.fields().cloned(),
             req.raw_tools()
                 .map(|ts| ts.iter().map(|t| t.to_string()).collect()),
             req.offered_tools()
@@ -1701,8 +1885,12 @@ mod tests {
                 r#"{{"tools":{LIST},"messages":[],"nested":{{"tools":[1]}},"x":[{{}},[],"]"]}}"#
             ),
         ] {
-            let fast = ChatRequest::parse_remembered(&lists, body.as_bytes())
-                .unwrap_or_else(|| panic!("the list is found in {body}"));
+            let fast = ChatRequest::parse_remembered(
+                &lists,
+                &Bytes::copy_from_slice(body.as_bytes()),
+                false,
+            )
+            .unwrap_or_else(|| panic!("the list is found in {body}"));
             let whole: ChatRequest = serde_json::from_str(&body).unwrap();
             assert_eq!(seen(&fast), seen(&whole), "{body}");
             assert!(matches!(
@@ -1749,7 +1937,12 @@ mod tests {
             format!(r#"{{"a":tru,"tools":{LIST}}}"#),
         ] {
             assert!(
-                ChatRequest::parse_remembered(&lists, body.as_bytes()).is_none(),
+                ChatRequest::parse_remembered(
+                    &lists,
+                    &Bytes::copy_from_slice(body.as_bytes()),
+                    false
+                )
+                .is_none(),
                 "{body}"
             );
         }
@@ -1773,7 +1966,9 @@ mod tests {
         let (mut found, mut tried) = (0, 0);
         let mut check = |b: &[u8]| {
             tried += 1;
-            let Some(fast) = ChatRequest::parse_remembered(&lists, b) else {
+            let Some(fast) =
+                ChatRequest::parse_remembered(&lists, &Bytes::copy_from_slice(b), false)
+            else {
                 return;
             };
             found += 1;
@@ -1814,9 +2009,19 @@ mod tests {
         remembered(&lists, short).unwrap();
         assert!(lists.read().by_text.contains_key(short));
         let body = format!(r#"{{"tools":{short},"pad":"{}"}}"#, "x".repeat(LIST_HEAD));
-        assert!(ChatRequest::parse_remembered(&lists, body.as_bytes()).is_none());
+        assert!(ChatRequest::parse_remembered(
+            &lists,
+            &Bytes::copy_from_slice(body.as_bytes()),
+            false
+        )
+        .is_none());
         let body = format!(r#"{{"tools":{LIST},"pad":"{}"}}"#, "x".repeat(LIST_HEAD));
-        assert!(ChatRequest::parse_remembered(&lists, body.as_bytes()).is_some());
+        assert!(ChatRequest::parse_remembered(
+            &lists,
+            &Bytes::copy_from_slice(body.as_bytes()),
+            false
+        )
+        .is_some());
     }
 
     #[test]
@@ -1832,7 +2037,8 @@ mod tests {
         let pad = "x".repeat(LIST_HEAD);
         let found = |list: &str| {
             let body = format!(r#"{{"tools":{list},"pad":"{pad}"}}"#);
-            ChatRequest::parse_remembered(&lists, body.as_bytes()).is_some()
+            ChatRequest::parse_remembered(&lists, &Bytes::copy_from_slice(body.as_bytes()), false)
+                .is_some()
         };
         assert!(found(&at));
         assert!(!found(&under));
@@ -1847,7 +2053,8 @@ mod tests {
         }
         let found = |i: usize| {
             let body = format!(r#"{{"tools":{}}}"#, list(i));
-            ChatRequest::parse_remembered(&lists, body.as_bytes()).is_some()
+            ChatRequest::parse_remembered(&lists, &Bytes::copy_from_slice(body.as_bytes()), false)
+                .is_some()
         };
         assert!(!found(0), "the oldest list left its head");
         assert!((1..=LISTS_PER_HEAD).all(found));

@@ -11,9 +11,9 @@ use gatehouse_pii::{Counts, Mode as PiiMode, Scanner, Vault};
 use serde_json::{json, Value};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use crate::agents::approvals::{answered_calls, enforce, ApprovalState};
+use crate::agents::approvals::ApprovalState;
 use crate::agents::chat::parse_headers;
-use crate::agents::tools::{refuse_legacy_functions, ChatRequest, ToolPolicy};
+use crate::agents::tools::{ChatRequest, ToolPolicy, Upstream};
 use crate::app::AppState;
 use crate::error::{Error, ErrorKind, Result};
 use crate::http::access::AccessNote;
@@ -25,7 +25,7 @@ use crate::limits::Subject;
 use crate::models::{resolve, ModelKind};
 use crate::pii::{choose_mode, protect_body, VaultStore, TOKEN_NOTE};
 use crate::proxy::agent_hooks::{AgentChatContext, AgentHooks};
-use crate::proxy::body::ChatInput;
+use crate::proxy::body::{ChatInput, RawChat};
 use crate::proxy::chat::check_body;
 use crate::proxy::{relay, ChatCall, UsageContext};
 use crate::runtime::Invalidation;
@@ -98,11 +98,16 @@ async fn agent_chat(
     let note = AccessNote::of(req.extensions());
     note.set(|f| f.model = Some(agent.model.clone()));
     let bytes = read_body(req).await?;
-    let mut request = ChatRequest::parse(&bytes)?;
+    // Only PII protection edits inside every field: without it, the fields
+    // may stay the client's text.
+    let mut request = ChatRequest::parse(&bytes, pii_mode == PiiMode::Off)?;
     // Tool checks first: a refused list records nothing and reaches no upstream.
-    refuse_legacy_functions(&request.fields)?;
+    request.refuse_legacy_functions()?;
     let offered = request.offered_tools()?;
-    check_body(&request.fields)?;
+    // Fields kept as text passed these checks as they were read.
+    if let Some(fields) = request.fields() {
+        check_body(fields)?;
+    }
     let model = resolve(&app.catalog(), &agent.model, ModelKind::Chat).map_err(|_| {
         Error::new(
             ErrorKind::Unavailable,
@@ -123,10 +128,8 @@ async fn agent_chat(
     };
     let rate_headers = admission.headers;
 
-    if let (Some(instructions), Some(Value::Array(messages))) =
-        (&agent.instructions, request.fields.get_mut("messages"))
-    {
-        messages.insert(0, json!({"role": "system", "content": instructions}));
+    if let Some(instructions) = &agent.instructions {
+        request.put_instructions(instructions);
     }
 
     // Tool rules.
@@ -162,7 +165,7 @@ async fn agent_chat(
     }
 
     // Answers to approvals.
-    let answered = answered_calls(&request.fields);
+    let answered = request.answered_calls();
     if !answered.is_empty() {
         let now = crate::store::now_ms();
         let states: HashMap<String, ApprovalState> = app
@@ -177,7 +180,7 @@ async fn agent_chat(
             .into_iter()
             .filter_map(|(id, (s, exp))| Some((id, ApprovalState::parse(&s)?.effective(exp, now))))
             .collect();
-        enforce(&mut request.fields, &states)?;
+        request.enforce(&states)?;
     }
 
     // PII.
@@ -199,7 +202,7 @@ async fn agent_chat(
         if pii_mode == PiiMode::TokenizeReversible {
             if !vault.is_empty() {
                 let at = usize::from(agent.instructions.is_some());
-                if let Some(Value::Array(messages)) = request.fields.get_mut("messages") {
+                if let Some(Value::Array(messages)) = request.tree()?.get_mut("messages") {
                     messages.insert(
                         at.min(messages.len()),
                         json!({"role": "system", "content": TOKEN_NOTE}),
@@ -218,7 +221,7 @@ async fn agent_chat(
         }
     }
 
-    let stream = crate::proxy::chat::is_stream(&request.fields);
+    let stream = request.is_stream();
     let ag_ui = (h.ag_ui && stream).then(|| {
         let gen = || uuid::Uuid::new_v4().to_string();
         (
@@ -250,13 +253,23 @@ async fn agent_chat(
         turn_id: h.turn_id,
         on_end: end_hook(admission),
     };
-    let (body, tools) = request.into_parts();
+    let (body, tools) = match request.into_upstream() {
+        Upstream::Tree(fields, tools) => (ChatInput::Tree(fields), tools),
+        Upstream::Text {
+            after_model,
+            stream,
+            prompt_chars,
+        } => (
+            ChatInput::Raw(RawChat::assembled(after_model, stream, prompt_chars)),
+            None,
+        ),
+    };
     let relayed = relay(
         &app.http,
         &app.usage,
         ChatCall {
             model,
-            body: ChatInput::Tree(body),
+            body,
             tools,
             usage,
         },

@@ -6,14 +6,13 @@
 //! upstream model name (several servers of one model: the usual case) send
 //! the very same bytes.
 
-use std::borrow::Cow;
-
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::json::MapOnly;
+use crate::models::requests::MessageView;
 
 pub struct ChatBody {
     /// What goes before the upstream model's name, and after it.
@@ -36,9 +35,11 @@ pub enum ChatInput {
 /// for a stream, usage asked for); parsing the body into a tree and writing
 /// it out again cost more than the rest of the request's own work.
 pub struct RawChat {
-    bytes: Bytes,
-    /// Where the model's name is, quotes included.
-    model: (usize, usize),
+    /// The body before the model's name (quotes included), the name, and
+    /// the body after it.
+    head: Bytes,
+    name: Bytes,
+    tail: Bytes,
     pub stream: bool,
     /// Characters of text in the messages (see [`crate::proxy::chat::prompt_chars`]).
     pub prompt_chars: usize,
@@ -54,64 +55,6 @@ struct ChatView<'a> {
     stream: Option<bool>,
     #[serde(borrow, default, deserialize_with = "crate::json::present")]
     stream_options: Option<&'a RawValue>,
-}
-
-#[derive(Deserialize)]
-struct MessageView<'a> {
-    #[serde(default)]
-    content: Option<ContentView>,
-    #[serde(borrow, default)]
-    tool_calls: Option<Vec<MapOnly<CallView<'a>>>>,
-}
-
-/// A message's `content`: the characters of its text.
-struct ContentView(usize);
-
-#[derive(Deserialize)]
-struct PartView<'a> {
-    #[serde(borrow, default)]
-    text: Option<Cow<'a, str>>,
-}
-
-#[derive(Deserialize)]
-struct CallView<'a> {
-    #[serde(borrow, default)]
-    function: Option<MapOnly<FunctionView<'a>>>,
-}
-
-#[derive(Deserialize)]
-struct FunctionView<'a> {
-    #[serde(borrow, default)]
-    arguments: Option<Cow<'a, str>>,
-}
-
-impl<'de> Deserialize<'de> for ContentView {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> serde::de::Visitor<'de> for V {
-            type Value = ContentView;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a string or a list of parts")
-            }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<ContentView, E> {
-                Ok(ContentView(v.chars().count()))
-            }
-            fn visit_unit<E: serde::de::Error>(self) -> Result<ContentView, E> {
-                Ok(ContentView(0))
-            }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(
-                self,
-                mut seq: A,
-            ) -> Result<ContentView, A::Error> {
-                let mut chars = 0;
-                while let Some(MapOnly(p)) = seq.next_element::<MapOnly<PartView<'de>>>()? {
-                    chars += p.text.map_or(0, |t| t.chars().count());
-                }
-                Ok(ContentView(chars))
-            }
-        }
-        d.deserialize_any(V)
-    }
 }
 
 impl RawChat {
@@ -136,34 +79,36 @@ impl RawChat {
             return None;
         }
         let start = (name.as_ptr() as usize).checked_sub(bytes.as_ptr() as usize)?;
-        let prompt_chars = view
-            .messages
-            .iter()
-            .map(|MapOnly(m)| {
-                m.content.as_ref().map_or(0, |c| c.0)
-                    + m.tool_calls.as_ref().map_or(0, |calls| {
-                        calls
-                            .iter()
-                            .filter_map(|MapOnly(c)| c.function.as_ref()?.0.arguments.as_ref())
-                            .map(|a| a.chars().count())
-                            .sum()
-                    })
-            })
-            .sum();
+        let prompt_chars = view.messages.iter().map(|MapOnly(m)| m.chars()).sum();
         let stream = view.stream.unwrap_or(false);
-        let model = (start, start + name.len());
+        let end = start + name.len();
         Some(RawChat {
-            bytes,
-            model,
+            head: bytes.slice(..start),
+            name: bytes.slice(start + 1..end - 1),
+            tail: bytes.slice(end..),
             stream,
             prompt_chars,
         })
     }
 
-    /// The model the client named.
+    /// A body its caller assembled (agent chat: see
+    /// [`ChatRequest`](crate::agents::tools::ChatRequest)): `tail` is what
+    /// follows the model's name, the object's other members and its `}`.
+    /// No `stream_options` among them (the relay adds one for a stream).
+    pub fn assembled(tail: Bytes, stream: bool, prompt_chars: usize) -> RawChat {
+        RawChat {
+            head: Bytes::from_static(b"{\"model\":"),
+            name: Bytes::new(),
+            tail,
+            stream,
+            prompt_chars,
+        }
+    }
+
+    /// The model the client named (none for an assembled body).
     pub fn model(&self) -> &str {
         // Checked in `read`: a string without escapes, in valid JSON text.
-        std::str::from_utf8(&self.bytes[self.model.0 + 1..self.model.1 - 1]).unwrap_or("")
+        std::str::from_utf8(&self.name).unwrap_or("")
     }
 }
 
@@ -222,8 +167,8 @@ impl ChatBody {
     /// The client's own bytes around its model's name; for a stream, usage
     /// asked for (`stream_options` is absent: see [`RawChat`]).
     pub fn spliced(raw: &RawChat) -> ChatBody {
-        let head = raw.bytes.slice(..raw.model.0);
-        let mut tail = raw.bytes.slice(raw.model.1..);
+        let head = raw.head.clone();
+        let mut tail = raw.tail.clone();
         if raw.stream {
             // Valid JSON text: an object whose last byte but white space is `}`.
             let end = tail.iter().rposition(|&b| b == b'}').unwrap_or(tail.len());
