@@ -155,22 +155,26 @@ pub fn chat_body(data: &[u8]) {
     assert_eq!(tree_end, text_end);
 }
 
-/// How [`agent_rules`] ended: at which refusal, or with the upstream body,
-/// whether it streams and its prompt's characters.
-type RulesEnd = Result<(Value, bool, usize), &'static str>;
+/// How [`agent_rules`] ended: with a refusal (its code and message), or with
+/// what the rules saw and did (the names offered, the tools held, the calls
+/// answered) and the upstream body, whether it streams and its prompt's
+/// characters.
+type RulesEnd = Result<(Seen, Value, bool, usize), String>;
+
+type Seen = (Vec<String>, Vec<String>, Vec<String>);
+
+fn refused(e: crate::error::Error) -> String {
+    format!("{}: {}", e.code, e.message)
+}
 
 /// Agent chat's rules, in the order the handler runs them.
 fn agent_rules(mut req: ChatRequest, opts: u8, instructions: Option<&str>) -> RulesEnd {
-    if req.refuse_legacy_functions().is_err() {
-        return Err("legacy functions");
-    }
-    let Ok(offered) = offered_names(&req) else {
-        return Err("tools");
-    };
+    req.refuse_legacy_functions().map_err(refused)?;
+    let offered = offered_names(&req).map_err(refused)?;
     assert!(offered.len() <= crate::agents::tools::MAX_REQUEST_TOOLS);
     assert!(offered.iter().all(|n| is_tool_name(n)));
-    if req.fields().is_some_and(|f| check_body(f).is_err()) {
-        return Err("checks");
+    if let Some(f) = req.fields() {
+        check_body(f).map_err(refused)?;
     }
     if let Some(i) = instructions {
         req.put_instructions(i);
@@ -230,9 +234,7 @@ fn agent_rules(mut req: ChatRequest, opts: u8, instructions: Option<&str>) -> Ru
             (id.clone(), s)
         })
         .collect();
-    if req.enforce(&states).is_err() {
-        return Err("approval pending");
-    }
+    req.enforce(&states).map_err(refused)?;
 
     let pii = if opts & 0x80 != 0 {
         Mode::Off
@@ -242,14 +244,10 @@ fn agent_rules(mut req: ChatRequest, opts: u8, instructions: Option<&str>) -> Ru
     if pii != Mode::Off {
         let mut vault = Vault::new();
         let mut counts = Counts::new();
-        if req
-            .with_tools_as_values(|body| {
-                crate::pii::protect_body(body, scanner(), pii, &mut vault, &mut counts)
-            })
-            .is_err()
-        {
-            return Err("tools unreadable for PII protection");
-        }
+        req.with_tools_as_values(|body| {
+            crate::pii::protect_body(body, scanner(), pii, &mut vault, &mut counts)
+        })
+        .map_err(refused)?;
     }
     // Tool names are not scanned: the tool rules' decision still holds.
     if let Ok(after) = offered_names(&req) {
@@ -273,13 +271,17 @@ fn agent_rules(mut req: ChatRequest, opts: u8, instructions: Option<&str>) -> Ru
             assert_eq!(text_stream, stream);
             let raw = RawChat::assembled(after_model, stream, prompt_chars);
             let sent = ChatBody::spliced(&raw).for_model("agent-model");
+            let sent: Value = serde_json::from_slice(&sent).expect("the upstream body is JSON");
+            // Through the write and read the tree's body went through, so
+            // floats compare exactly.
+            let sent = serde_json::to_vec(&sent).expect("a Value serialises");
             (
-                serde_json::from_slice(&sent).expect("the upstream body is JSON"),
+                serde_json::from_slice(&sent).expect("serialised JSON parses"),
                 prompt_chars,
             )
         }
     };
-    Ok((sent, stream, chars))
+    Ok(((offered, decision.held, answered), sent, stream, chars))
 }
 
 /// The bytes sent upstream parse back as the body with the upstream model.

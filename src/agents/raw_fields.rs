@@ -35,6 +35,10 @@ pub struct RawFields {
     pub answered: Vec<String>,
     /// A system message to put before the client's messages.
     first: Option<String>,
+    /// `tool_choice` as a value: the one field the rules read that no view
+    /// checks for repeated keys, so it goes upstream as the rules read it
+    /// (the last of repeated keys), not as written.
+    pub tool_choice: Option<Value>,
 }
 
 #[derive(Debug)]
@@ -44,6 +48,10 @@ struct Member {
     value: Range<usize>,
     removed: bool,
 }
+
+/// The most top-level members a body read without a tree has (a body is
+/// refused with a repeated key, and checking for one is quadratic).
+const MAX_MEMBERS: usize = 64;
 
 /// Why a body was not read without a tree: the tree reads it (and says what
 /// is wrong with it, if anything is).
@@ -67,7 +75,11 @@ impl RawFields {
     /// list of message objects, none with role `function`; `stream` a
     /// boolean or `null`; no `stream_options`, `functions` or
     /// `function_call`; `tools` absent, `null` or a list; and nothing a tree
-    /// would refuse (see [`tree_would_read`](crate::json::tree_would_read)).
+    /// would refuse (see [`tree_would_read`](crate::json::tree_would_read)),
+    /// with at most [`MAX_MEMBERS`] members. Repeated keys inside a value
+    /// go upstream as written (the tree would keep the last), except in
+    /// `tool_choice`, which the rules read; the views refuse them where
+    /// they read the messages.
     pub fn read(text: &Bytes, remembered: bool) -> Result<(RawFields, ToolsMember<'_>), NotUsual> {
         if !crate::json::tree_would_read(text) {
             return Err(NotUsual);
@@ -75,6 +87,9 @@ impl RawFields {
         let mut de = serde_json::Deserializer::from_slice(text);
         let top = de.deserialize_map(TopLevel).map_err(|_| NotUsual)?;
         de.end().map_err(|_| NotUsual)?;
+        if top.len() > MAX_MEMBERS {
+            return Err(NotUsual);
+        }
         let base = text.as_ptr() as usize;
         let span = |s: &str| {
             let at = s.as_ptr() as usize - base;
@@ -97,6 +112,7 @@ impl RawFields {
             prompt_chars: 0,
             answered: Vec::new(),
             first: None,
+            tool_choice: None,
         };
         let mut tools = ToolsMember::None;
         let mut has_messages = false;
@@ -152,6 +168,10 @@ impl RawFields {
                     continue;
                 }
                 "tools" if value.get() != "null" => return Err(NotUsual),
+                "tool_choice" => {
+                    fields.tool_choice =
+                        Some(serde_json::from_str(value.get()).map_err(|_| NotUsual)?);
+                }
                 "stream" => match value.get() {
                     "true" => fields.stream = true,
                     "false" | "null" => {}
@@ -195,6 +215,9 @@ impl RawFields {
     }
 
     pub fn remove(&mut self, key: &str) {
+        if key == "tool_choice" {
+            self.tool_choice = None;
+        }
         let text = &self.text;
         for m in &mut self.members {
             if &text[m.key.start + 1..m.key.end - 1] == key.as_bytes() {
@@ -238,27 +261,25 @@ impl RawFields {
             out.extend_from_slice(&self.text[m.key.clone()]);
             out.push(b':');
             let value = &self.text[m.value.clone()];
-            match &self.first {
+            match (self.key(m), &self.first, &self.tool_choice) {
                 // A non-empty list: `[` then a message.
-                Some(first) if self.key(m) == b"messages" => {
+                (b"messages", Some(first), _) => {
                     out.extend_from_slice(br#"[{"role":"system","content":"#);
                     // A string always serialises.
                     let _ = serde_json::to_writer(&mut out, first);
                     out.extend_from_slice(b"},");
                     out.extend_from_slice(&value[1..]);
                 }
+                // A value always serialises.
+                (b"tool_choice", _, Some(choice)) => {
+                    let _ = serde_json::to_writer(&mut out, choice);
+                }
                 _ => out.extend_from_slice(value),
             }
         }
         if let Some(ts) = tools {
-            out.extend_from_slice(b",\"tools\":[");
-            for (i, t) in ts.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                out.extend_from_slice(t.as_bytes());
-            }
-            out.push(b']');
+            out.push(b',');
+            crate::agents::tools::write_tools(&mut out, ts);
         }
         out.push(b'}');
         Bytes::from(out)
@@ -458,6 +479,37 @@ mod tests {
         assert_eq!(sent["parallel_tool_calls"], json!(true));
         assert_eq!(sent["tools"][0]["function"]["name"], json!("read_file"));
         assert_eq!(sent["tools"].as_array().map(Vec::len), Some(1));
+    }
+
+    #[test]
+    fn a_tool_choice_with_a_repeated_key_goes_up_as_the_rules_read_it() {
+        let body = format!(
+            r#"{{"messages":[{{"role":"user","content":"hi"}}],"tools":{TOOLS},
+                "tool_choice":{{"type":"function","function":{{"name":"run"}},"function":{{"name":"read_file"}}}}}}"#
+        );
+        let mut req = parse(&body);
+        req.apply(&["read_file"]);
+        let Upstream::Text { after_model, .. } = req.into_upstream() else {
+            panic!("fields read into a tree")
+        };
+        let text = std::str::from_utf8(&after_model).unwrap();
+        assert!(
+            text.contains(r#""tool_choice":{"function":{"name":"read_file"},"type":"function"}"#),
+            "{text}"
+        );
+        assert!(!text.contains(r#"{"name":"run"}"#), "{text}");
+        same_either_way(&body);
+    }
+
+    #[test]
+    fn a_body_of_up_to_64_members_is_kept_as_text_and_one_more_is_read_into_a_tree() {
+        let body = |members: usize| {
+            let extra: String = (1..members).map(|i| format!(r#","x{i}":{i}"#)).collect();
+            format!(r#"{{"messages":[{{"role":"user","content":"hi"}}]{extra}}}"#)
+        };
+        assert!(parse(&body(64)).fields().is_none());
+        assert!(parse(&body(65)).fields().is_some());
+        same_either_way(&body(65));
     }
 
     #[test]

@@ -161,7 +161,7 @@ pub const MAX_REQUEST_TOOLS: usize = 128;
 /// and only each tool's `function.name` matters here. A `tools` that is not
 /// a list stays among the fields (where [`ChatRequest::offered_tools`]
 /// refuses it unless it is `null`).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ChatRequest {
     fields: Fields,
     tools: Option<KeptTools>,
@@ -927,12 +927,11 @@ impl ChatRequest {
 
     /// The fields as a tree, read into one if they were kept as text.
     pub fn tree(&mut self) -> Result<&mut Map<String, Value>, Error> {
-        if let Fields::Text(_) = &self.fields {
-            if let Fields::Text(raw) = std::mem::take(&mut self.fields) {
-                // Text that `RawFields::read` took reads as a tree.
-                self.fields = Fields::Tree(raw.into_tree().map_err(Error::internal)?);
-            }
-        }
+        self.fields = match std::mem::take(&mut self.fields) {
+            // Text that `RawFields::read` took reads as a tree.
+            Fields::Text(raw) => Fields::Tree(raw.into_tree().map_err(Error::internal)?),
+            tree => tree,
+        };
         match &mut self.fields {
             Fields::Tree(fields) => Ok(fields),
             Fields::Text(_) => Err(Error::internal("the fields were not read into a tree")),
@@ -969,8 +968,9 @@ impl ChatRequest {
     }
 
     /// Enforces the approvals' states (see
-    /// [`enforce`](crate::agents::approvals::enforce)); only approved calls
-    /// leave the fields as they are.
+    /// [`enforce`](crate::agents::approvals::enforce)); fields kept as text
+    /// stay so when every answered call with a state is approved (calls
+    /// without one change nothing either way).
     pub fn enforce(
         &mut self,
         states: &HashMap<String, crate::agents::approvals::ApprovalState>,
@@ -1078,11 +1078,7 @@ impl ChatRequest {
                 if now_empty {
                     raw.remove("parallel_tool_calls");
                 }
-                // Text that `RawFields::read` took reads as a value.
-                let choice = raw
-                    .get("tool_choice")
-                    .map(|t| serde_json::from_str(t).unwrap_or(Value::Null));
-                if drops_choice(choice.as_ref(), &keep, now_empty) {
+                if drops_choice(raw.tool_choice.as_ref(), &keep, now_empty) {
                     raw.remove("tool_choice");
                 }
             }
@@ -1148,6 +1144,18 @@ impl ChatRequest {
             },
         }
     }
+}
+
+/// Writes `"tools":[...]` of tools as JSON text, each as written.
+pub fn write_tools(out: &mut Vec<u8>, tools: &[&str]) {
+    out.extend_from_slice(b"\"tools\":[");
+    for (i, t) in tools.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(t.as_bytes());
+    }
+    out.push(b']');
 }
 
 /// Whether a `tool_choice` goes: any, when no tool is left; one naming a

@@ -22,7 +22,8 @@ pub struct ChatBody {
 }
 
 /// A chat request as the relay takes it: the client's bytes when
-/// [`RawChat::read`] could vouch for them, else a tree.
+/// [`RawChat::read`] could vouch for them (or agent chat assembled them from
+/// the client's text: [`RawChat::assembled`]), else a tree.
 pub enum ChatInput {
     Raw(RawChat),
     Tree(Map<String, Value>),
@@ -33,10 +34,11 @@ pub enum ChatInput {
 /// or a boolean, no `stream_options`, no key read here written twice. The
 /// upstream gets the client's bytes with the model's name spliced in (and
 /// for a stream, usage asked for); parsing the body into a tree and writing
-/// it out again cost more than the rest of the request's own work.
+/// it out again cost more than the rest of the request's own work. (Agent
+/// chat assembles one from the fields it kept as text: [`RawChat::assembled`].)
 pub struct RawChat {
-    /// The body before the model's name (quotes included), the name, and
-    /// the body after it.
+    /// The body before the model's name, the name (without its quotes),
+    /// and the body after it.
     head: Bytes,
     name: Bytes,
     tail: Bytes,
@@ -140,14 +142,7 @@ impl ChatBody {
             if !first {
                 out.push(b',');
             }
-            out.extend_from_slice(b"\"tools\":[");
-            for (i, t) in ts.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                out.extend_from_slice(t.as_bytes());
-            }
-            out.push(b']');
+            crate::agents::tools::write_tools(&mut out, ts);
         }
         out.push(b'}');
         // `{"model":NAME` then `,` and the fields, or `}` when there are none.
@@ -164,8 +159,9 @@ impl ChatBody {
         })
     }
 
-    /// The client's own bytes around its model's name; for a stream, usage
-    /// asked for (`stream_options` is absent: see [`RawChat`]).
+    /// The bytes around the model's name (the client's own, or those agent
+    /// chat assembled); for a stream, usage asked for (`stream_options` is
+    /// absent: see [`RawChat`]).
     pub fn spliced(raw: &RawChat) -> ChatBody {
         let head = raw.head.clone();
         let mut tail = raw.tail.clone();
