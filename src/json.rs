@@ -25,8 +25,11 @@ pub const MAX_DIGIT_RUN: usize = 200;
 /// escape (a lone one fails a tree; pairs are left to it too), nested at
 /// most 127 deep (serde's limit is 128 and is not applied while skipping),
 /// no run of more than [`MAX_DIGIT_RUN`] digits and no exponent of more than
-/// two digits (numbers a tree could find out of range). False leaves the
-/// text to a tree, which reads it or says what is wrong.
+/// two digits (numbers a tree could find out of range), and no key that is
+/// serde_json's raw-value token (a tree reads an object whose first key is
+/// [`RAW_VALUE_TOKEN`] as the JSON text its value holds) or has an escape
+/// (it could spell the token). False leaves the text to a tree, which reads
+/// it or says what is wrong.
 pub fn tree_would_read(text: &[u8]) -> bool {
     if std::str::from_utf8(text).is_err() {
         return false;
@@ -39,6 +42,7 @@ pub fn tree_would_read(text: &[u8]) -> bool {
                 // To the closing quote, escape by escape: a chat body is
                 // mostly text, and a byte at a time was a third of reading one.
                 i += 1;
+                let (start, mut escaped) = (i, false);
                 loop {
                     let rest = text.get(i..).unwrap_or_default();
                     let Some(at) = memchr::memchr2(b'"', b'\\', rest) else {
@@ -52,7 +56,16 @@ pub fn tree_would_read(text: &[u8]) -> bool {
                     if is_surrogate_escape(&text[i + 1..]) {
                         return false;
                     }
+                    escaped = true;
                     i += 2;
+                }
+                let after = text.get(i + 1..).unwrap_or_default();
+                let key = after
+                    .iter()
+                    .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+                    == Some(&b':');
+                if key && (escaped || text.get(start..i) == Some(RAW_VALUE_TOKEN)) {
+                    return false;
                 }
             }
             b'{' | b'[' => {
@@ -79,6 +92,10 @@ pub fn tree_would_read(text: &[u8]) -> bool {
     }
     true
 }
+
+/// The key by which serde_json's tree reader (with its `raw_value` feature)
+/// takes an object for embedded JSON text.
+pub const RAW_VALUE_TOKEN: &[u8] = b"$serde_json::private::RawValue";
 
 /// Whether the text after a backslash escapes a surrogate (`uD800`–`uDFFF`).
 fn is_surrogate_escape(after: &[u8]) -> bool {
@@ -297,6 +314,31 @@ mod tests {
             i += 1;
         }
         true
+    }
+
+    #[test]
+    fn a_key_that_is_or_could_spell_the_raw_value_token_is_left_to_a_tree() {
+        let token = std::str::from_utf8(RAW_VALUE_TOKEN).unwrap();
+        for (text, would) in [
+            (format!(r#"{{"a": [{{"{token}": "[1, 2]"}}]}}"#), false),
+            (
+                format!(r#"{{"a": [{{"x": 1, "{token}" : "[1, 2]"}}]}}"#),
+                false,
+            ),
+            (format!(r#"{{"a": "{token}", "b": ["{token}"]}}"#), true),
+            (
+                r#"{"a": [{"\u0024serde_json::private::RawValue": "[1]"}]}"#.to_string(),
+                false,
+            ),
+            (r#"{"a\n": 1}"#.to_string(), false),
+            (r#"{"a": "line\nbreak"}"#.to_string(), true),
+        ] {
+            assert_eq!(tree_would_read(text.as_bytes()), would, "{text}");
+        }
+        // What a tree does with the token: reads the string as JSON text.
+        let tree: serde_json::Value =
+            serde_json::from_str(&format!(r#"{{"a": {{"{token}": "[1, 2]"}}}}"#)).unwrap();
+        assert_eq!(tree, serde_json::json!({"a": [1, 2]}));
     }
 
     #[test]
