@@ -137,7 +137,11 @@ pub fn chat_body(data: &[u8]) {
                 .collect();
             whole.insert("tools".into(), Value::Array(v));
         }
-        assert_eq!(whole, body);
+        // A list of too many tools is refused unread: its tools are not kept.
+        let too_many = offered_names(&req).is_err_and(|e| e.code == "too_many_tools");
+        if !too_many {
+            assert_eq!(whole, body);
+        }
         for t in req.raw_tools().into_iter().flatten() {
             assert!(
                 crate::agents::tools::scan_agrees_with_serde(t),
