@@ -80,6 +80,11 @@ impl RawFields {
     /// go upstream as written (the tree would keep the last), except in
     /// `tool_choice`, which the rules read; the views refuse them where
     /// they read the messages.
+    // Out of line, as `after_model` and `ChatRequest::parse`: inlined, they
+    // changed how the whole program's inlining fell out (one unit, fat LTO),
+    // and plain chat, which never calls them, measured 12 % slower
+    // (docs/performance.md, fifth round).
+    #[inline(never)]
     pub fn read(text: &Bytes, remembered: bool) -> Result<(RawFields, ToolsMember<'_>), NotUsual> {
         if !crate::json::tree_would_read(text) {
             return Err(NotUsual);
@@ -249,6 +254,7 @@ impl RawFields {
     /// The upstream body after its model's name: `,` and the members but
     /// the client's `model` (the agent's own goes upstream), the kept
     /// `tools` last, each as the client wrote it; then `}`.
+    #[inline(never)]
     pub fn after_model(&self, tools: Option<&[&str]>) -> Bytes {
         let tools_len: usize = tools.map_or(0, |ts| ts.iter().map(|t| t.len() + 1).sum());
         let first_len = self.first.as_ref().map_or(0, |f| f.len() + 64);

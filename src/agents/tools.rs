@@ -865,6 +865,7 @@ impl ChatRequest {
     /// protection is off), the fields are kept as the client's text when
     /// [`RawFields::read`] takes them; a rule that needs them as a tree after
     /// all gets one (see [`ChatRequest::tree`]).
+    #[inline(never)]
     pub fn parse(body: &bytes::Bytes, keep_text: bool) -> Result<ChatRequest, Error> {
         match ChatRequest::parse_remembered(&READ_LISTS, body, keep_text) {
             Some(req) => Ok(req),
