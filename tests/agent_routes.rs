@@ -182,6 +182,15 @@ impl Env {
         self.sent().pop().expect("a request reached the upstream")
     }
 
+    /// The bytes of the last request the upstream got, as text.
+    fn last_sent_text(&self) -> String {
+        self.stub
+            .requests_for_model(&self.upstream)
+            .pop()
+            .expect("a request reached the upstream")
+            .raw_body
+    }
+
     async fn admin_get(&self, rest: &str) -> Value {
         let r = self.app.get(&self.admin_path(rest), &self.admin).await;
         assert_eq!(r.status(), StatusCode::OK, "admin GET {rest}");
@@ -623,12 +632,7 @@ async fn kept_tools_reach_the_upstream_exactly_as_the_client_wrote_them() {
     );
     let r = chat_raw(&env, "read_only", &text).await;
     assert_eq!(r.status(), StatusCode::OK);
-    let raw = env
-        .stub
-        .requests_for_model(&env.upstream)
-        .pop()
-        .expect("a request reached the upstream")
-        .raw_body;
+    let raw = env.last_sent_text();
     assert!(raw.contains(&format!(r#""tools":[{read}]"#)), "{raw}");
     assert!(!raw.contains("write_file"), "{raw}");
 }
@@ -1898,12 +1902,7 @@ async fn without_pii_protection_each_field_reaches_the_upstream_as_the_client_wr
         "tool_choice": {"type":"function","function":{"name":"run"}} }"#;
     let r = chat_raw(&env, "read_only", text).await;
     assert_eq!(r.status(), StatusCode::OK);
-    let raw = env
-        .stub
-        .requests_for_model(&env.upstream)
-        .pop()
-        .expect("a request reached the upstream")
-        .raw_body;
+    let raw = env.last_sent_text();
     for written in [
         r#""temperature":0.50"#,
         r#""x_vendor":{"n": [1.0, 2e2]}"#,
