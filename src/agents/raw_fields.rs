@@ -237,18 +237,15 @@ impl RawFields {
         self.first = Some(content.to_string());
     }
 
-    /// The fields as a tree, as a whole read would have given them, with
-    /// what was done to them since.
-    pub fn into_tree(self) -> Result<Map<String, Value>, serde_json::Error> {
+    /// The fields as a tree, as a whole read would have given them, and the
+    /// system message still to put first (see [`RawFields::put_first`]).
+    pub fn into_tree(self) -> Result<(Map<String, Value>, Option<String>), serde_json::Error> {
         let mut map = Map::new();
         for m in self.members.iter().filter(|m| !m.removed) {
             let key = String::from_utf8_lossy(self.key(m)).into_owned();
             map.insert(key, serde_json::from_slice(&self.text[m.value.clone()])?);
         }
-        if let (Some(first), Some(Value::Array(messages))) = (self.first, map.get_mut("messages")) {
-            messages.insert(0, serde_json::json!({"role": "system", "content": first}));
-        }
-        Ok(map)
+        Ok((map, self.first))
     }
 
     /// The upstream body after its model's name: `,` and the members but

@@ -928,11 +928,16 @@ impl ChatRequest {
 
     /// The fields as a tree, read into one if they were kept as text.
     pub fn tree(&mut self) -> Result<&mut Map<String, Value>, Error> {
-        self.fields = match std::mem::take(&mut self.fields) {
-            // Text that `RawFields::read` took reads as a tree.
-            Fields::Text(raw) => Fields::Tree(raw.into_tree().map_err(Error::internal)?),
-            tree => tree,
-        };
+        if let Fields::Text(_) = self.fields {
+            if let Fields::Text(raw) = std::mem::take(&mut self.fields) {
+                // Text that `RawFields::read` took reads as a tree.
+                let (fields, first) = raw.into_tree().map_err(Error::internal)?;
+                self.fields = Fields::Tree(fields);
+                if let Some(instructions) = first {
+                    self.put_instructions(&instructions);
+                }
+            }
+        }
         match &mut self.fields {
             Fields::Tree(fields) => Ok(fields),
             Fields::Text(_) => Err(Error::internal("the fields were not read into a tree")),
@@ -1303,6 +1308,11 @@ mod tests {
 
     fn strings(offered: OfferedTools) -> Vec<String> {
         offered.names().iter().map(|n| n.to_string()).collect()
+    }
+
+    /// `body` read with `lists` remembered, its fields as a tree.
+    fn read_remembered(lists: &parking_lot::RwLock<ReadLists>, body: &[u8]) -> Option<ChatRequest> {
+        ChatRequest::parse_remembered(lists, &Bytes::copy_from_slice(body), false)
     }
 
     /// A body read whole: its fields, and the tools kept as text.
@@ -1894,12 +1904,8 @@ mod tests {
                 r#"{{"tools":{LIST},"messages":[],"nested":{{"tools":[1]}},"x":[{{}},[],"]"]}}"#
             ),
         ] {
-            let fast = ChatRequest::parse_remembered(
-                &lists,
-                &Bytes::copy_from_slice(body.as_bytes()),
-                false,
-            )
-            .unwrap_or_else(|| panic!("the list is found in {body}"));
+            let fast = read_remembered(&lists, body.as_bytes())
+                .unwrap_or_else(|| panic!("the list is found in {body}"));
             let whole: ChatRequest = serde_json::from_str(&body).unwrap();
             assert_eq!(seen(&fast), seen(&whole), "{body}");
             assert!(matches!(
@@ -1945,15 +1951,7 @@ mod tests {
             format!(r#"{{"a":1 "tools":{LIST}}}"#),
             format!(r#"{{"a":tru,"tools":{LIST}}}"#),
         ] {
-            assert!(
-                ChatRequest::parse_remembered(
-                    &lists,
-                    &Bytes::copy_from_slice(body.as_bytes()),
-                    false
-                )
-                .is_none(),
-                "{body}"
-            );
+            assert!(read_remembered(&lists, body.as_bytes()).is_none(), "{body}");
         }
     }
 
@@ -1975,9 +1973,7 @@ mod tests {
         let (mut found, mut tried) = (0, 0);
         let mut check = |b: &[u8]| {
             tried += 1;
-            let Some(fast) =
-                ChatRequest::parse_remembered(&lists, &Bytes::copy_from_slice(b), false)
-            else {
+            let Some(fast) = read_remembered(&lists, b) else {
                 return;
             };
             found += 1;
@@ -2018,19 +2014,9 @@ mod tests {
         remembered(&lists, short).unwrap();
         assert!(lists.read().by_text.contains_key(short));
         let body = format!(r#"{{"tools":{short},"pad":"{}"}}"#, "x".repeat(LIST_HEAD));
-        assert!(ChatRequest::parse_remembered(
-            &lists,
-            &Bytes::copy_from_slice(body.as_bytes()),
-            false
-        )
-        .is_none());
+        assert!(read_remembered(&lists, body.as_bytes()).is_none());
         let body = format!(r#"{{"tools":{LIST},"pad":"{}"}}"#, "x".repeat(LIST_HEAD));
-        assert!(ChatRequest::parse_remembered(
-            &lists,
-            &Bytes::copy_from_slice(body.as_bytes()),
-            false
-        )
-        .is_some());
+        assert!(read_remembered(&lists, body.as_bytes()).is_some());
     }
 
     #[test]
@@ -2046,8 +2032,7 @@ mod tests {
         let pad = "x".repeat(LIST_HEAD);
         let found = |list: &str| {
             let body = format!(r#"{{"tools":{list},"pad":"{pad}"}}"#);
-            ChatRequest::parse_remembered(&lists, &Bytes::copy_from_slice(body.as_bytes()), false)
-                .is_some()
+            read_remembered(&lists, body.as_bytes()).is_some()
         };
         assert!(found(&at));
         assert!(!found(&under));
@@ -2062,8 +2047,7 @@ mod tests {
         }
         let found = |i: usize| {
             let body = format!(r#"{{"tools":{}}}"#, list(i));
-            ChatRequest::parse_remembered(&lists, &Bytes::copy_from_slice(body.as_bytes()), false)
-                .is_some()
+            read_remembered(&lists, body.as_bytes()).is_some()
         };
         assert!(!found(0), "the oldest list left its head");
         assert!((1..=LISTS_PER_HEAD).all(found));
