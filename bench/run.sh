@@ -5,7 +5,13 @@
 #
 #   bench/run.sh
 #
-# Workloads: chat (non-stream), chat-stream (SSE; TTFB and full time),
+# Workloads: chat (non-stream), chat-stream (SSE; TTFB and full time; the stub
+# writes the whole stream at once, so its first byte waits for every event of
+# that read: the gateway writes once per upstream read), chat-stream-paced (at
+# concurrency 1 only: the stub sends one event a millisecond, as a model does,
+# so TTFB is the first event's own trip through each target; its full time is
+# not compared: the gateway asks the upstream for a usage event, one more
+# millisecond),
 # embeddings (8 inputs), rerank (8 documents), and agent-chat (the agent chat
 # route with a device's access token: an agent with a tool contract, tool mode
 # `ask`, conversation and turn headers, a manifest of 20 tools, 20 tools
@@ -21,7 +27,7 @@
 #                          add `hyper` for the floor of a hop built as the gateway
 #                          is (examples/hyper_floor.rs: hyper server and client,
 #                          one runtime per core, nothing else)
-#   BENCH_WORKLOADS="chat chat-stream embeddings rerank agent-chat"
+#   BENCH_WORKLOADS="chat chat-stream chat-stream-paced embeddings rerank agent-chat"
 #   BENCH_NGINX_WORKERS=1  nginx worker_processes
 #   BENCH_LOADGEN_THREADS=1  load generator runtime threads
 #   BENCH_LOADGEN=wrk      a second load generator: wrk (Debian's package) instead of
@@ -47,7 +53,7 @@ DURATION=${BENCH_DURATION:-10}
 WARMUP=${BENCH_WARMUP:-2}
 CONCURRENCY=${BENCH_CONCURRENCY:-"1 32"}
 TARGETS=${BENCH_TARGETS:-"direct nginx gatehouse"}
-WORKLOADS=${BENCH_WORKLOADS:-"chat chat-stream embeddings rerank agent-chat"}
+WORKLOADS=${BENCH_WORKLOADS:-"chat chat-stream chat-stream-paced embeddings rerank agent-chat"}
 NGINX_WORKERS=${BENCH_NGINX_WORKERS:-1}
 LOADGEN_THREADS=${BENCH_LOADGEN_THREADS:-1}
 OUT=${BENCH_OUT:-$ROOT/bench/results/latest.jsonl}
@@ -153,6 +159,9 @@ PIDS+=($STUB_PID)
 STUB=$(wait_line "$TMP/stub.out" '^listening on ' | sed 's/^listening on //')
 STUB_PORT=${STUB##*:}
 log "stub upstream at $STUB"
+# The paced stream's model: one event a millisecond, 16 characters each.
+curl -sS --fail-with-body -X POST "$STUB/_stub/script" -H 'Content-Type: application/json' \
+    -d '{"model":"bench-chat-paced","script":{"chunk_interval_ms":1,"chunk_size":16}}' >/dev/null
 
 # A local OTLP collector for the gateway's traces (BENCH_OTLP=1).
 OTEL_ENV=()
@@ -245,6 +254,7 @@ if [[ " $TARGETS " == *" gatehouse "* ]]; then
     TOKEN=$(login)
     api POST /api/admin/providers "{\"name\":\"stub\",\"type\":\"openai\",\"base_url\":\"$STUB/v1\"}" >/dev/null
     api POST /api/admin/models '{"id":"bench-chat","kind":"chat","provider":"stub","upstream_model":"bench-chat"}' >/dev/null
+    api POST /api/admin/models '{"id":"bench-chat-paced","kind":"chat","provider":"stub","upstream_model":"bench-chat-paced"}' >/dev/null
     api POST /api/admin/models '{"id":"bench-embed","kind":"embeddings","provider":"stub","upstream_model":"bench-embed"}' >/dev/null
     KEY=$(api POST /api/api-keys "{\"name\":\"bench\",\"limits\":${BENCH_KEY_LIMITS:-null}}" | jq -r .key)
     [ -n "$KEY" ] && [ "$KEY" != null ] || die "no API key"
@@ -268,6 +278,7 @@ fi
 PROMPT="Summarise the following in one sentence: the quick brown fox jumps over the lazy dog while the cat watches from the warm windowsill."
 jq -nc --arg p "$PROMPT" '{model:"bench-chat",messages:[{role:"system",content:"You are terse."},{role:"user",content:$p}]}' >"$TMP/chat.json"
 jq -nc --arg p "$PROMPT" '{model:"bench-chat",stream:true,messages:[{role:"system",content:"You are terse."},{role:"user",content:$p}]}' >"$TMP/chat-stream.json"
+jq -nc --arg p "$PROMPT" '{model:"bench-chat-paced",stream:true,messages:[{role:"system",content:"You are terse."},{role:"user",content:$p}]}' >"$TMP/chat-stream-paced.json"
 jq -nc '{model:"bench-embed",input:[range(8)|"passage \(.): the quick brown fox jumps over the lazy dog near the river bank"]}' >"$TMP/embeddings.json"
 jq -nc '{model:"bench-rerank",query:"which animal jumps?",documents:[range(8)|"passage \(.): the quick brown fox jumps over the lazy dog near the river bank"]}' >"$TMP/rerank.json"
 jq -nc --arg p "$PROMPT" '{model:"bench-chat",messages:[{role:"system",content:"You are terse."},{role:"user",content:$p}],
@@ -284,7 +295,7 @@ base_url() {
 }
 path_of() {
     case $1 in
-    chat | chat-stream) echo /v1/chat/completions ;;
+    chat | chat-stream | chat-stream-paced) echo /v1/chat/completions ;;
     embeddings) echo /v1/embeddings ;;
     rerank) echo /v1/rerank ;;
     agent-chat) if [ "$2" = gatehouse ]; then echo /v1/agents/bench-agent/chat/completions; else echo /v1/chat/completions; fi ;;
@@ -396,6 +407,9 @@ if [ -n "$GATEHOUSE_OK" ]; then
 fi
 for w in $WORKLOADS; do
     for c in $CONCURRENCY; do
+        # Paced streams spend their time waiting for the stub: only their
+        # first byte at concurrency 1 is of interest.
+        [ "$w" = chat-stream-paced ] && [ "$c" != 1 ] && continue
         # Targets interleaved so that each comparison sees similar conditions.
         for t in "${ACTIVE[@]}"; do
             args=(--url "$(base_url "$t")$(path_of "$w" "$t")" --method POST --body-file "$TMP/$w.json"
@@ -403,7 +417,7 @@ for w in $WORKLOADS; do
             [ "$t" = gatehouse ] && args+=(--header "$(auth_of "$w" "$t")")
             [ "$w" = agent-chat ] && args+=(--header "X-Service-Conversation-Id: bench-conversation"
                 --header "X-Service-Turn-Id: bench-turn-1")
-            [ "$w" = chat-stream ] && args+=(--stream --expect-suffix '[DONE]')
+            [ "$w" = chat-stream ] || [ "$w" = chat-stream-paced ] && args+=(--stream --expect-suffix '[DONE]')
             if [ "${BENCH_LOADGEN:-}" = wrk ]; then
                 run_wrk "$c" "$(base_url "$t")$(path_of "$w" "$t")" "$TMP/$w.json" \
                     "$([ "$t" = gatehouse ] && auth_of "$w" "$t")" "$w" >"$TMP/loadgen.out" 2>"$TMP/loadgen.err" &
@@ -444,7 +458,7 @@ def cores(cpu): if cpu == null then "–" else (cpu / .duration_s * 100 | round 
 (.[] | "| \(.workload) | \(.concurrency) | \(.target) | \(.rps|r) | \(.p50_ms|f) | \(.p99_ms|f) | \(.ttfb_p50_ms|f) | \(.ttfb_p99_ms|f) | \(.errors) | \(us_per_req(.proxy_cpu_s)) | \(cores(.loadgen_cpu_s)) / \(cores(.stub_cpu_s)) / \(cores(.proxy_cpu_s)) |")
 JQ
 echo
-echo "Added latency over direct (ms; for chat-stream on TTFB and on the full stream), and throughput relative to nginx:"
+echo "Added latency over direct (ms; for the streams on TTFB and on the full stream), and throughput relative to nginx:"
 echo
 jq -rs -f /dev/stdin "$OUT" <<'JQ'
 def f: if . == null then "–" else (. * 1000 | round / 1000 | tostring) end;
@@ -455,7 +469,7 @@ def pct(a; b): if a == null or b == null or b == 0 then "–" else ((a / b * 100
   "|---|---:|---|---:|---:|---:|---:|---:|---:|",
   ($groups[] | (map({(.target): .}) | add) as $g
    | ($g.direct // null) as $d | ($g.nginx // null) as $n | ($g.gatehouse // null) as $h | ($g.hyper // null) as $y
-   | (if $g.direct.workload == "chat-stream" then [["TTFB", "ttfb_p50_ms", "ttfb_p99_ms"], ["full", "p50_ms", "p99_ms"]] else [["full", "p50_ms", "p99_ms"]] end)[] as [$m, $p50, $p99]
+   | (if $g.direct.workload == "chat-stream-paced" then [["TTFB", "ttfb_p50_ms", "ttfb_p99_ms"]] elif $g.direct.workload == "chat-stream" then [["TTFB", "ttfb_p50_ms", "ttfb_p99_ms"], ["full", "p50_ms", "p99_ms"]] else [["full", "p50_ms", "p99_ms"]] end)[] as [$m, $p50, $p99]
    | "| \($d.workload) | \($d.concurrency) | \($m) | \(d($n[$p50]; $d[$p50])|f) | \(d($n[$p99]; $d[$p99])|f) | \(d($y[$p50]; $d[$p50])|f) | \(d($h[$p50]; $d[$p50])|f) | \(d($h[$p99]; $d[$p99])|f) | \(if $m == "full" then pct($h.rps; $n.rps) else "" end) |")
 JQ
 echo
