@@ -60,10 +60,7 @@ pub fn tree_would_read(text: &[u8]) -> bool {
                     i += 2;
                 }
                 let after = text.get(i + 1..).unwrap_or_default();
-                let key = after
-                    .iter()
-                    .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
-                    == Some(&b':');
+                let key = after.iter().find(|&&b| !is_ws(b)) == Some(&b':');
                 if key && (escaped || text.get(start..i) == Some(RAW_VALUE_TOKEN)) {
                     return false;
                 }
@@ -91,6 +88,11 @@ pub fn tree_would_read(text: &[u8]) -> bool {
         i += 1;
     }
     true
+}
+
+/// JSON's white space (not `is_ascii_whitespace`, which takes a form feed too).
+pub fn is_ws(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | b'\r')
 }
 
 /// The key by which serde_json's tree reader (with its `raw_value` feature)

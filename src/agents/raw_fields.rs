@@ -16,7 +16,7 @@ use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use crate::json::MapOnly;
+use crate::json::{is_ws, MapOnly};
 use crate::models::requests::MessageView;
 
 /// The top-level members of a body but a `tools` list (kept as text by the
@@ -198,8 +198,7 @@ impl RawFields {
     }
 
     fn key(&self, m: &Member) -> &[u8] {
-        // Quotes around a key without escapes.
-        &self.text[m.key.start + 1..m.key.end - 1]
+        key_of(&self.text, m)
     }
 
     fn member(&self, key: &str) -> Option<&Member> {
@@ -225,7 +224,7 @@ impl RawFields {
         }
         let text = &self.text;
         for m in &mut self.members {
-            if &text[m.key.start + 1..m.key.end - 1] == key.as_bytes() {
+            if key_of(text, m) == key.as_bytes() {
                 m.removed = true;
             }
         }
@@ -319,8 +318,9 @@ impl<'de> Visitor<'de> for TopLevel {
     }
 }
 
-fn is_ws(b: u8) -> bool {
-    matches!(b, b' ' | b'\t' | b'\n' | b'\r')
+/// A member's key, within its quotes (a key without escapes).
+fn key_of<'a>(text: &'a [u8], m: &Member) -> &'a [u8] {
+    &text[m.key.start + 1..m.key.end - 1]
 }
 
 /// How many bytes of white space, a `:` and white space `after` (a key's

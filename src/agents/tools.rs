@@ -181,6 +181,32 @@ impl Default for Fields {
     }
 }
 
+impl Fields {
+    fn contains_key(&self, key: &str) -> bool {
+        match self {
+            Fields::Tree(fields) => fields.contains_key(key),
+            Fields::Text(raw) => raw.contains_key(key),
+        }
+    }
+
+    fn remove(&mut self, key: &str) {
+        match self {
+            Fields::Tree(fields) => {
+                fields.remove(key);
+            }
+            Fields::Text(raw) => raw.remove(key),
+        }
+    }
+
+    /// `tool_choice` as the rules read it.
+    fn tool_choice(&self) -> Option<&Value> {
+        match self {
+            Fields::Tree(fields) => fields.get("tool_choice"),
+            Fields::Text(raw) => raw.tool_choice.as_ref(),
+        }
+    }
+}
+
 /// What goes upstream of an agent chat body.
 pub enum Upstream {
     /// The fields as a tree, and the kept tools.
@@ -648,7 +674,7 @@ impl<'a> Scanner<'a> {
     }
 
     fn ws(&mut self) {
-        while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+        while self.peek().is_some_and(crate::json::is_ws) {
             self.i += 1;
         }
     }
@@ -999,10 +1025,7 @@ impl ChatRequest {
     }
 
     fn has_field(&self, key: &str) -> bool {
-        match &self.fields {
-            Fields::Tree(fields) => fields.contains_key(key),
-            Fields::Text(raw) => raw.contains_key(key),
-        }
+        self.fields.contains_key(key)
     }
 
     /// The function names of the `tools` offered, in order, checked before
@@ -1071,23 +1094,11 @@ impl ChatRequest {
         if now_empty {
             self.tools = None;
         }
-        match &mut self.fields {
-            Fields::Tree(body) => {
-                if now_empty {
-                    body.remove("parallel_tool_calls");
-                }
-                if drops_choice(body.get("tool_choice"), &keep, now_empty) {
-                    body.remove("tool_choice");
-                }
-            }
-            Fields::Text(raw) => {
-                if now_empty {
-                    raw.remove("parallel_tool_calls");
-                }
-                if drops_choice(raw.tool_choice.as_ref(), &keep, now_empty) {
-                    raw.remove("tool_choice");
-                }
-            }
+        if now_empty {
+            self.fields.remove("parallel_tool_calls");
+        }
+        if drops_choice(self.fields.tool_choice(), &keep, now_empty) {
+            self.fields.remove("tool_choice");
         }
     }
 
