@@ -206,6 +206,65 @@ async fn idle_keep_alive_connections_close_after_the_idle_timeout_not_the_header
 }
 
 #[tokio::test]
+async fn idle_connections_close_at_an_idle_timeout_shorter_than_the_header_timeout_on_every_serving_thread(
+) {
+    // Three serving threads, each with its own listener: thirty connections
+    // leave none of them without some (the kernel spreads them by a hash of
+    // the client's port; a thread gets none of thirty once in ~10^5 runs).
+    // The header timeout stays at its 30 s: an idle timeout below it is what
+    // the watchdog once missed, closing at the header timeout instead.
+    let (p, _dir) = server(&[
+        ("GATEHOUSE_SERVE_THREADS", "3"),
+        ("GATEHOUSE_IDLE_TIMEOUT_S", "2"),
+    ])
+    .await;
+    // Load on every thread while the idle connections wait.
+    let url = format!("{}/healthz", p.url);
+    let load: Vec<_> = (0..4)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move {
+                loop {
+                    let c = reqwest::Client::builder()
+                        .pool_max_idle_per_host(0)
+                        .build()
+                        .unwrap();
+                    let _ = c.get(&url).send().await;
+                }
+            })
+        })
+        .collect();
+    let mut idle = Vec::new();
+    for _ in 0..30 {
+        let mut s = TcpStream::connect(host(&p)).await.unwrap();
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        assert!(read_response(&mut s).await.starts_with("HTTP/1.1 200"));
+        idle.push(tokio::spawn(async move {
+            read_until_closed(&mut s, Duration::from_secs(8)).await
+        }));
+    }
+    let mut closed_after = Vec::new();
+    for c in idle {
+        closed_after.push(c.await.unwrap());
+    }
+    for l in load {
+        l.abort();
+    }
+    for (i, c) in closed_after.iter().enumerate() {
+        let (took, rest) = c
+            .as_ref()
+            .unwrap_or_else(|| panic!("idle connection {i} still open 8 s after its answer"));
+        assert!(rest.is_empty(), "{rest}");
+        assert!(
+            *took >= Duration::from_millis(1500) && *took < Duration::from_millis(4500),
+            "idle connection {i} closed {took:?} after its answer, not at the 2 s idle timeout"
+        );
+    }
+}
+
+#[tokio::test]
 async fn connections_past_the_cap_wait_until_one_ends() {
     let (p, _dir) = server(&[("GATEHOUSE_MAX_CONNECTIONS", "4")]).await;
     // The start-up health check's connection may still be open: let it go.

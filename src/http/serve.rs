@@ -213,8 +213,9 @@ async fn stopped(mut stop: watch::Receiver<bool>) {
 ///
 /// The connection never wakes the watchdog: a wake-up (and a new timer) per
 /// request cost more than the timeouts are worth. The watchdog wakes at
-/// least once per header timeout and works out the exact deadline from these
-/// times each time, so no deadline is missed.
+/// least once per the shorter of the header and idle timeouts and works out
+/// the exact deadline from these times each time, so no deadline is missed
+/// (see [`ConnState::next_look`]).
 struct ConnState {
     born: Instant,
     /// Requests whose head arrived and whose answer is not yet fully written.
@@ -255,31 +256,33 @@ impl ConnState {
     /// When the watchdog must look next (ms), or `Err(())` when the
     /// connection has been idle, or sending a request head, for longer than
     /// allowed.
+    ///
+    /// Whatever happens after `now` without telling the watchdog (a head
+    /// begins, a request ends) sets a deadline no earlier than `now` plus the
+    /// shorter timeout: looking again by then, or at the deadline known now
+    /// if sooner, misses none. (Looking only at a head's deadline once left
+    /// a connection whose head became a short request open for the header
+    /// timeout, not its shorter idle timeout.)
     fn next_look(&self, now: u64, header_ms: u64, idle_ms: u64) -> Result<u64, ()> {
+        let soon = now.saturating_add(header_ms.min(idle_ms));
         if self.active.load(Ordering::Acquire) > 0 {
             // A request runs: its body has its own timeout, an answer (a
-            // stream) may take as long as it takes. Look again later.
-            return Ok(now.saturating_add(header_ms.min(idle_ms)));
+            // stream) may take as long as it takes.
+            return Ok(soon);
         }
         let started = self.head_started.load(Ordering::Acquire);
-        if started != NONE {
-            let deadline = started.saturating_add(header_ms);
-            return if now >= deadline {
-                Err(())
-            } else {
-                Ok(deadline)
-            };
-        }
-        let deadline = self
-            .idle_since
-            .load(Ordering::Acquire)
-            .saturating_add(idle_ms);
+        let deadline = if started != NONE {
+            started.saturating_add(header_ms)
+        } else {
+            self.idle_since
+                .load(Ordering::Acquire)
+                .saturating_add(idle_ms)
+        };
         if now >= deadline {
-            return Err(());
+            Err(())
+        } else {
+            Ok(deadline.min(soon))
         }
-        // A head may start at any moment without telling us: look again
-        // within one header timeout, so a slow head is caught on time.
-        Ok(deadline.min(now.saturating_add(header_ms)))
     }
 
     /// Resolves when the connection has been idle, or sending a request head,
@@ -521,6 +524,23 @@ mod tests {
         let s = state(0, 1_000, 20_000);
         assert_eq!(s.next_look(31_000, 30_000, 75_000), Ok(50_000));
         assert_eq!(s.next_look(50_000, 30_000, 75_000), Err(()));
+    }
+
+    #[test]
+    fn an_idle_timeout_shorter_than_the_header_timeout_is_kept_after_a_head_becomes_a_request() {
+        // A new connection owes its first head from the start.
+        let s = state(0, 0, 0);
+        // The head may turn into a request that ends at once: look again by
+        // the idle timeout, not at the head's 30 s deadline.
+        assert_eq!(s.next_look(0, 30_000, 2_000), Ok(2_000));
+        s.request_began();
+        assert_eq!(s.next_look(5, 30_000, 2_000), Ok(2_005));
+        s.request_ended();
+        assert_eq!(s.head_started.load(Ordering::Acquire), NONE);
+        // As if it ended 10 ms after the connection began.
+        s.idle_since.store(10, Ordering::Release);
+        assert_eq!(s.next_look(2_005, 30_000, 2_000), Ok(2_010));
+        assert_eq!(s.next_look(2_010, 30_000, 2_000), Err(()));
     }
 
     #[test]
