@@ -1,12 +1,14 @@
 //! Connections (contract, "Hardening" → "Connections", "Small values work"),
 //! through the real binary: header, body and idle timeouts, the connection
-//! cap, slow connections that delay no one, and settings refused at start.
+//! cap, slow connections that delay no one, settings refused at start, and
+//! bodies over the limit that get their 413 however they arrive.
 
 mod common;
 
 use std::time::{Duration, Instant};
 
 use common::procs::{free_port, login, post, spawn_server, Proc};
+use gatehouse_stub_upstream::Stub;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -421,4 +423,251 @@ async fn connections_are_spread_over_every_serving_thread() {
         serving.iter().all(|(_, t)| *t > 0),
         "every serving thread served some: {serving:?}"
     );
+}
+
+/// A server whose chat, embeddings and rerank routes take bodies of at most
+/// `limit` bytes, each route with a model on the stub; and an API key.
+async fn model_server(limit: usize) -> (Proc, Option<tempfile::TempDir>, String, Stub) {
+    let stub = Stub::start().await;
+    let (p, dir) = server(&[("GATEHOUSE_MAX_BODY_BYTES", &limit.to_string())]).await;
+    let c = common::client();
+    let admin = login(&c, &p.url, common::ADMIN_EMAIL, common::ADMIN_PASSWORD).await;
+    let provider = json!({"name": "stub", "type": "openai", "base_url": stub.openai_base_url()});
+    assert_eq!(
+        post(&c, &p.url, &admin, "/api/admin/providers", &provider)
+            .await
+            .status(),
+        201
+    );
+    for (id, kind) in [("chat", "chat"), ("emb", "embeddings"), ("rr", "scoring")] {
+        let model = json!({"id": id, "kind": kind, "provider": "stub", "upstream_model": "up"});
+        let r = post(&c, &p.url, &admin, "/api/admin/models", &model).await;
+        assert_eq!(r.status(), 201);
+    }
+    let r = post(&c, &p.url, &admin, "/api/api-keys", &json!({"name": "k"})).await;
+    let key = r.json::<Value>().await.unwrap()["key"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    (p, dir, key, stub)
+}
+
+const MODEL_ROUTES: [&str; 3] = ["/v1/chat/completions", "/v1/embeddings", "/v1/rerank"];
+
+/// A valid body for `route` of exactly `len` bytes (padded in its text).
+fn model_body(route: &str, len: usize) -> Vec<u8> {
+    let with = |pad: &str| match route {
+        "/v1/chat/completions" => {
+            json!({"model": "chat", "messages": [{"role": "user", "content": pad}]})
+        }
+        "/v1/embeddings" => json!({"model": "emb", "input": pad}),
+        _ => json!({"model": "rr", "query": pad, "documents": ["a", "b"]}),
+    };
+    let base = serde_json::to_vec(&with("")).unwrap().len();
+    let bytes = serde_json::to_vec(&with(&"p".repeat(len - base))).unwrap();
+    assert_eq!(bytes.len(), len);
+    bytes
+}
+
+/// How a client sends its body.
+#[derive(Clone, Copy, Debug)]
+enum Sending {
+    /// With `Content-Length`.
+    Length,
+    /// With `Transfer-Encoding: chunked`.
+    Chunked,
+}
+
+/// Sends a request the way simple clients do: the whole body first, then
+/// the answer is read. The body goes out in 8 KiB pieces, with a pause after
+/// the first `pause_after` bytes;
+/// `Err` says what failed: a write or a read cut short by the server.
+async fn send_whole_then_read(
+    s: &mut TcpStream,
+    route: &str,
+    key: &str,
+    body: &[u8],
+    sending: Sending,
+    pause_after: Option<usize>,
+) -> Result<String, String> {
+    let framing = match sending {
+        Sending::Length => format!("Content-Length: {}", body.len()),
+        Sending::Chunked => "Transfer-Encoding: chunked".to_string(),
+    };
+    let head = format!(
+        "POST {route} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\nContent-Type: application/json\r\n{framing}\r\n\r\n"
+    );
+    s.write_all(head.as_bytes())
+        .await
+        .map_err(|e| format!("writing the head: {e}"))?;
+    let mut sent = 0;
+    while sent < body.len() {
+        let end = match pause_after {
+            Some(at) if sent < at => at.min(sent + 8192),
+            _ => sent + 8192,
+        };
+        let piece = &body[sent..end.min(body.len())];
+        let framed = match sending {
+            Sending::Length => piece.to_vec(),
+            Sending::Chunked => [
+                format!("{:x}\r\n", piece.len()).into_bytes(),
+                piece.to_vec(),
+                b"\r\n".to_vec(),
+            ]
+            .concat(),
+        };
+        s.write_all(&framed)
+            .await
+            .map_err(|e| format!("writing the body at byte {sent}: {e}"))?;
+        sent += piece.len();
+        // A pause where asked (by then an early answer has been written),
+        // else a client a little slower than the server.
+        let pause = if pause_after == Some(sent) { 50 } else { 1 };
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+    }
+    if let Sending::Chunked = sending {
+        s.write_all(b"0\r\n\r\n")
+            .await
+            .map_err(|e| format!("writing the last chunk: {e}"))?;
+    }
+    let mut got = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        let text = String::from_utf8_lossy(&got).to_string();
+        if let Some(end) = text.find("\r\n\r\n") {
+            let len = text[..end]
+                .lines()
+                .find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    k.eq_ignore_ascii_case("content-length")
+                        .then(|| v.trim().parse::<usize>().ok())?
+                })
+                .unwrap_or(0);
+            if got.len() >= end + 4 + len {
+                return Ok(text);
+            }
+        }
+        match tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf)).await {
+            Err(_) => return Err(format!("no whole answer within 10 s: {text:?}")),
+            Ok(Err(e)) => return Err(format!("reading the answer: {e} (after {text:?})")),
+            Ok(Ok(0)) => return Err(format!("closed before a whole answer: {text:?}")),
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+fn assert_413(answer: &str, limit: usize, what: &str) {
+    assert!(answer.starts_with("HTTP/1.1 413"), "{what}: {answer}");
+    let body: Value = serde_json::from_str(answer.split("\r\n\r\n").nth(1).unwrap_or(""))
+        .unwrap_or_else(|e| panic!("{what}: {e}: {answer}"));
+    assert_eq!(body["error"]["code"], "payload_too_large", "{what}: {body}");
+    assert_eq!(
+        body["error"]["type"], "invalid_request_error",
+        "{what}: {body}"
+    );
+    assert_eq!(
+        body["error"]["message"],
+        format!("The request body is larger than the limit of {limit} bytes."),
+        "{what}: {body}"
+    );
+}
+
+#[tokio::test]
+async fn a_body_over_the_limit_gets_its_413_even_while_the_client_is_still_sending_and_the_server_is_busy(
+) {
+    const LIMIT: usize = 64 * 1024;
+    let (p, _dir, key, _stub) = model_server(LIMIT).await;
+
+    // The server kept busy all along: chat requests and new connections.
+    let mut load = Vec::new();
+    for i in 0..4 {
+        let (url, key) = (p.url.clone(), key.clone());
+        load.push(tokio::spawn(async move {
+            let c = reqwest::Client::new();
+            let chat = json!({"model": "chat", "messages": [{"role": "user", "content": "hi"}]});
+            loop {
+                let _ = if i % 2 == 0 {
+                    c.post(format!("{url}/v1/chat/completions"))
+                        .bearer_auth(&key)
+                        .json(&chat)
+                        .send()
+                        .await
+                } else {
+                    reqwest::Client::new()
+                        .get(format!("{url}/healthz"))
+                        .send()
+                        .await
+                };
+            }
+        }));
+    }
+
+    // At the limit: served; one byte past: 413.
+    for route in MODEL_ROUTES {
+        let mut s = TcpStream::connect(host(&p)).await.unwrap();
+        let body = model_body(route, LIMIT);
+        let answer = send_whole_then_read(&mut s, route, &key, &body, Sending::Length, None)
+            .await
+            .unwrap_or_else(|e| panic!("{route} at the limit: {e}"));
+        assert!(answer.starts_with("HTTP/1.1 200"), "{route}: {answer}");
+        let body = model_body(route, LIMIT + 1);
+        let answer = send_whole_then_read(&mut s, route, &key, &body, Sending::Length, None)
+            .await
+            .unwrap_or_else(|e| panic!("{route} one byte past the limit: {e}"));
+        assert_413(&answer, LIMIT, route);
+    }
+
+    // Just over the limit, many times, the client still sending when the
+    // server has its answer: every time the 413, never a reset. Bodies up to
+    // 4x the limit are read to their end, so the connection serves on.
+    let mut sends = 0;
+    for round in 0..8 {
+        for route in MODEL_ROUTES {
+            let (len, sending) = match round % 3 {
+                0 => (LIMIT + 1, Sending::Length),
+                1 => (LIMIT + 1024, Sending::Length),
+                _ => (LIMIT + 1024, Sending::Chunked),
+            };
+            let what = format!("{route}, {len} bytes {sending:?}, round {round}");
+            let body = model_body(route, len);
+            // Length: the server knows from the head; chunked: once it has
+            // more than the limit.
+            let pause_after = match sending {
+                Sending::Length => Some(4096),
+                Sending::Chunked => Some(LIMIT + 1),
+            };
+            let mut s = TcpStream::connect(host(&p)).await.unwrap();
+            let answer = send_whole_then_read(&mut s, route, &key, &body, sending, pause_after)
+                .await
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_413(&answer, LIMIT, &what);
+            s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                .await
+                .unwrap_or_else(|e| panic!("{what}: the connection ended: {e}"));
+            let next = read_response(&mut s).await;
+            assert!(next.starts_with("HTTP/1.1 200"), "{what}: {next}");
+            sends += 1;
+        }
+    }
+    assert_eq!(sends, 24);
+
+    // Far past 4x the limit: the answer comes at once and the connection
+    // closes, but only after the client had its answer.
+    for route in MODEL_ROUTES {
+        let body = model_body(route, 16 * LIMIT);
+        let mut s = TcpStream::connect(host(&p)).await.unwrap();
+        let answer = send_whole_then_read(&mut s, route, &key, &body, Sending::Length, Some(4096))
+            .await
+            .unwrap_or_else(|e| panic!("{route}, 16x the limit: {e}"));
+        assert_413(&answer, LIMIT, route);
+        assert!(
+            read_until_closed(&mut s, Duration::from_secs(5))
+                .await
+                .is_some(),
+            "{route}: the connection stayed open after a refused body"
+        );
+    }
+    for l in load {
+        l.abort();
+    }
 }

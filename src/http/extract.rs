@@ -3,9 +3,11 @@
 
 use std::sync::Arc;
 
+use axum::body::Body;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
+use http_body::Body as _;
 use http_body_util::BodyExt;
 use serde::de::DeserializeOwned;
 
@@ -27,6 +29,15 @@ pub struct BodyLimit {
 
 pub const DEFAULT_BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// A refused body is read and dropped up to this many times its limit in
+/// all (contract, "Mends (round 3)"): a client that sends its whole body
+/// before reading gets the 413, and the connection serves on. A longer body
+/// is not read; the connection closes after the answer, lingering (see
+/// `http::serve`).
+const DISCARD_UP_TO: usize = 4;
+
+/// The request's body, under the route's [`BodyLimit`]: 413 past the limit
+/// (by `Content-Length` or as it arrives), 408 when it is late.
 pub async fn read_body(req: Request) -> Result<Bytes> {
     let limit = req
         .extensions()
@@ -48,41 +59,45 @@ pub async fn read_body(req: Request) -> Result<Bytes> {
             ),
         )
     };
-    if let Some(len) = req
+    let discard_up_to = limit.bytes.saturating_mul(DISCARD_UP_TO);
+    let declared = req
         .headers()
         .get(axum::http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok())
-    {
+        .and_then(|v| v.parse::<usize>().ok());
+    let mut body = req.into_body();
+    if let Some(len) = declared {
         if len > limit.bytes {
+            if len <= discard_up_to {
+                discard(&mut body, discard_up_to, deadline).await;
+            }
             return Err(too_large());
         }
     }
-    let limited = http_body_util::Limited::new(req.into_body(), limit.bytes);
-    let mut collect = std::pin::pin!(limited.collect());
-    // A body that came with its head needs no timer; one still arriving
-    // gets one, counted from when reading began.
-    let collected = match futures_util::FutureExt::now_or_never(collect.as_mut()) {
-        Some(r) => r,
-        None => tokio::time::timeout_at(deadline, collect)
-            .await
-            .map_err(|_| {
-                Error::new(
-                    crate::error::ErrorKind::Timeout,
-                    "request_timeout",
-                    format!(
-                        "The request body did not arrive within {} seconds.",
-                        limit.timeout.as_secs()
-                    ),
-                )
-            })?,
+    let collected = {
+        let mut collect = std::pin::pin!(collect_within(&mut body, limit.bytes));
+        // A body that came with its head needs no timer; one still arriving
+        // gets one, counted from when reading began.
+        match futures_util::FutureExt::now_or_never(collect.as_mut()) {
+            Some(r) => r,
+            None => tokio::time::timeout_at(deadline, collect)
+                .await
+                .map_err(|_| {
+                    Error::new(
+                        crate::error::ErrorKind::Timeout,
+                        "request_timeout",
+                        format!(
+                            "The request body did not arrive within {} seconds.",
+                            limit.timeout.as_secs()
+                        ),
+                    )
+                })?,
+        }
     };
     match collected {
-        Ok(c) => Ok(c.to_bytes()),
-        Err(e)
-            if e.downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some() =>
-        {
+        Ok(Within::Whole(bytes)) => Ok(bytes),
+        Ok(Within::Over(seen)) => {
+            discard(&mut body, discard_up_to.saturating_sub(seen), deadline).await;
             Err(too_large())
         }
         Err(_) => Err(Error::validation(
@@ -90,6 +105,66 @@ pub async fn read_body(req: Request) -> Result<Bytes> {
             "The request body could not be read.",
         )),
     }
+}
+
+/// What [`collect_within`] read.
+enum Within {
+    Whole(Bytes),
+    /// More than the limit arrived: this many bytes so far.
+    Over(usize),
+}
+
+/// The body's bytes, or [`Within::Over`] as soon as more than `limit`
+/// arrived. A body in one piece is handed on without a copy; one in several
+/// is copied once into a buffer of its announced size.
+async fn collect_within(body: &mut Body, limit: usize) -> std::result::Result<Within, axum::Error> {
+    let mut first = Bytes::new();
+    let mut more: Option<BytesMut> = None;
+    let mut seen = 0usize;
+    while let Some(frame) = body.frame().await {
+        // Trailers carry no body bytes.
+        let Ok(data) = frame?.into_data() else {
+            continue;
+        };
+        seen += data.len();
+        if seen > limit {
+            return Ok(Within::Over(seen));
+        }
+        if let Some(buf) = more.as_mut() {
+            buf.extend_from_slice(&data);
+        } else if first.is_empty() {
+            first = data;
+        } else {
+            let hint = body.size_hint().upper().unwrap_or(0);
+            let room = usize::try_from(hint).unwrap_or(limit).min(limit - seen);
+            let mut buf = BytesMut::with_capacity(seen + room);
+            buf.extend_from_slice(&first);
+            buf.extend_from_slice(&data);
+            more = Some(buf);
+        }
+    }
+    Ok(Within::Whole(match more {
+        Some(buf) => buf.freeze(),
+        None => first,
+    }))
+}
+
+/// Reads and drops the rest of a refused body, if it ends within `up_to`
+/// more bytes and by `deadline`; else stops there (the connection then
+/// closes after the answer).
+async fn discard(body: &mut Body, up_to: usize, deadline: tokio::time::Instant) {
+    let mut left = up_to;
+    let _ = tokio::time::timeout_at(deadline, async {
+        while let Some(Ok(frame)) = body.frame().await {
+            if let Ok(data) = frame.into_data() {
+                match left.checked_sub(data.len()) {
+                    Some(l) => left = l,
+                    None => return,
+                }
+            }
+        }
+    })
+    .await;
 }
 
 pub use crate::json::parse_json;
@@ -326,4 +401,77 @@ pub fn client_addr<'a>(
         }
     }
     client
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use futures_util::StreamExt;
+
+    use super::*;
+
+    const LIMIT: usize = 1000;
+
+    /// A request whose body comes in pieces of these sizes, optionally with
+    /// a `Content-Length`; and a count of the bytes read from it.
+    fn request(pieces: &[usize], declared: Option<usize>) -> (Request, Arc<AtomicUsize>) {
+        let read = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&read);
+        let chunks: Vec<usize> = pieces.to_vec();
+        let stream = futures_util::stream::iter(chunks).map(move |n| {
+            counted.fetch_add(n, Ordering::SeqCst);
+            Ok::<_, std::io::Error>(Bytes::from(vec![b'x'; n]))
+        });
+        let mut b = Request::builder().method("POST").uri("/v1/embeddings");
+        if let Some(len) = declared {
+            b = b.header("content-length", len);
+        }
+        let mut req = b.body(Body::from_stream(stream)).expect("a request");
+        req.extensions_mut().insert(BodyLimit {
+            bytes: LIMIT,
+            code: "payload_too_large",
+            timeout: DEFAULT_BODY_TIMEOUT,
+        });
+        (req, read)
+    }
+
+    #[tokio::test]
+    async fn a_body_at_the_limit_in_pieces_is_read_whole() {
+        let (req, _) = request(&[400, 1, 599], None);
+        let bytes = read_body(req).await.map_err(|e| e.code).unwrap();
+        assert_eq!(bytes.len(), LIMIT);
+        let (req, _) = request(&[LIMIT], Some(LIMIT));
+        assert_eq!(
+            read_body(req).await.map_err(|e| e.code).unwrap().len(),
+            LIMIT
+        );
+    }
+
+    #[tokio::test]
+    async fn a_body_one_byte_over_is_refused_and_read_to_its_end() {
+        for declared in [None, Some(LIMIT + 1)] {
+            let (req, read) = request(&[600, 401], declared);
+            let e = read_body(req).await.unwrap_err();
+            assert_eq!(e.status(), 413);
+            assert_eq!(e.code, "payload_too_large");
+            assert_eq!(read.load(Ordering::SeqCst), LIMIT + 1, "{declared:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_refused_body_is_read_up_to_four_times_the_limit_and_no_further() {
+        // At 4x: read to its end, so the connection can serve on.
+        let (req, read) = request(&[LIMIT; 4], None);
+        assert_eq!(read_body(req).await.unwrap_err().status(), 413);
+        assert_eq!(read.load(Ordering::SeqCst), 4 * LIMIT);
+        // Past 4x as it arrives: reading stops at the piece that goes past.
+        let (req, read) = request(&[LIMIT; 10], None);
+        assert_eq!(read_body(req).await.unwrap_err().status(), 413);
+        assert_eq!(read.load(Ordering::SeqCst), 5 * LIMIT);
+        // Past 4x by its `Content-Length`: not read at all.
+        let (req, read) = request(&[LIMIT; 5], Some(4 * LIMIT + 1));
+        assert_eq!(read_body(req).await.unwrap_err().status(), 413);
+        assert_eq!(read.load(Ordering::SeqCst), 0);
+    }
 }

@@ -6,6 +6,10 @@
 //! The timeouts cost one timer per connection, not per request: a watchdog
 //! beside each connection reads a few atomics the connection updates as
 //! requests begin and end and as bytes arrive, waking only at deadlines.
+//!
+//! A connection that ends after an answer while the client may still be
+//! sending (a refused body) closes lingering, so the client reads its answer
+//! rather than a reset (contract, "Mends (round 3)").
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -322,37 +326,71 @@ async fn serve_conn(
     let io = TokioIo::new(Watched {
         tcp,
         state: Arc::clone(&state),
+        saw_eof: false,
     });
     let service = ConnService {
         dispatch,
         peer,
         state: Arc::clone(&state),
     };
-    let conn = hyper::server::conn::http1::Builder::new()
+    // No upgrades (no route upgrades), so the socket can be taken back when
+    // hyper is done with it, for a lingering close.
+    let mut conn = hyper::server::conn::http1::Builder::new()
         .keep_alive(true)
         // Our watchdog keeps the header timeout (hyper's would also end
         // idle keep-alive connections at the header timeout).
         .header_read_timeout(None)
-        .serve_connection(io, service)
-        .with_upgrades();
-    tokio::pin!(conn);
+        .serve_connection(io, service);
     let mut told = *closing.borrow();
     if told {
-        conn.as_mut().graceful_shutdown();
+        Pin::new(&mut conn).graceful_shutdown();
     }
-    loop {
+    let done = loop {
         tokio::select! {
-            _ = conn.as_mut() => return,
+            r = std::future::poll_fn(|cx| conn.poll_without_shutdown(cx)) => break r,
             r = closing.changed(), if !told => {
                 told = true;
                 if r.is_ok() {
                     // Finish the request in flight, then close; idle: close now.
-                    conn.as_mut().graceful_shutdown();
+                    Pin::new(&mut conn).graceful_shutdown();
                 }
             }
             () = state.expired(limits) => return,
         }
+    };
+    // An error (a broken connection, a head hyper could not read) or a
+    // server going away: close at once.
+    if done.is_ok() && !told {
+        linger(conn.into_parts().io.into_inner(), LINGER).await;
     }
+}
+
+/// How long a closing connection is read from, at most, after its last
+/// answer (see [`linger`]).
+const LINGER: Duration = Duration::from_secs(5);
+
+/// The lingering close of a connection hyper is done with while the client
+/// may still be sending (a request body refused unread, `Connection: close`):
+/// the last answer is written; our side closes for writing, then what comes
+/// is read and dropped until the client closes too, for at most `within`.
+/// Closing with bytes unread, or receiving some after closing, makes the
+/// kernel reset the connection, and the reset can beat the answer: the
+/// client, still sending, reports no answer at all.
+async fn linger(mut io: Watched, within: Duration) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let _ = io.tcp.shutdown().await;
+    if io.saw_eof {
+        return;
+    }
+    let mut buf = vec![0u8; 8192];
+    let _ = tokio::time::timeout(within, async {
+        while let Ok(n) = io.tcp.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+        }
+    })
+    .await;
 }
 
 /// A connection that arrived as the server stopped: one 503, then closed.
@@ -445,10 +483,12 @@ impl http_body::Body for Guarded {
     }
 }
 
-/// The socket, telling the watchdog when bytes of a request head arrive.
+/// The socket, telling the watchdog when bytes of a request head arrive,
+/// and remembering whether the client closed its side (no lingering then).
 struct Watched {
     tcp: TcpStream,
     state: Arc<ConnState>,
+    saw_eof: bool,
 }
 
 impl AsyncRead for Watched {
@@ -458,9 +498,12 @@ impl AsyncRead for Watched {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
         let before = buf.filled().len();
+        let room = buf.remaining() > 0;
         let r = Pin::new(&mut self.tcp).poll_read(cx, buf);
         if buf.filled().len() > before {
             self.state.bytes_arrived();
+        } else if room && matches!(r, Poll::Ready(Ok(()))) {
+            self.saw_eof = true;
         }
         r
     }
