@@ -11,6 +11,7 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::conn::Hold;
 use crate::reply::{error, json_response, Flavor};
 use crate::{det, Script, Shared};
 
@@ -150,6 +151,7 @@ pub(crate) fn chat(
     body: &Value,
     script: &Script,
     streaming: bool,
+    hold: Option<Hold>,
 ) -> Response {
     let Some(messages) = body.get("messages").and_then(Value::as_array) else {
         return error(
@@ -228,7 +230,11 @@ pub(crate) fn chat(
 
     // Streaming: every event is built now and sent as its own body frame.
     let mut events: Vec<Bytes> = Vec::new();
-    if script.garbage {
+    if let Some(scripted) = &script.stream_events {
+        for data in scripted {
+            events.push(Bytes::from(format!("data: {data}\n\n")));
+        }
+    } else if script.garbage {
         events.push(Bytes::from_static(b"data: this is not json\n\n"));
     } else {
         let include_usage = body
@@ -327,6 +333,8 @@ pub(crate) fn chat(
         first_delay: script.delay_ms,
         interval: script.chunk_interval_ms,
         abort_at,
+        abort_with_last: script.close_with_last_chunk,
+        hold,
         guard: StreamGuard {
             shared: shared.clone(),
             finished: false,
@@ -371,6 +379,10 @@ struct StreamState {
     first_delay: u64,
     interval: u64,
     abort_at: Option<usize>,
+    /// Drop the connection as soon as the last chunk is flushed.
+    abort_with_last: bool,
+    /// The connection's switch for keeping the last chunks until the drop.
+    hold: Option<Hold>,
     guard: StreamGuard,
 }
 
@@ -380,8 +392,11 @@ async fn next_event(mut st: StreamState) -> Option<(Item, StreamState)> {
     if st.guard.finished {
         return None;
     }
+    let aborting = st.abort_at == Some(st.sent);
     let delay = if st.sent == 0 {
         st.first_delay
+    } else if aborting && st.abort_with_last {
+        0
     } else {
         st.interval
     };
@@ -396,11 +411,21 @@ async fn next_event(mut st: StreamState) -> Option<(Item, StreamState)> {
             return Some((Err(std::io::Error::other("stub shutting down")), st));
         }
     }
-    if st.abort_at == Some(st.sent) {
+    if aborting {
         // Server-side abort: counted neither as cancelled nor as completed.
         // hyper drops its unflushed write buffer when the body errors, so go
-        // pending for a moment first: it flushes what was sent so far.
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        // pending first: it flushes what was sent so far (everything it
+        // buffered, in one write). One pending poll is enough for that, and
+        // with the connection held the flushed bytes leave with the drop;
+        // the 20 ms let the reader take the chunks before the drop.
+        if st.abort_with_last {
+            if let Some(hold) = &st.hold {
+                hold.until_close();
+            }
+            tokio::task::yield_now().await;
+        } else {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         st.guard.finished = true;
         return Some((Err(std::io::Error::other("stub: close_after_chunks")), st));
     }

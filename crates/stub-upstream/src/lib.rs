@@ -41,6 +41,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 mod chat;
+mod conn;
 mod det;
 mod reply;
 mod retrieval;
@@ -128,6 +129,18 @@ pub struct Script {
     /// Stream: after the role chunk, send N more chunks, then drop the
     /// connection abruptly (no terminating chunk, no `[DONE]`).
     pub close_after_chunks: Option<usize>,
+    /// Stream, with `close_after_chunks`: drop the connection right after
+    /// the last chunk is written, the chunk held back until the drop
+    /// (`TCP_CORK` on Linux), so the last chunks and the drop reach the
+    /// reader in one read: all of the answer with `chunk_interval_ms` 0,
+    /// the last chunk otherwise. Without it the drop comes 20 ms after the
+    /// last chunk.
+    pub close_with_last_chunk: bool,
+    /// Stream: send these events (each the text of one `data:` line), in
+    /// order and then `[DONE]`, instead of the answer made from `content`
+    /// and `tool_calls`; the first stands where the role chunk would
+    /// (`close_after_chunks`).
+    pub stream_events: Option<Vec<String>>,
     /// (prompt_tokens, completion_tokens) reported for chat. Default
     /// `(10, words of content + number of tool calls, at least 1)`.
     pub usage: Option<(u64, u64)>,
@@ -171,6 +184,8 @@ pub(crate) static DEFAULT_SCRIPT: Script = Script {
     chunk_size: 0,
     chunk_interval_ms: 0,
     close_after_chunks: None,
+    close_with_last_chunk: false,
+    stream_events: None,
     usage: None,
 };
 

@@ -7,14 +7,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
+use axum::extract::connect_info::ConnectInfo;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::Response;
-use axum::serve::ListenerExt;
 use axum::Router;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
+use crate::conn::{Hold, StubListener};
 use crate::reply::{error, error_typed, json_response, Flavor};
 use crate::{Recorded, Script, Shared, DEFAULT_SCRIPT, TEI_SCRIPT_KEY};
 
@@ -25,11 +26,9 @@ pub(crate) async fn serve(
     shared: Arc<Shared>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
     let app = Router::new().fallback(handle).with_state(shared);
-    let _ = axum::serve(listener, app)
+    let app = app.into_make_service_with_connect_info::<Hold>();
+    let _ = axum::serve(StubListener(listener), app)
         .with_graceful_shutdown(async move {
             let _ = shutdown.wait_for(|stop| *stop).await;
         })
@@ -189,7 +188,13 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
     }
 
     match route {
-        Route::Chat => crate::chat::chat(&shared, &body, script, streaming),
+        Route::Chat => {
+            let hold = parts
+                .extensions
+                .get::<ConnectInfo<Hold>>()
+                .map(|c| c.0.clone());
+            crate::chat::chat(&shared, &body, script, streaming, hold)
+        }
         Route::Embeddings => crate::retrieval::openai_embeddings(&shared, &body),
         Route::OpenAiRerank => crate::retrieval::openai_rerank(&shared, &body),
         Route::TeiEmbed => crate::retrieval::tei_embed(&body),

@@ -389,6 +389,102 @@ async fn stream_close_after_chunks_drops_connection_without_done() {
 }
 
 #[tokio::test]
+async fn stream_events_are_sent_as_scripted_and_close_with_last_chunk_drops_after_them() {
+    let stub = Stub::start().await;
+    stub.script(
+        "scripted-cut",
+        Script {
+            stream_events: Some(vec![r#"{"a":1}"#.into(), "b".into(), "c".into()]),
+            close_after_chunks: Some(1),
+            close_with_last_chunk: true,
+            ..Script::default()
+        },
+    );
+    let resp = client()
+        .post(chat_url(&stub))
+        .json(&json!({"model": "scripted-cut", "stream": true,
+            "messages": [{"role": "user", "content": "x"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let (events, _, err) = read_stream(resp).await;
+    assert!(err.is_some(), "body must end in an error, got {events:?}");
+    assert_eq!(events, [r#"{"a":1}"#, "b"]);
+
+    // Without the cut, the scripted events and then [DONE].
+    stub.script(
+        "scripted",
+        Script {
+            stream_events: Some(vec!["x".into()]),
+            ..Script::default()
+        },
+    );
+    let resp = client()
+        .post(chat_url(&stub))
+        .json(&json!({"model": "scripted", "stream": true,
+            "messages": [{"role": "user", "content": "x"}]}))
+        .send()
+        .await
+        .unwrap();
+    let (events, _, err) = read_stream(resp).await;
+    assert!(err.is_none());
+    assert_eq!(events, ["x", "[DONE]"]);
+}
+
+/// With `close_with_last_chunk` the last chunk and the drop arrive together:
+/// once the read that brings the last chunk returns, the end of the
+/// connection is already there (a read without waiting sees it).
+#[tokio::test]
+async fn close_with_last_chunk_sends_the_drop_with_the_last_chunk() {
+    use std::io::{ErrorKind, Read, Write};
+    let stub = Stub::start().await;
+    stub.script(
+        "cut-together",
+        Script {
+            content: Some("one two three".into()),
+            chunk_interval_ms: 100,
+            close_after_chunks: Some(2),
+            close_with_last_chunk: true,
+            ..Script::default()
+        },
+    );
+    let addr = stub.addr();
+    let (text, end) = tokio::task::spawn_blocking(move || {
+        let body = r#"{"model":"cut-together","stream":true,"messages":[{"role":"user","content":"x"}]}"#;
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        write!(
+            s,
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: stub\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut text = Vec::new();
+        let mut buf = [0u8; 65536];
+        // Waits for each piece; the last one is "two ".
+        while !String::from_utf8_lossy(&text).contains(r#""content":"two ""#) {
+            let n = s.read(&mut buf).unwrap();
+            assert!(n > 0, "closed before the last chunk");
+            text.extend_from_slice(&buf[..n]);
+        }
+        s.set_nonblocking(true).unwrap();
+        let end = match s.read(&mut buf) {
+            Ok(n) => Ok(n),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => Err("the drop had not arrived"),
+            Err(e) => panic!("{e}"),
+        };
+        (String::from_utf8_lossy(&text).into_owned(), end)
+    })
+    .await
+    .unwrap();
+    assert_eq!(end, Ok(0), "{text}");
+    assert!(
+        !text.contains("[DONE]") && !text.contains("three"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
 async fn stream_garbage_sends_non_json_data_line_then_done() {
     let stub = Stub::start().await;
     stub.script(
