@@ -574,6 +574,55 @@ async fn an_upstream_failure_mid_stream_ends_the_run_with_run_error() {
 }
 
 #[tokio::test]
+async fn events_read_with_the_upstream_failure_are_described_before_run_error() {
+    let (env, token) = setup(json!({})).await;
+    let mut runs = vec![];
+    // The role chunk, "one ", "two " and the drop in one read; then with
+    // 0.2 s between events, "two " and the drop in one read.
+    for interval in [0, 200] {
+        env.stub.script(
+            "up-agui",
+            Script {
+                content: Some("one two three".into()),
+                close_after_chunks: Some(2),
+                close_with_last_chunk: true,
+                chunk_interval_ms: interval,
+                ..Script::default()
+            },
+        );
+        let sse = chat_stream(&env, "helper", &token, &user("x"), &[AG_UI]).await;
+        check_chunks(&sse, false);
+        let events = agui_events(&sse);
+        assert_eq!(
+            types(&events),
+            [
+                "RUN_STARTED",
+                "TEXT_MESSAGE_START",
+                "TEXT_MESSAGE_CONTENT",
+                "TEXT_MESSAGE_CONTENT",
+                "TEXT_MESSAGE_END",
+                "RUN_ERROR"
+            ],
+            "{interval} ms: {events:?}"
+        );
+        let said: Vec<&str> = of_type(&events, "TEXT_MESSAGE_CONTENT")
+            .iter()
+            .map(|e| e["delta"].as_str().unwrap())
+            .collect();
+        assert_eq!(said, ["one ", "two "]);
+        assert_eq!(events[5]["code"], "upstream_error");
+        let data = data_messages(&sse);
+        assert_eq!(content_of(&data), "one two ");
+        assert_eq!(data[data.len() - 2]["error"]["code"], "upstream_error");
+        runs.push(events);
+    }
+    validate(&[
+        ("cut in one read", &runs[0]),
+        ("cut with the last event", &runs[1]),
+    ]);
+}
+
+#[tokio::test]
 async fn an_upstream_error_before_the_stream_is_an_http_error_without_events() {
     let (env, token) = setup(json!({})).await;
     env.stub.script(

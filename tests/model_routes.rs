@@ -537,6 +537,112 @@ async fn a_stream_cut_off_mid_way_ends_with_an_error_message_then_done() {
     assert_eq!(row["errors"], 1);
 }
 
+/// A stream the stub cuts after the role chunk, "one " and "two ", as a
+/// client without usage reads it: the status and the payloads.
+async fn cut_after_one_two(env: &Env, alias: &str, upstream: &str, script: Script) -> Vec<Value> {
+    env.model(alias, "chat", "openai", upstream).await;
+    env.stub.script(
+        upstream,
+        Script {
+            content: Some("one two three".into()),
+            close_after_chunks: Some(2),
+            ..script
+        },
+    );
+    let mut body = chat_body(alias, "x");
+    body["stream"] = json!(true);
+    let r = env.post("/v1/chat/completions", &body).await;
+    assert_eq!(r.status(), 200, "the stream began");
+    payloads(&sse_events(r).await)
+}
+
+/// Role chunk, "one ", "two ", the cut-off error, `[DONE]`.
+fn assert_one_two_then_cut_off(chunks: &[Value]) {
+    assert_eq!(
+        chunks.len(),
+        5,
+        "role + 2 chunks + error + [DONE]: {chunks:?}"
+    );
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    assert_eq!(assembled_content(&chunks[..3]), "one two ");
+    assert_eq!(chunks[3]["error"]["code"], "upstream_error");
+    assert_eq!(
+        chunks[3]["error"]["message"],
+        "The model server closed the stream before it ended."
+    );
+    assert_eq!(chunks[4], json!("[DONE]"));
+}
+
+#[tokio::test]
+async fn a_stream_cut_off_in_the_read_that_brought_its_events_relays_them_before_the_error() {
+    let env = env().await;
+    // Every event and the drop in one write: one read at the gateway.
+    let chunks = cut_after_one_two(
+        &env,
+        "chat-burst",
+        "up-burst",
+        Script {
+            close_with_last_chunk: true,
+            ..Script::default()
+        },
+    )
+    .await;
+    assert_one_two_then_cut_off(&chunks);
+    assert_eq!(env.stub.requests_for_model("up-burst").len(), 1);
+    let row = wait_usage(&env, "model", "chat-burst", 1).await;
+    assert_eq!(row["errors"], 1);
+}
+
+#[tokio::test]
+async fn a_stream_cut_off_with_its_last_event_or_after_it_relays_every_event_before_the_error() {
+    let env = env().await;
+    // 0.2 s between events: "two " and the drop in one read, or the drop
+    // in a read of its own after "two ".
+    for (i, together) in [true, false].into_iter().enumerate() {
+        let chunks = cut_after_one_two(
+            &env,
+            &format!("chat-paced-{i}"),
+            &format!("up-paced-{i}"),
+            Script {
+                chunk_interval_ms: 200,
+                close_with_last_chunk: together,
+                ..Script::default()
+            },
+        )
+        .await;
+        assert_one_two_then_cut_off(&chunks);
+    }
+}
+
+#[tokio::test]
+async fn a_stream_cut_off_after_an_event_that_sends_nothing_still_begins_and_ends_with_the_error() {
+    let env = env().await;
+    env.model("chat-u", "chat", "openai", "up-usage-first")
+        .await;
+    // A usage-only chunk (dropped: the client did not ask for usage), then
+    // the drop in the same read. The event was read: the stream began.
+    env.stub.script(
+        "up-usage-first",
+        Script {
+            stream_events: Some(vec![
+                r#"{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":0,"total_tokens":3}}"#.into(),
+                r#"{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"never"},"finish_reason":null}]}"#.into(),
+            ]),
+            close_after_chunks: Some(0),
+            close_with_last_chunk: true,
+            ..Script::default()
+        },
+    );
+    let mut body = chat_body("chat-u", "x");
+    body["stream"] = json!(true);
+    let r = env.post("/v1/chat/completions", &body).await;
+    assert_eq!(r.status(), 200);
+    let chunks = payloads(&sse_events(r).await);
+    assert_eq!(chunks.len(), 2, "error + [DONE]: {chunks:?}");
+    assert_eq!(chunks[0]["error"]["code"], "upstream_error");
+    assert_eq!(chunks[1], json!("[DONE]"));
+}
+
 #[tokio::test]
 async fn a_chat_model_on_a_provider_without_chat_is_refused() {
     let env = env().await;

@@ -240,6 +240,7 @@ impl DirectClient {
                 body,
                 conn_done: false,
                 eof: false,
+                failed: None,
                 pool: std::sync::Arc::clone(self),
                 authority: std::sync::Arc::clone(authority),
             },
@@ -285,8 +286,10 @@ pub struct DirectResponse {
 
 /// An answer's body, read by driving its connection in the reader's task.
 /// Each item is every byte available without waiting (one upstream read's
-/// worth), so a burst of stream events moves on as one piece. At its end the
-/// connection goes back to the pool; dropped before, it is closed.
+/// worth), so a burst of stream events moves on as one piece; a failure
+/// (the connection cut mid-body) is the item after the bytes that came with
+/// it. At its end the connection goes back to the pool; dropped before, it
+/// is closed.
 pub struct Exchange {
     /// The answer's status.
     pub status: u16,
@@ -294,6 +297,10 @@ pub struct Exchange {
     body: Incoming,
     conn_done: bool,
     eof: bool,
+    /// A failure met after bytes were gathered: those go out first, and
+    /// this is the next poll's answer (a read that brings the last events
+    /// and the connection's end must not lose the events).
+    failed: Option<hyper::Error>,
     pool: std::sync::Arc<DirectClient>,
     authority: std::sync::Arc<str>,
 }
@@ -358,17 +365,26 @@ impl Stream for Exchange {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = &mut *self;
+        if let Some(e) = this.failed.take() {
+            return Poll::Ready(Some(Err(e)));
+        }
         if this.eof {
             return Poll::Ready(None);
         }
         let mut gathered: Option<BytesMut> = None;
         let mut first: Option<Bytes> = None;
+        // The first failure of the connection or the body: it ends the
+        // gathering, but the bytes before it go out first.
+        let mut failure: Option<hyper::Error> = None;
         loop {
             let frame = match this.poll_body(cx) {
                 Poll::Ready(f) => Some(f),
+                // The connection failed: nothing more will come.
+                Poll::Pending if failure.is_some() => None,
                 Poll::Pending => {
                     if let Err(e) = this.poll_conn(cx) {
-                        return Poll::Ready(Some(Err(e)));
+                        // Frames the body still holds come before it.
+                        failure = Some(e);
                     }
                     match this.poll_body(cx) {
                         Poll::Ready(f) => Some(f),
@@ -381,9 +397,14 @@ impl Stream for Exchange {
                 None => break,
                 Some(None) => {
                     this.eof = true;
+                    // The whole body came: the answer stands.
+                    failure = None;
                     break;
                 }
-                Some(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
+                Some(Some(Err(e))) => {
+                    failure.get_or_insert(e);
+                    break;
+                }
                 Some(Some(Ok(data))) => {
                     match (&mut first, &mut gathered) {
                         (None, None) => first = Some(data),
@@ -398,7 +419,9 @@ impl Stream for Exchange {
                     }
                     let size = first.as_ref().map_or(0, Bytes::len)
                         + gathered.as_ref().map_or(0, BytesMut::len);
-                    if size >= MAX_GATHER {
+                    // After a failure the body holds at most what the
+                    // connection decoded before it: take all of it.
+                    if size >= MAX_GATHER && failure.is_none() {
                         break;
                     }
                 }
@@ -409,10 +432,16 @@ impl Stream for Exchange {
             (None, Some(b)) => Some(b.freeze()),
             (None, None) => None,
         };
-        match out {
-            Some(b) => Poll::Ready(Some(Ok(b))),
-            None if this.eof => Poll::Ready(None),
-            None => Poll::Pending,
+        match (out, failure) {
+            (Some(b), failure) => {
+                // A read that brought the last bytes and the failure: the
+                // bytes now, the failure at the next poll.
+                this.failed = failure;
+                Poll::Ready(Some(Ok(b)))
+            }
+            (None, Some(e)) => Poll::Ready(Some(Err(e))),
+            (None, None) if this.eof => Poll::Ready(None),
+            (None, None) => Poll::Pending,
         }
     }
 }
@@ -535,6 +564,30 @@ mod tests {
         let pieces: Vec<Bytes> = r.body.map(|p| p.expect("piece")).collect().await;
         assert_eq!(pieces.concat(), b"data1data2data3");
         assert!(pieces.len() <= 2, "{} pieces", pieces.len());
+    }
+
+    #[tokio::test]
+    async fn chunks_that_arrive_with_the_connections_end_come_before_the_failure() {
+        // No last chunk: the server closes mid-body, in the same write.
+        const CUT: &[u8] = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n\
+            5\r\ndata1\r\n5\r\ndata2\r\n";
+        let (u, _) = server(CUT, true).await;
+        let client = Arc::new(DirectClient::new(Duration::from_secs(1)));
+        let r = client
+            .post(&target(&u), HeaderMap::new, Bytes::new())
+            .await
+            .expect("post");
+        let mut body = r.body;
+        let mut got = Vec::new();
+        let failed = loop {
+            match body.next().await {
+                Some(Ok(piece)) => got.extend_from_slice(&piece),
+                Some(Err(_)) => break true,
+                None => break false,
+            }
+        };
+        assert!(failed, "the cut is reported");
+        assert_eq!(got, b"data1data2", "after what came before it");
     }
 
     #[tokio::test]

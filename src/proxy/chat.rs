@@ -17,11 +17,14 @@
 //! * The answer's `model` (the whole answer, or every stream chunk) names the
 //!   alias the client used.
 //! * Streams are relayed event by event, never collected: the response head
-//!   and the first chunk go out as soon as the upstream's first event is in.
-//!   Failures before that first event are ordinary HTTP errors (502/504);
-//!   after it, the stream ends with `data: {"error":{...}}` (OpenAI error
-//!   shape) and `data: [DONE]`. The upstream going quiet for longer than the
-//!   provider's `timeout_s` counts as a failure (`upstream_timeout`).
+//!   and the first chunk go out as soon as the upstream's first event is in;
+//!   the events of one upstream read go out in one write. Failures before
+//!   that first event are ordinary HTTP errors (502/504) and may be retried
+//!   on another target; after it, every event read before the failure goes
+//!   out (also those read together with it), then `data: {"error":{...}}`
+//!   (OpenAI error shape) and `data: [DONE]`. The upstream going quiet for
+//!   longer than the provider's `timeout_s` counts as a failure
+//!   (`upstream_timeout`).
 //! * When the client goes away, the response body is dropped, and with it the
 //!   upstream request: the upstream sees its connection close.
 //! * One usage record per call: user, key or agent context, alias, tokens
@@ -474,7 +477,7 @@ pub async fn relay<H: ChatHooks>(
             saw_finish: false,
             eof: false,
             started: false,
-            hooks_touched: false,
+            read_event: false,
             failure: None,
             phase: Phase::Streaming,
             ticket: Some(ticket),
@@ -485,39 +488,24 @@ pub async fn relay<H: ChatHooks>(
             t.set_model(&answering.id);
             t.set_provider(&target.provider.name);
         }
-        // Wait for the first output: failures before it are plain HTTP
-        // errors, and may go to the next target.
-        match relay.step().await {
+        // Wait for the first output. A failure before the first event is a
+        // plain HTTP error and may go to the next target; once an event was
+        // read the stream begins, even if that event made no output.
+        let first = match relay.step().await {
             Ok(first) => {
                 relay.started = true;
                 relay.guard.ok();
-                let first = relay.gather(first.unwrap_or_default()).await;
-                let rest = futures_util::stream::unfold(relay, |mut r| async move {
-                    match r.step().await {
-                        Ok(Some(b)) => {
-                            let b = r.gather(b).await;
-                            Some((Ok::<Bytes, std::convert::Infallible>(b), r))
-                        }
-                        Ok(None) => None,
-                        Err(e) => {
-                            let b = r.fail(&e);
-                            Some((Ok(b), r))
-                        }
-                    }
-                });
-                let body = futures_util::stream::once(async move { Ok(first) }).chain(rest);
-                return Ok(Relayed {
-                    body: RelayedBody::Stream(Box::pin(body)),
-                    answered,
-                });
+                relay.gather(first.unwrap_or_default()).await
+            }
+            Err(e) if relay.read_event => {
+                relay.started = true;
+                relay.fail(&e)
             }
             Err(e) => {
-                // Retried only if the hooks saw nothing of this answer.
                 let retry = match relay.failure.take() {
                     Some(f) => {
                         relay.attempt.failed(f);
-                        let v = target.failed(&mut relay.guard, f, false);
-                        v.retry && !relay.hooks_touched
+                        target.failed(&mut relay.guard, f, false).retry
                     }
                     None => false,
                 };
@@ -533,8 +521,27 @@ pub async fn relay<H: ChatHooks>(
                     return failed(ticket, e);
                 }
                 last = Some(e);
+                continue;
             }
-        }
+        };
+        let rest = futures_util::stream::unfold(relay, |mut r| async move {
+            match r.step().await {
+                Ok(Some(b)) => {
+                    let b = r.gather(b).await;
+                    Some((Ok::<Bytes, std::convert::Infallible>(b), r))
+                }
+                Ok(None) => None,
+                Err(e) => {
+                    let b = r.fail(&e);
+                    Some((Ok(b), r))
+                }
+            }
+        });
+        let body = futures_util::stream::once(async move { Ok(first) }).chain(rest);
+        return Ok(Relayed {
+            body: RelayedBody::Stream(Box::pin(body)),
+            answered,
+        });
     }
     failed(
         ticket,
@@ -923,8 +930,9 @@ struct StreamRelay<H> {
     eof: bool,
     /// The first output went to the client.
     started: bool,
-    /// The hooks were given a chunk (so the answer cannot be retried).
-    hooks_touched: bool,
+    /// A chunk of the answer was read (even one that made no output): the
+    /// stream has begun, and the answer cannot be retried.
+    read_event: bool,
     /// What kind of failure the last error was (None: not the upstream's).
     failure: Option<Failure>,
     phase: Phase,
@@ -1118,7 +1126,7 @@ impl<H: ChatHooks> StreamRelay<H> {
                     }
                     self.completion_chars += c.chars;
                     self.saw_finish |= c.finish;
-                    self.hooks_touched = true;
+                    self.read_event = true;
                     if !c.sent {
                         continue;
                     }
@@ -1152,13 +1160,13 @@ impl<H: ChatHooks> StreamRelay<H> {
                     self.saw_finish = true;
                 }
             }
+            self.read_event = true;
             if !self.client_usage && !strip_usage(obj) {
                 continue;
             }
             self.attempt.answer(obj.get("model"), None);
             rewrite_model(obj, &self.alias);
             let mut before = Vec::new();
-            self.hooks_touched = true;
             let action = match self.hooks.as_mut() {
                 Some(h) => h.on_chunk(&mut chunk, &mut before),
                 None => ChunkAction::Send,

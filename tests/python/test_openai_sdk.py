@@ -131,3 +131,33 @@ def test_errors_are_openai_errors(client, gateway, stub):
         for _ in stream:
             pass
     assert "closed the stream" in e.value.message
+
+
+@pytest.mark.parametrize("interval_ms", [0, 200])
+def test_a_stream_cut_with_its_last_chunks_yields_them_before_the_error(
+    client, gateway, stub, interval_ms
+):
+    # The upstream sends the role chunk, "one " and "two " and drops the
+    # connection: with no pause, all in one read; with 0.2 s between them,
+    # "two " and the drop together.
+    cut = scripted_model(
+        gateway,
+        stub,
+        f"py-cut-together-{interval_ms}",
+        f"py-up-cut-together-{interval_ms}",
+        {
+            "content": "one two three",
+            "close_after_chunks": 2,
+            "close_with_last_chunk": True,
+            "chunk_interval_ms": interval_ms,
+        },
+    )
+    stream = client.chat.completions.create(
+        model=cut, messages=[{"role": "user", "content": "x"}], stream=True
+    )
+    text = []
+    with pytest.raises(openai.APIError) as e:
+        for chunk in stream:
+            text.append(chunk.choices[0].delta.content or "")
+    assert "".join(text) == "one two "
+    assert "closed the stream" in e.value.message
