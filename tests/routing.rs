@@ -703,7 +703,8 @@ async fn usage_records_name_the_provider_that_answered() {
 
 #[tokio::test]
 async fn three_failures_rest_a_target_then_one_trial_brings_it_back() {
-    let f = fleet_with(2, 5, |s| s.target_cooldown_s = 1).await;
+    // Two seconds of rest: the five requests below fit in it on a busy machine.
+    let f = fleet_with(2, 5, |s| s.target_cooldown_s = 2).await;
     f.stub(0).script("u", Script::status(503));
     f.create_ok(json!({"id": "m", "kind": "chat", "targets": targets(&[("s0", "u", 1000), ("s1", "u", 1)])}))
         .await;
@@ -723,9 +724,12 @@ async fn three_failures_rest_a_target_then_one_trial_brings_it_back() {
         assert_eq!(header(&r, "x-gatehouse-attempts"), "1");
     }
     assert_eq!(f.seen(0, "u"), 3);
-    // After the rest, one trial; it succeeds and s0 is healthy again.
+    // After the rest, one trial; it succeeds and s0 is healthy again. The
+    // weighted draw picks s1 first once in 1001 requests: s1 failing now
+    // makes s0 answer either way (first, or as the second attempt).
     f.stub(0).unscript("u");
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    f.stub(1).script("u", Script::status(503));
+    tokio::time::sleep(Duration::from_millis(2100)).await;
     let r = f.chat("m", false).await;
     assert_eq!(r.status(), 200);
     assert_eq!(header(&r, "x-gatehouse-provider"), "s0");
