@@ -67,7 +67,28 @@ pub struct Error {
     pub message: String,
     pub param: Option<String>,
     pub retry_after: Option<u64>,
+    /// Set when the error is an upstream attempt's (the relay marks the
+    /// last one): the answer names the provider as a success would.
+    pub attempted: Option<Box<Attempted>>,
 }
+
+/// The provider of a request's last upstream attempt, and how many attempts
+/// were made (`x-gatehouse-provider`, `x-gatehouse-attempts`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attempted {
+    pub provider: String,
+    pub attempts: u32,
+}
+
+/// Codes of refusals that the same request, sent again, meets again: their
+/// answers say `x-should-retry: false` (the OpenAI SDKs retry every 409 and
+/// 429 otherwise). A rate limit (`rate_limited`) passes, so it is not here.
+const FINAL_REFUSALS: [&str; 4] = [
+    "approval_pending",
+    "approval_already_decided",
+    "approval_expired",
+    "budget_exhausted",
+];
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -83,6 +104,7 @@ impl Error {
             message: message.into(),
             param: None,
             retry_after: None,
+            attempted: None,
         }
     }
     /// The status number of this error (see [`ErrorKind::status`]).
@@ -96,6 +118,18 @@ impl Error {
     pub fn with_retry_after(mut self, seconds: u64) -> Self {
         self.retry_after = Some(seconds);
         self
+    }
+    /// Marks the error as the answer of an upstream attempt (see [`Attempted`]).
+    pub fn with_attempted(mut self, provider: &str, attempts: u32) -> Self {
+        self.attempted = Some(Box::new(Attempted {
+            provider: provider.to_string(),
+            attempts,
+        }));
+        self
+    }
+    /// Whether sending the same request again cannot help (see [`FINAL_REFUSALS`]).
+    pub fn is_final_refusal(&self) -> bool {
+        FINAL_REFUSALS.contains(&self.code.as_ref())
     }
     pub fn validation(param: impl Into<String>, message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Invalid, "validation_error", message).with_param(param)

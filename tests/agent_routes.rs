@@ -270,6 +270,19 @@ fn names(v: &[&str]) -> Option<Vec<String>> {
 /// Asserts the OpenAI error shape with this status and code; returns the error object.
 async fn expect_error(r: Response, status: u16, code: &str) -> Value {
     assert_eq!(r.status().as_u16(), status, "status for {code}");
+    // Refusals a retry cannot cure say so: the OpenAI SDKs retry every 409
+    // and 429 unless told not to.
+    let final_refusal = matches!(
+        code,
+        "approval_pending" | "approval_already_decided" | "approval_expired" | "budget_exhausted"
+    );
+    assert_eq!(
+        r.headers()
+            .get("x-should-retry")
+            .and_then(|v| v.to_str().ok()),
+        final_refusal.then_some("false"),
+        "x-should-retry on {code}"
+    );
     let v: Value = r.json().await.expect("error body is JSON");
     let e = v["error"].clone();
     assert_eq!(e["code"], code, "{v}");

@@ -82,10 +82,55 @@ async fn assert_refused(r: Response, code: &str) -> u64 {
         .parse()
         .expect("whole seconds");
     assert!(retry >= 1);
+    // A used-up budget says no retry will cure it (the OpenAI SDKs retry
+    // every 429 otherwise); a rate limit does not.
+    let should_retry = header(&r, "x-should-retry");
     let v: Value = r.json().await.expect("json");
     assert_eq!(v["error"]["code"], code, "{v}");
     assert_eq!(v["error"]["type"], "rate_limit_error");
+    let expected = (code == "budget_exhausted").then(|| "false".to_string());
+    assert_eq!(should_retry, expected, "x-should-retry on {code}");
     retry
+}
+
+/// Seconds of an `x-ratelimit-reset-*` value as OpenAI writes it (`1h2m3s`).
+fn reset_secs(v: &str) -> u64 {
+    let mut total = 0;
+    let mut n = 0;
+    for c in v.chars() {
+        match c {
+            '0'..='9' => n = n * 10 + u64::from(c as u8 - b'0'),
+            'h' => (total, n) = (total + n * 3600, 0),
+            'm' => (total, n) = (total + n * 60, 0),
+            's' => (total, n) = (total + n, 0),
+            _ => panic!("not a duration: {v}"),
+        }
+    }
+    total
+}
+
+#[tokio::test]
+async fn reset_headers_of_per_minute_limits_stay_within_the_minute() {
+    let env = chat_env().await;
+    let (_, key) = key_with(
+        &env,
+        json!({"requests_per_minute": 10, "tokens_per_minute": 1000}),
+    )
+    .await;
+    for i in 0..3 {
+        let r = chat_with(&env, &key).await;
+        assert_eq!(r.status(), StatusCode::OK);
+        let requests = header(&r, "x-ratelimit-reset-requests").expect("requests reset");
+        let tokens = header(&r, "x-ratelimit-reset-tokens").expect("tokens reset");
+        // This request is counted: the window is whole again within the minute.
+        assert!(
+            (1..=60).contains(&reset_secs(&requests)),
+            "request {i}: {requests}"
+        );
+        // Tokens are counted when a request ends: the first sees none.
+        let t = reset_secs(&tokens);
+        assert!(t <= 60 && (i == 0 || t >= 1), "request {i}: {tokens}");
+    }
 }
 
 #[tokio::test]

@@ -132,6 +132,61 @@ impl Fleet {
             .expect("the target")
     }
 
+    /// An agent on `model` and the access token of a device signed in to it.
+    async fn agent_token(&self, address: &str, model: &str) -> String {
+        let r = self
+            .app
+            .post(
+                "/api/admin/agents",
+                &self.admin,
+                &json!({"address": address, "name": address, "model": model}),
+            )
+            .await;
+        assert_eq!(r.status(), StatusCode::CREATED);
+        let (_, login) = self.app.user(&format!("{address}@example.com")).await;
+        let r = self
+            .app
+            .post(
+                "/api/agent-tokens",
+                &login,
+                &json!({"agent": address, "device_label": "laptop"}),
+            )
+            .await;
+        assert_eq!(r.status(), StatusCode::CREATED);
+        let v: Value = r.json().await.expect("json");
+        v["access_token"].as_str().expect("token").to_string()
+    }
+
+    async fn agent_chat(&self, address: &str, token: &str, stream: bool) -> Response {
+        self.app
+            .post(
+                &format!("/v1/agents/{address}/chat/completions"),
+                token,
+                &json!({"stream": stream, "messages": [{"role": "user", "content": "hello"}]}),
+            )
+            .await
+    }
+
+    async fn embed(&self, model: &str) -> Response {
+        self.app
+            .post(
+                "/v1/embeddings",
+                &self.key,
+                &json!({"model": model, "input": ["a", "b"]}),
+            )
+            .await
+    }
+
+    async fn rerank(&self, model: &str) -> Response {
+        self.app
+            .post(
+                "/v1/rerank",
+                &self.key,
+                &json!({"model": model, "query": "q", "documents": ["x", "y"]}),
+            )
+            .await
+    }
+
     async fn metrics(&self) -> String {
         let r = self.app.client.get(self.app.u("/metrics")).send().await;
         r.expect("metrics").text().await.expect("text")
@@ -848,28 +903,14 @@ async fn embeddings_and_rerank_move_on_from_a_failing_target() {
         .await;
     f.create_ok(json!({"id": "rr", "kind": "scoring", "targets": targets(&[("s0", "r", 1000), ("tei1", "bge", 1)])}))
         .await;
-    let r = f
-        .app
-        .post(
-            "/v1/embeddings",
-            &f.key,
-            &json!({"model": "emb", "input": ["a", "b"]}),
-        )
-        .await;
+    let r = f.embed("emb").await;
     assert_eq!(r.status(), 200);
     assert_eq!(header(&r, "x-gatehouse-provider"), "s1");
     let v: Value = r.json().await.expect("json");
     assert_eq!(v["model"], "emb");
     assert_eq!(v["data"].as_array().map(Vec::len), Some(2));
 
-    let r = f
-        .app
-        .post(
-            "/v1/rerank",
-            &f.key,
-            &json!({"model": "rr", "query": "q", "documents": ["x", "y"]}),
-        )
-        .await;
+    let r = f.rerank("rr").await;
     assert_eq!(r.status(), 200);
     assert_eq!(header(&r, "x-gatehouse-provider"), "tei1");
     let v: Value = r.json().await.expect("json");
@@ -1135,36 +1176,9 @@ async fn agent_chat_moves_on_from_a_failing_target() {
     f.stub(0).script("u", Script::status(503));
     f.create_ok(json!({"id": "m", "kind": "chat", "targets": targets(&[("s0", "u", 1000), ("s1", "u", 1)])}))
         .await;
-    let r = f
-        .app
-        .post(
-            "/api/admin/agents",
-            &f.admin,
-            &json!({"address": "helper", "name": "Helper", "model": "m"}),
-        )
-        .await;
-    assert_eq!(r.status(), StatusCode::CREATED);
-    let (_, login) = f.app.user("ann@example.com").await;
-    let r = f
-        .app
-        .post(
-            "/api/agent-tokens",
-            &login,
-            &json!({"agent": "helper", "device_label": "laptop"}),
-        )
-        .await;
-    assert_eq!(r.status(), StatusCode::CREATED);
-    let v: Value = r.json().await.expect("json");
-    let token = v["access_token"].as_str().expect("token").to_string();
+    let token = f.agent_token("helper", "m").await;
     for stream in [false, true] {
-        let r = f
-            .app
-            .post(
-                "/v1/agents/helper/chat/completions",
-                &token,
-                &json!({"stream": stream, "messages": [{"role": "user", "content": "hello"}]}),
-            )
-            .await;
+        let r = f.agent_chat("helper", &token, stream).await;
         assert_eq!(r.status(), 200, "stream {stream}");
         assert_eq!(header(&r, "x-gatehouse-provider"), "s1");
         if stream {
@@ -1180,4 +1194,107 @@ async fn agent_chat_moves_on_from_a_failing_target() {
         }
     }
     assert_eq!(f.seen(1, "u"), 2);
+}
+
+// ---------------------------------------------------------------- routing headers on errors
+
+/// `x-gatehouse-provider` and `x-gatehouse-attempts` of an answer.
+fn routed(r: &Response) -> (String, String) {
+    (
+        header(r, "x-gatehouse-provider"),
+        header(r, "x-gatehouse-attempts"),
+    )
+}
+
+#[tokio::test]
+async fn an_upstream_4xx_passed_on_names_the_provider_and_the_attempts_on_every_route() {
+    let f = fleet(1, 5).await;
+    for (id, kind) in [("c", "chat"), ("e", "embeddings"), ("r", "scoring")] {
+        f.create_ok(
+            json!({"id": id, "kind": kind, "provider": "s0", "upstream_model": format!("up-{id}")}),
+        )
+        .await;
+    }
+    let token = f.agent_token("helper", "c").await;
+    for status in [400u16, 404, 422] {
+        for id in ["c", "e", "r"] {
+            f.stub(0).script(
+                &format!("up-{id}"),
+                Script {
+                    status: Some(status),
+                    error_message: Some("refused upstream".into()),
+                    ..Script::default()
+                },
+            );
+        }
+        let answers = [
+            ("chat", f.chat("c", false).await),
+            ("chat stream", f.chat("c", true).await),
+            ("embeddings", f.embed("e").await),
+            ("rerank", f.rerank("r").await),
+            ("agent chat", f.agent_chat("helper", &token, false).await),
+            ("agent stream", f.agent_chat("helper", &token, true).await),
+        ];
+        for (what, r) in answers {
+            let got = routed(&r);
+            let (s, e) = v1_error(r).await;
+            assert_eq!(s.as_u16(), status, "{what}");
+            assert_eq!(e["message"], "refused upstream", "{what}");
+            assert_eq!(got, ("s0".into(), "1".into()), "{what}, status {status}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn when_every_attempt_fails_the_error_names_the_last_provider_and_the_attempts() {
+    let f = fleet(3, 5).await;
+    for max in 1..=3 {
+        // One target a model, the next ones as fallbacks: attempts go s0, s1,
+        // s2 in order. Upstream names of their own each round, so no target
+        // fails often enough to rest (a resting one would be tried last).
+        for (tag, kind) in [
+            ("c", "chat"),
+            ("a", "chat"),
+            ("e", "embeddings"),
+            ("r", "scoring"),
+        ] {
+            let up = format!("{tag}-{max}");
+            for i in 0..3 {
+                f.stub(i).script(&up, Script::status(503));
+            }
+            for i in [1, 2] {
+                f.create_ok(json!({"id": format!("{up}-s{i}"), "kind": kind,
+                    "provider": format!("s{i}"), "upstream_model": up}))
+                    .await;
+            }
+            f.create_ok(json!({"id": up, "kind": kind, "max_attempts": max,
+                "targets": targets(&[("s0", &up, 1)]),
+                "fallbacks": [format!("{up}-s1"), format!("{up}-s2")]}))
+                .await;
+        }
+        let agent = format!("helper-{max}");
+        let token = f.agent_token(&agent, &format!("a-{max}")).await;
+        let answers = [
+            ("chat", f.chat(&format!("c-{max}"), false).await),
+            ("chat stream", f.chat(&format!("c-{max}"), true).await),
+            ("embeddings", f.embed(&format!("e-{max}")).await),
+            ("rerank", f.rerank(&format!("r-{max}")).await),
+            ("agent chat", f.agent_chat(&agent, &token, false).await),
+            ("agent stream", f.agent_chat(&agent, &token, true).await),
+        ];
+        for (what, r) in answers {
+            let got = routed(&r);
+            let (s, e) = v1_error(r).await;
+            assert_eq!(
+                (s, e["code"].as_str()),
+                (StatusCode::SERVICE_UNAVAILABLE, Some("upstream_error")),
+                "{what}"
+            );
+            assert_eq!(
+                got,
+                (format!("s{}", max - 1), max.to_string()),
+                "{what}, max_attempts {max}"
+            );
+        }
+    }
 }

@@ -3,7 +3,7 @@
 //! `/v1/...`. The edge middleware (`http::edge`) picks the shape from the
 //! request path, so handlers never care.
 
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::{header, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use crate::error::{Error, ErrorKind};
@@ -13,14 +13,23 @@ pub fn status_of(kind: ErrorKind) -> StatusCode {
     StatusCode::from_u16(kind.status()).unwrap_or(StatusCode::BAD_GATEWAY)
 }
 
+const X_SHOULD_RETRY: HeaderName = HeaderName::from_static("x-should-retry");
+
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
         let body = self.api_body();
         let mut resp = (status_of(self.kind), axum::Json(body)).into_response();
+        let h = resp.headers_mut();
         if let Some(secs) = self.retry_after {
             if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
-                resp.headers_mut().insert("retry-after", v);
+                h.insert(header::RETRY_AFTER, v);
             }
+        }
+        if self.is_final_refusal() {
+            h.insert(X_SHOULD_RETRY, HeaderValue::from_static("false"));
+        }
+        if let Some(a) = &self.attempted {
+            crate::http::v1::write_routing_headers(h, &a.provider, a.attempts);
         }
         resp.extensions_mut().insert(self);
         resp

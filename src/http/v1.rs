@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::{header, HeaderName, HeaderValue};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{Map, Value};
@@ -231,17 +231,22 @@ pub const X_GATEHOUSE_PROVIDER: HeaderName = HeaderName::from_static("x-gatehous
 const X_GATEHOUSE_ATTEMPTS: HeaderName = HeaderName::from_static("x-gatehouse-attempts");
 const X_ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");
 
-/// `x-gatehouse-provider` and `x-gatehouse-attempts`.
+/// `x-gatehouse-provider` and `x-gatehouse-attempts` of an answer.
 pub fn routing_headers(resp: &mut Response, answered: &Answered) {
-    let h = resp.headers_mut();
-    if let Ok(v) = HeaderValue::from_str(&answered.provider) {
+    write_routing_headers(resp.headers_mut(), &answered.provider, answered.attempts);
+}
+
+/// The routing headers of a success ([`routing_headers`]) or of an
+/// upstream attempt's error (`crate::error::Attempted`).
+pub fn write_routing_headers(h: &mut HeaderMap, provider: &str, attempts: u32) {
+    if let Ok(v) = HeaderValue::from_str(provider) {
         h.insert(X_GATEHOUSE_PROVIDER, v);
     }
     // The usual counts without formatting a number into a new buffer.
     const COUNTS: [&str; 4] = ["0", "1", "2", "3"];
-    let attempts = match COUNTS.get(answered.attempts as usize) {
+    let attempts = match COUNTS.get(attempts as usize) {
         Some(n) => HeaderValue::from_static(n),
-        None => HeaderValue::from(answered.attempts),
+        None => HeaderValue::from(attempts),
     };
     h.insert(X_GATEHOUSE_ATTEMPTS, attempts);
 }

@@ -15,6 +15,8 @@ pub const BUCKET_MS: i64 = 1000;
 /// Buckets in a minute's window (see the module comment).
 pub const MINUTE_BUCKETS: i64 = 61;
 pub const DAY_MS: i64 = 86_400_000;
+/// The longest reset `x-ratelimit-reset-*` gives for a per-minute limit.
+pub const MINUTE_MS: i64 = 60_000;
 
 pub const RATE_LIMITED: &str = "rate_limited";
 pub const BUDGET_EXHAUSTED: &str = "budget_exhausted";
@@ -181,7 +183,10 @@ impl Buckets {
         Some(MINUTE_BUCKETS * BUCKET_MS)
     }
 
-    /// Milliseconds until the minute's count is back to zero.
+    /// Milliseconds until the minute's count is back to zero, for the reset
+    /// headers: at most [`MINUTE_MS`]. The window's 61st bucket is a margin
+    /// of the limit's own check (`Retry-After` keeps it), not part of the
+    /// minute a client is told about.
     pub fn minute_reset_ms(&self, now_ms: i64) -> i64 {
         let start = minute_start(now_ms);
         self.v
@@ -190,6 +195,7 @@ impl Buckets {
             .take_while(|b| b.at >= start)
             .find(|b| b.count() > 0)
             .map_or(0, |b| (b.at + MINUTE_BUCKETS) * BUCKET_MS - now_ms)
+            .min(MINUTE_MS)
     }
 }
 
@@ -520,8 +526,9 @@ mod tests {
         // Limit 1: everything, the newest at s+61.
         assert_eq!(r.minute_wait_ms(1, T0), Some(61_000));
         assert_eq!(r.minute_wait_ms(7, T0), None);
-        // Back to zero when the newest has left.
-        assert_eq!(r.minute_reset_ms(T0), 61_000);
+        // Back to zero when the newest has left (61 s), said as at most a minute.
+        assert_eq!(r.minute_reset_ms(T0), MINUTE_MS);
+        assert_eq!(r.minute_reset_ms(T0 + 1_500), 59_500);
     }
 
     #[test]

@@ -177,6 +177,11 @@ async fn routed<T>(
             }
         };
         target.stats.attempt();
+        let answered = Answered {
+            model: chain[pick.stage].id.clone(),
+            provider: target.provider.name.clone(),
+            attempts: attempts.made(),
+        };
         let mut attempt = Attempt::start(operation, &target.provider, &target.upstream_model);
         let sent = upstream::post_for_bytes(client, &target.provider, path, body);
         let result = attempt.scope(sent).await.and_then(|answer| {
@@ -192,19 +197,15 @@ async fn routed<T>(
         match result {
             Ok(v) => {
                 pick.guard.ok();
-                let answered = Answered {
-                    model: chain[pick.stage].id.clone(),
-                    provider: target.provider.name.clone(),
-                    attempts: attempts.made(),
-                };
                 return Ok((v, answered));
             }
             Err(e) => {
                 attempt.failed(e.failure);
+                let error = answered.mark(e.error);
                 if !target.failed(&mut pick.guard, e.failure, false).retry {
-                    return Err(e.error);
+                    return Err(error);
                 }
-                last = Some(e.error);
+                last = Some(error);
             }
         }
     }

@@ -417,10 +417,11 @@ pub async fn relay<H: ChatHooks>(
             }
             Err(e) => {
                 attempt.failed(e.failure);
+                let error = answered.mark(e.error);
                 if !target.failed(&mut guard, e.failure, false).retry {
-                    return failed(ticket, e.error);
+                    return failed(ticket, error);
                 }
-                last = Some(e.error);
+                last = Some(error);
                 continue;
             }
         };
@@ -444,7 +445,7 @@ pub async fn relay<H: ChatHooks>(
                     ticket.set_provider(&target.provider.name);
                     if let RelayedBody::Answer(v) = &mut body {
                         if let Err(e) = hooks.on_response(v).await {
-                            return failed(ticket, e);
+                            return failed(ticket, answered.mark(e));
                         }
                     }
                     ticket.finish(200, tokens);
@@ -452,10 +453,11 @@ pub async fn relay<H: ChatHooks>(
                 }
                 Err(e) => {
                     attempt.failed(e.failure);
+                    let error = answered.mark(e.error);
                     if !target.failed(&mut guard, e.failure, false).retry {
-                        return failed(ticket, e.error);
+                        return failed(ticket, error);
                     }
-                    last = Some(e.error);
+                    last = Some(error);
                     continue;
                 }
             }
@@ -502,6 +504,7 @@ pub async fn relay<H: ChatHooks>(
                 relay.fail(&e)
             }
             Err(e) => {
+                let e = answered.mark(e);
                 let retry = match relay.failure.take() {
                     Some(f) => {
                         relay.attempt.failed(f);

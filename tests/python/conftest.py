@@ -65,6 +65,18 @@ def http(method: str, url: str, body=None, token=None, form=None):
         return e.code, json.loads(raw) if raw else None
 
 
+def served(gateway, route: str, status: int, method: str = "POST") -> int:
+    """How many requests the gateway answered on `route` with `status`
+    (its `gatehouse_http_requests_total` counter)."""
+    with urllib.request.urlopen(f"{gateway.url}/metrics", timeout=30) as r:
+        text = r.read().decode()
+    line = f'gatehouse_http_requests_total{{method="{method}",route="{route}",status="{status}"}} '
+    for l in text.splitlines():
+        if l.startswith(line):
+            return int(l[len(line):])
+    return 0
+
+
 class Stub:
     def __init__(self, url: str):
         self.url = url

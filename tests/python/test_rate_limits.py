@@ -9,7 +9,7 @@ import time
 import openai
 import pytest
 
-from conftest import http
+from conftest import http, served
 
 MESSAGES = [{"role": "user", "content": "hello limits"}]
 
@@ -48,6 +48,27 @@ def test_a_used_up_day_budget_is_a_rate_limit_error_with_budget_exhausted(gatewa
         client.embeddings.create(model="py-emb", input="more", encoding_format="float")
     assert e.value.code == "budget_exhausted"
     assert int(e.value.response.headers["retry-after"]) >= 1
+
+
+def test_the_sdk_does_not_retry_a_used_up_budget(gateway):
+    # The SDK's own retries are on: x-should-retry: false stops them.
+    client = limited_client(gateway, {"tokens_per_day": 5}, max_retries=2)
+    client.chat.completions.create(model="py-chat", messages=MESSAGES)
+    before = served(gateway, "/v1/chat/completions", 429)
+    with pytest.raises(openai.RateLimitError) as e:
+        client.chat.completions.create(model="py-chat", messages=MESSAGES)
+    assert e.value.code == "budget_exhausted"
+    assert served(gateway, "/v1/chat/completions", 429) == before + 1
+    assert e.value.response.headers.get("x-should-retry") == "false"
+
+
+def test_a_rate_limit_leaves_the_sdk_free_to_retry(gateway):
+    client = limited_client(gateway, {"requests_per_minute": 1})
+    client.chat.completions.create(model="py-chat", messages=MESSAGES)
+    with pytest.raises(openai.RateLimitError) as e:
+        client.chat.completions.create(model="py-chat", messages=MESSAGES)
+    assert e.value.code == "rate_limited"
+    assert "x-should-retry" not in e.value.response.headers
 
 
 def test_the_sdks_own_retry_waits_for_retry_after_and_gets_through(gateway, stub):

@@ -106,6 +106,14 @@ pub struct Answered {
     pub attempts: u32,
 }
 
+impl Answered {
+    /// The error of this attempt, marked as its answer: the client is told
+    /// the provider and the attempts as for a success.
+    pub fn mark(&self, e: crate::error::Error) -> crate::error::Error {
+        e.with_attempted(&self.provider, self.attempts)
+    }
+}
+
 /// The per-process routing state: every target's health and every
 /// provider's counters. Kept across catalog rebuilds.
 #[derive(Debug)]
