@@ -351,7 +351,7 @@ async fn every_json_body_and_success_answer_has_a_schema_naming_the_contract_fie
         ("ManifestResult", &["seen_before", "manifest_hash"]),
         ("EventsAccepted", &["accepted", "duplicates"]),
         ("Embeddings", &["object", "data", "model", "usage"]),
-        ("Rerank", &["id", "model", "results", "usage"]),
+        ("Rerank", &["id", "model", "results", "usage", "meta"]),
         (
             "UsageRow",
             &[

@@ -330,6 +330,14 @@ async fn rerank_through_every_adapter_sorts_by_falling_score_with_the_clients_te
         let u = &v["usage"];
         assert!(u["prompt_tokens"].as_i64().unwrap() >= 1);
         assert_eq!(u["prompt_tokens"], u["total_tokens"]);
+        // Cohere's fields as well, for clients that read them (the Vercel AI
+        // SDK's Cohere and Together providers).
+        assert_eq!(u["completion_tokens"], 0, "{model}");
+        assert_eq!(
+            v["meta"],
+            json!({"api_version": {"version": "2"}, "billed_units": {"search_units": 1}}),
+            "{model}"
+        );
     }
     let plain: Vec<Value> = texts.iter().map(|t| json!(t)).collect();
     let openai = &env.stub.requests_for_model("up-rerank")[0];

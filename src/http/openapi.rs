@@ -569,7 +569,7 @@ fn schemas() -> Map<String, Value> {
             object(
                 &["object", "data", "model", "usage"],
                 json!({
-            "object": one_of(&["list"]), "model": string(), "usage": usage.clone(),
+            "object": one_of(&["list"]), "model": string(), "usage": usage,
             "data": array(object(&["object", "index", "embedding"], json!({"object": one_of(&["embedding"]), "index": int(),
                 "embedding": {"anyOf": [{"type": "array", "items": {"type": "number"}}, {"type": "string", "description": "base64 of little-endian float32"}]}})))}),
             ),
@@ -587,9 +587,14 @@ fn schemas() -> Map<String, Value> {
         (
             "Rerank",
             object(
-                &["id", "model", "results", "usage"],
+                &["id", "model", "results", "usage", "meta"],
                 json!({
-            "id": string(), "model": string(), "usage": usage,
+            "id": string(), "model": string(),
+            "usage": object(&["prompt_tokens", "completion_tokens", "total_tokens"],
+                json!({"prompt_tokens": int(), "completion_tokens": int(), "total_tokens": int()})),
+            "meta": object(&["api_version", "billed_units"], json!({
+                "api_version": object(&["version"], json!({"version": string()})),
+                "billed_units": object(&["search_units"], json!({"search_units": int()}))})),
             "results": array(object(&["index", "relevance_score"], json!({"index": int(), "relevance_score": {"type": "number"},
                 "document": object(&["text"], json!({"text": string()}))})))}),
             ),

@@ -349,7 +349,7 @@ fn recorded_failure<T>(ticket: &mut UsageTicket, r: Result<T>) -> Result<T> {
 #[utoipa::path(post, path = "/v1/rerank", tag = "v1",
     request_body = RerankRequestDoc,
     responses(
-        (status = 200, description = "`{id, model, results: [{index, relevance_score, document?: {text}}], usage: {prompt_tokens, total_tokens}}`, by falling score"),
+        (status = 200, description = "`{id, model, results: [{index, relevance_score, document?: {text}}], usage: {prompt_tokens, completion_tokens: 0, total_tokens}, meta: {api_version: {version: \"2\"}, billed_units: {search_units: 1}}}`, by falling score"),
         (status = 400, description = "validation_error, model_kind_mismatch"),
         (status = 401, description = "invalid_api_key"),
         (status = 403, description = "model_not_allowed"),

@@ -71,7 +71,42 @@ pub struct RerankResponse {
     pub id: String,
     pub model: String,
     pub results: Vec<RerankResult>,
-    pub usage: RetrievalUsage,
+    pub usage: RerankUsage,
+    pub meta: RerankMeta,
+}
+
+/// Rerank's `usage`: `completion_tokens` (always 0) besides the prompt's,
+/// for clients that read a rerank answer as Cohere's or Together's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct RerankUsage {
+    pub prompt_tokens: i64,
+    pub completion_tokens: i64,
+    pub total_tokens: i64,
+}
+
+/// Cohere's `meta` (API version 2, one search unit a request): the Vercel AI
+/// SDK's Cohere and Together providers need it to read the answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct RerankMeta {
+    pub api_version: ApiVersion,
+    pub billed_units: BilledUnits,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct ApiVersion {
+    pub version: &'static str,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct BilledUnits {
+    pub search_units: u32,
+}
+
+impl RerankMeta {
+    pub const V2: RerankMeta = RerankMeta {
+        api_version: ApiVersion { version: "2" },
+        billed_units: BilledUnits { search_units: 1 },
+    };
 }
 
 /// Estimated tokens of embedding inputs.
@@ -276,7 +311,12 @@ pub async fn rerank(
             id: format!("rerank-{}", uuid::Uuid::new_v4().simple()),
             model: answered.model.clone(),
             results,
-            usage: RetrievalUsage::of(prompt),
+            usage: RerankUsage {
+                prompt_tokens: prompt,
+                completion_tokens: 0,
+                total_tokens: prompt,
+            },
+            meta: RerankMeta::V2,
         },
         Tokens {
             prompt,
