@@ -47,24 +47,29 @@ struct Session {
     csrf: String,
 }
 
-async fn console_sign_in(app: &TestApp, email: &str, password: &str) -> Session {
+/// Posts the sign-in form (with the token of a freshly loaded form) asking
+/// to go on to `next`; returns the answer.
+async fn post_sign_in(app: &TestApp, email: &str, password: &str, next: &str) -> reqwest::Response {
     let c = no_redirects();
     let r = c.get(app.u("/console/login")).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::OK);
     let pre = value_of(set_cookie(&r, "gatehouse_console_pre").expect("pre cookie"));
     let page = r.text().await.unwrap();
-    let r = c
-        .post(app.u("/console/login"))
+    c.post(app.u("/console/login"))
         .header("cookie", format!("gatehouse_console_pre={pre}"))
         .form(&[
             ("csrf", csrf_in(&page).as_str()),
             ("username", email),
             ("password", password),
-            ("next", "/console/keys"),
+            ("next", next),
         ])
         .send()
         .await
-        .unwrap();
+        .unwrap()
+}
+
+async fn console_sign_in(app: &TestApp, email: &str, password: &str) -> Session {
+    let r = post_sign_in(app, email, password, "/console/keys").await;
     assert_eq!(r.status(), StatusCode::SEE_OTHER, "sign-in of {email}");
     assert_eq!(r.headers()[LOCATION], "/console/keys");
     let cookie = format!(
@@ -1431,4 +1436,82 @@ async fn a_key_created_in_the_console_may_carry_limits_checked_by_the_apis_rules
         keys[0]["limits"],
         json!({"requests_per_minute": 30, "tokens_per_minute": null, "tokens_per_day": null, "max_parallel": null})
     );
+}
+
+#[tokio::test]
+async fn a_next_that_is_not_a_plain_console_path_goes_to_the_overview() {
+    let app = spawn_app().await;
+    let s = console_sign_in(&app, ADMIN_EMAIL, ADMIN_PASSWORD).await;
+    // As decoded from the query or the form (`%0D%0A` arrives as CR LF).
+    let unsafe_next = [
+        "/console/\r\nSet-Cookie: x=1",
+        "/console/\t",
+        "/console/\u{7f}",
+        "/console/caf\u{e9}",
+        "/console/a b",
+        "/console/../api/users/me",
+        "/console/x/../../api/users/me",
+        "/console/%2e%2e/api/users/me",
+        "/console/%2E./api/users/me",
+        "/console//evil.example/",
+        "/console/\\evil.example",
+        "//evil.example/console/",
+        "https://evil.example/console/",
+        "/api/users/me",
+        "",
+    ];
+    // Signed in already: the sign-in form sends the browser straight on.
+    for next in unsafe_next {
+        let r = no_redirects()
+            .get(app.u("/console/login"))
+            .query(&[("next", next)])
+            .header("cookie", &s.cookie)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::SEE_OTHER, "{next:?}");
+        assert_eq!(r.headers()[LOCATION], "/console/", "{next:?}");
+    }
+    // Signing in with it in the form: the session is made, and the way on is the overview.
+    for next in unsafe_next {
+        let r = post_sign_in(&app, ADMIN_EMAIL, ADMIN_PASSWORD, next).await;
+        assert_eq!(r.status(), StatusCode::SEE_OTHER, "{next:?}");
+        assert_eq!(r.headers()[LOCATION], "/console/", "{next:?}");
+        assert!(set_cookie(&r, "gatehouse_console").is_some(), "{next:?}");
+    }
+    // No page answers 500 for what the client put in its address.
+    let odd = "%0D%0A%00%FF%22%3C%2E%2E";
+    for path in [
+        format!("/console/login?next={odd}"),
+        format!("/console/?range={odd}"),
+        format!("/console/keys/{odd}/limits"),
+        format!("/console/admin/users/{odd}/limits"),
+        format!("/console/admin/models/{odd}"),
+        format!("/console/admin/agents/{odd}"),
+        format!("/console/admin/agents/{odd}/events?device={odd}&type={odd}&before={odd}"),
+        format!("/console/admin/agents/{odd}/limits"),
+        format!("/console/admin/sign-ins?user={odd}&agent={odd}&before={odd}"),
+        format!("/console/sign-ins?before={odd}"),
+        format!("/console/admin/usage?from={odd}&to={odd}&group_by={odd}"),
+        format!("/console/admin/usage.csv?from={odd}&group_by={odd}"),
+        format!("/console/{odd}"),
+    ] {
+        let (status, _) = get_page(&app, &s.cookie, &path).await;
+        assert!(status.as_u16() < 500, "{path}: {status}");
+    }
+    // A console path with its query is kept (percent-escapes and all).
+    for next in [
+        "/console/admin/usage?group_by=model&range=7d",
+        "/console/keys",
+        "/console/admin/agents/a%20b",
+    ] {
+        let r = no_redirects()
+            .get(app.u("/console/login"))
+            .query(&[("next", next)])
+            .header("cookie", &s.cookie)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.headers()[LOCATION], next);
+    }
 }

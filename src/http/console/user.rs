@@ -23,11 +23,31 @@ pub struct NextQuery {
     next: Option<String>,
 }
 
-/// Only a console path of this site (no `//host`, no scheme): no open redirect.
+/// Where to go after signing in: `next` when it is a plain console path of
+/// this site, else the overview. The client chose it, so it never makes an
+/// error: anything else falls back.
 fn safe_next(next: Option<&str>) -> String {
-    next.filter(|n| n.starts_with("/console/") && !n.starts_with("/console//") && !n.contains('\\'))
+    next.filter(|n| is_console_path(n))
         .unwrap_or("/console/")
         .to_string()
+}
+
+/// A path under `/console/` as a `Location` header can carry it: visible
+/// ASCII only (no control character, space or raw non-ASCII), no `//host`
+/// or backslash (another site: no open redirect), and no `.` or `..`
+/// segment, escaped or not (the browser would resolve it out of `/console/`).
+fn is_console_path(n: &str) -> bool {
+    let Some(rest) = n.strip_prefix("/console/") else {
+        return false;
+    };
+    if rest.starts_with('/') || !n.bytes().all(|b| b.is_ascii_graphic() && b != b'\\') {
+        return false;
+    }
+    let path = n.split(['?', '#']).next().unwrap_or_default();
+    !path.split('/').any(|segment| {
+        let s = segment.to_ascii_lowercase().replace("%2e", ".");
+        s == "." || s == ".."
+    })
 }
 
 /// Ways to sign in besides the password. Single sign-on adds one button per
@@ -405,7 +425,33 @@ mod tests {
         assert_eq!(safe_next(Some("//evil.example/")), "/console/");
         assert_eq!(safe_next(Some("https://evil.example/")), "/console/");
         assert_eq!(safe_next(Some("/console//evil.example")), "/console/");
+        assert_eq!(safe_next(Some("/console/\\evil.example")), "/console/");
         assert_eq!(safe_next(None), "/console/");
+        // What a Location header cannot carry as it is.
+        for bad in [
+            "/console/\r\nX: 1",
+            "/console/a b",
+            "/console/\u{7f}",
+            "/console/caf\u{e9}",
+        ] {
+            assert_eq!(safe_next(Some(bad)), "/console/", "{bad:?}");
+        }
+        // Segments the browser resolves out of /console/.
+        for bad in [
+            "/console/../api",
+            "/console/a/../../x",
+            "/console/%2E%2e/api",
+            "/console/.%2e",
+        ] {
+            assert_eq!(safe_next(Some(bad)), "/console/", "{bad:?}");
+        }
+        for good in [
+            "/console/",
+            "/console/a%20b?x=1&y=..",
+            "/console/admin/usage?range=7d#top",
+        ] {
+            assert_eq!(safe_next(Some(good)), good);
+        }
     }
 
     #[test]
