@@ -1515,3 +1515,58 @@ async fn a_next_that_is_not_a_plain_console_path_goes_to_the_overview() {
         assert_eq!(r.headers()[LOCATION], next);
     }
 }
+
+#[tokio::test]
+async fn a_fresh_install_shows_the_next_steps_and_its_empty_charts_say_no_requests_yet() {
+    let app = spawn_app().await;
+    let s = console_sign_in(&app, ADMIN_EMAIL, ADMIN_PASSWORD).await;
+    let (status, page) = get_page(&app, &s.cookie, "/console/").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains("Get started"), "{page}");
+    for link in [
+        "href=\"/console/admin/models#providers\"",
+        "href=\"/console/admin/models#new-model\"",
+        "href=\"/console/keys\"",
+        "href=\"/openapi.json\"",
+    ] {
+        assert!(page.contains(link), "{link}: {page}");
+    }
+    // The address clients use, as this request reached the server.
+    assert!(page.contains(&format!("{}/v1", app.url)), "{page}");
+    assert_eq!(page.matches("No requests yet.").count(), 3, "{page}");
+    assert!(!page.contains("<svg"), "no axes without requests: {page}");
+
+    // Each step done is marked so, until all are done and the steps go.
+    let stub = gatehouse_stub_upstream::Stub::start().await;
+    app.add_model("openai", &stub.openai_base_url(), "chat-1", "chat", "up")
+        .await;
+    let (_, page) = get_page(&app, &s.cookie, "/console/").await;
+    assert!(page.contains("Get started"), "no key yet: {page}");
+    assert_eq!(page.matches("<li class=\"done\"").count(), 2, "{page}");
+    let admin = app.admin_token().await;
+    let key = app.api_key(&admin, json!({"name": "first"})).await;
+    let (_, page) = get_page(&app, &s.cookie, "/console/").await;
+    assert!(!page.contains("Get started"), "{page}");
+    assert_eq!(page.matches("No requests yet.").count(), 3, "{page}");
+
+    // The first request: the charts draw it.
+    let r = app
+        .post(
+            "/v1/chat/completions",
+            &key,
+            &json!({"model": "chat-1", "messages": [{"role": "user", "content": "hi"}]}),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let (_, page) = get_page(&app, &s.cookie, "/console/").await;
+        if page.contains("<strong>1</strong> requests") {
+            assert_eq!(page.matches("<svg").count(), 3, "{page}");
+            assert!(!page.contains("No requests yet."), "{page}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "not recorded: {page}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}

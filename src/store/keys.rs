@@ -65,6 +65,17 @@ impl Store {
         .await
     }
 
+    /// Whether any user has a key that is not revoked (the console's
+    /// first-run steps).
+    pub async fn any_api_key(&self) -> Result<bool, sqlx::Error> {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM (SELECT 1 FROM api_keys WHERE revoked_at IS NULL LIMIT 1) k",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(n > 0)
+    }
+
     pub async fn api_key_by_hash(&self, hash: &str) -> Result<Option<ApiKeyRow>, sqlx::Error> {
         sqlx::query_as::<_, ApiKeyRow>(&format!(
             "SELECT {COLS} FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL"

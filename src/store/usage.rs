@@ -91,6 +91,16 @@ impl Store {
         .fetch_all(&self.pool)
         .await
     }
+
+    /// Whether any request was ever recorded (the console tells a fresh
+    /// install from a quiet range).
+    pub async fn any_usage_record(&self) -> Result<bool, sqlx::Error> {
+        let n: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM (SELECT 1 FROM usage_records LIMIT 1) r")
+                .fetch_one(&self.pool)
+                .await?;
+        Ok(n > 0)
+    }
 }
 
 /// One bucket of the usage over time.

@@ -7,6 +7,7 @@ browser is downloaded: Playwright drives the system's Chromium.
 The binaries come from `$CARGO_TARGET_DIR/debug` (default `target/debug`).
 """
 
+import contextlib
 import json
 import os
 import re
@@ -132,9 +133,10 @@ def stub():
         proc.wait(timeout=10)
 
 
-@pytest.fixture(scope="session")
-def gateway(stub, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("gatehouse")
+@contextlib.contextmanager
+def running_gateway(tmp):
+    """A `gatehouse serve` on a free port with a fresh SQLite database in
+    `tmp` and the administrator only; yields (url, admin login token)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = dict(os.environ)
@@ -162,7 +164,16 @@ def gateway(stub, tmp_path_factory):
             "POST", f"{url}/api/auth/jwt/login", form={"username": ADMIN_EMAIL, "password": ADMIN_PASSWORD}
         )
         assert status == 200, body
-        admin = body["access_token"]
+        yield url, body["access_token"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        log.close()
+
+
+@pytest.fixture(scope="session")
+def gateway(stub, tmp_path_factory):
+    with running_gateway(tmp_path_factory.mktemp("gatehouse")) as (url, admin):
         status, body, _ = http(
             "POST",
             f"{url}/api/admin/providers",
@@ -178,10 +189,13 @@ def gateway(stub, tmp_path_factory):
         )
         assert status == 201, body
         yield Gateway(url, admin)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        log.close()
+
+
+@pytest.fixture
+def fresh_gateway(tmp_path_factory):
+    """A gateway as a fresh install leaves it: no provider, model or key."""
+    with running_gateway(tmp_path_factory.mktemp("fresh")) as (url, admin):
+        yield Gateway(url, admin)
 
 
 @pytest.fixture(scope="session")
@@ -225,10 +239,22 @@ class Console:
         self.page.wait_for_load_state()
 
 
-@pytest.fixture
-def console(browser, gateway):
+def open_console(browser, gateway):
     ctx = browser.new_context()
     page = ctx.new_page()
-    c = Console(page, gateway.url)
+    return ctx, Console(page, gateway.url)
+
+
+@pytest.fixture
+def console(browser, gateway):
+    ctx, c = open_console(browser, gateway)
+    yield c
+    ctx.close()
+
+
+@pytest.fixture
+def fresh_console(browser, fresh_gateway):
+    """The console of a fresh install, in a browser of its own."""
+    ctx, c = open_console(browser, fresh_gateway)
     yield c
     ctx.close()

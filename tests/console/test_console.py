@@ -3,6 +3,7 @@
 import http.server as httpserver
 import os
 import threading
+import time
 import urllib.parse
 
 import pytest
@@ -34,6 +35,66 @@ def chat(gateway, agent, access, tools):
     )
     assert status == 200, answer
     return headers.get("X-Service-Held-Tools")
+
+
+def test_a_fresh_install_leads_through_the_next_steps_to_a_first_request(fresh_console, fresh_gateway, stub):
+    console, page = fresh_console, fresh_console.page
+    console.sign_in(ADMIN_EMAIL, ADMIN_PASSWORD)
+    steps = page.locator("section.first-run")
+    assert steps.locator("h2").inner_text() == "Get started"
+    assert steps.locator("li.todo").count() == 3
+    assert f"{fresh_gateway.url}/v1" in steps.inner_text()
+    charts = page.locator("figure.chart")
+    assert charts.count() == 3
+    assert page.locator("figure.chart svg").count() == 0, "no bare axes"
+    assert charts.locator("p.empty").all_inner_texts() == ["No requests yet."] * 3
+    shot(console, "first-run")
+
+    # Each step's link leads to the page that does it.
+    page.click("section.first-run a:has-text('Add a provider')")
+    page.wait_for_load_state()
+    assert page.url.endswith("/console/admin/models#providers")
+    form = page.locator("form[action='/console/admin/providers']")
+    form.locator("input[name=name]").fill("stub")
+    form.locator("input[name=base_url]").fill(f"{stub}/v1")
+    form.locator("button[type=submit]").click()
+    page.wait_for_load_state()
+    console.go("/console/")
+    assert steps.locator("li.done").count() == 1
+
+    page.click("section.first-run a:has-text('Add a model')")
+    page.wait_for_load_state()
+    assert page.url.endswith("/console/admin/models#new-model")
+    page.fill("input[name=id]", "first-chat")
+    page.fill("input[name=upstream_model_0]", "up-first")
+    page.click("button:has-text('Add model')")
+    page.wait_for_load_state()
+    console.go("/console/")
+    assert steps.locator("li.done").count() == 2
+
+    page.click("section.first-run a:has-text('Create an API key')")
+    page.wait_for_load_state()
+    assert page.url.endswith("/console/keys")
+    page.fill("input[name=name]", "first key")
+    page.click("button:has-text('Create key')")
+    page.wait_for_load_state()
+    key = page.locator("#new-key").inner_text()
+
+    # Set up: the steps are gone; the first request shows in the charts.
+    console.go("/console/")
+    assert steps.count() == 0
+    status, answer, _ = http(
+        "POST", f"{fresh_gateway.url}/v1/chat/completions",
+        {"model": "first-chat", "messages": [{"role": "user", "content": "hi"}]}, key,
+    )
+    assert status == 200, answer
+    deadline = time.monotonic() + 10
+    while page.locator("figure.chart svg").count() != 3:
+        assert time.monotonic() < deadline, page.content()
+        time.sleep(0.2)
+        console.go("/console/")
+    assert page.locator("figure.chart p.empty").count() == 0
+    assert console.errors == [], console.errors
 
 
 def test_sign_in_and_sign_out(console):

@@ -49,10 +49,77 @@ pub struct RangeQuery {
     range: Option<String>,
 }
 
+/// What a fresh install still lacks before a client can use it.
+struct FirstRun {
+    provider: bool,
+    model: bool,
+    key: bool,
+}
+
+impl FirstRun {
+    fn complete(&self) -> bool {
+        self.provider && self.model && self.key
+    }
+}
+
+/// The address clients use for `/v1`, as this request reached the server
+/// (the proxy's `X-Forwarded-Host` first).
+fn v1_address(headers: &axum::http::HeaderMap) -> String {
+    let host = ["x-forwarded-host", "host"].iter().find_map(|n| {
+        let v = headers.get(*n)?.to_str().ok()?.split(',').next()?.trim();
+        (!v.is_empty()).then_some(v)
+    });
+    match host {
+        Some(h) => {
+            let scheme = if super::guard::came_over_https(headers) {
+                "https"
+            } else {
+                "http"
+            };
+            format!("{scheme}://{h}/v1")
+        }
+        None => "/v1".to_string(),
+    }
+}
+
+/// The next steps on a fresh install: each done one is marked so.
+fn first_steps(run: &FirstRun, v1: &str) -> Markup {
+    let state = |done: bool| if done { "done" } else { "todo" };
+    html! {
+        section.first-run {
+            h2 { "Get started" }
+            p { "No client can use Gatehouse yet. The next steps:" }
+            ol {
+                li class=(state(run.provider)) {
+                    a href="/console/admin/models#providers" { "Add a provider" }
+                    ": the server your models run on (OpenAI-compatible such as vLLM or OpenAI, TEI, or Cohere), with its base URL and key."
+                }
+                li class=(state(run.model)) {
+                    a href="/console/admin/models#new-model" { "Add a model" }
+                    ": the name clients ask for, on that provider (chat, embeddings or scoring)."
+                }
+                li class=(state(run.key)) {
+                    a href="/console/keys" { "Create an API key" }
+                    ": it is shown once; give it to the client."
+                }
+                li {
+                    "Point a client at " code { (v1) } " with the key, as it would talk to OpenAI:"
+                    pre { code { "from openai import OpenAI\nclient = OpenAI(base_url=\"" (v1) "\", api_key=\"<the key>\")" } }
+                    "Every route and its fields: "
+                    a href="/openapi.json" { "the API reference" }
+                    " (OpenAPI); the guides are in the repository's " code { "docs/" } " ("
+                    code { "models.md" } " for the model routes)."
+                }
+            }
+        }
+    }
+}
+
 /// `/console/`: the overview for admins; other users go to their keys.
 pub async fn home(
     State(app): State<AppState>,
     user: ConsoleUser,
+    headers: axum::http::HeaderMap,
     Query(q): Query<RangeQuery>,
 ) -> Out {
     if !user.is_admin() {
@@ -108,8 +175,23 @@ pub async fn home(
     }
     let open = app.store.open_approvals(now).await?;
     let resting = super::models::unhealthy_targets(&app).await?;
+    let catalog = app.catalog();
+    let first_run = FirstRun {
+        provider: !catalog.providers.is_empty(),
+        model: !catalog.models.is_empty(),
+        key: app.store.any_api_key().await?,
+    };
+    let empty = if requests.iter().any(|n| *n > 0) {
+        None
+    } else if app.store.any_usage_record().await? {
+        Some(format!("No requests in the {label}."))
+    } else {
+        Some("No requests yet.".to_string())
+    };
+    let empty = empty.as_deref();
     let body = html! {
         h1 { "Overview" }
+        @if !first_run.complete() { (first_steps(&first_run, &v1_address(&headers))) }
         @if !held.is_empty() || !open.is_empty() || !resting.is_empty() {
             section.attention {
                 h2 { "Needs attention" }
@@ -140,9 +222,9 @@ pub async fn home(
             li { strong { (requests.iter().sum::<i64>()) } " requests, " (label) }
         }
         div.charts {
-            (charts::over_time("Requests and errors", "requests", &requests, Some(("errors", &errors)), from, bucket))
-            (charts::over_time("Tokens (prompt + completion)", "tokens", &tokens, None, from, bucket))
-            (charts::over_time("Average latency (ms)", "ms", &latency, None, from, bucket))
+            (charts::over_time("Requests and errors", "requests", &requests, Some(("errors", &errors)), from, bucket, empty))
+            (charts::over_time("Tokens (prompt + completion)", "tokens", &tokens, None, from, bucket, empty))
+            (charts::over_time("Average latency (ms)", "ms", &latency, None, from, bucket, empty))
         }
     };
     Ok(page(&user, "Overview", "/console/", body))
@@ -798,7 +880,8 @@ pub async fn usage(
         }
         p { a.button href=(csv) download { "Download CSV" } }
         div.charts {
-            (charts::over_time("Requests and errors", "requests", &reqs, Some(("errors", &errs)), from, bucket))
+            (charts::over_time("Requests and errors", "requests", &reqs, Some(("errors", &errs)), from, bucket,
+                reqs.iter().all(|n| *n == 0).then_some("No requests in this range.")))
             (charts::by_group(&format!("Requests by {g}"), "requests", &rows.iter().map(|r| (r.key.clone(), r.requests)).collect::<Vec<_>>()))
             (charts::by_group(&format!("Tokens by {g}"), "tokens", &rows.iter().map(|r| (r.key.clone(), r.prompt_tokens + r.completion_tokens)).collect::<Vec<_>>()))
         }

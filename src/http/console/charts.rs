@@ -20,7 +20,8 @@ fn short_time(ms: i64, bucket_ms: i64) -> String {
 }
 
 /// Columns over time: one per bucket from `start_ms`, with an optional
-/// second series (errors) drawn over the first.
+/// second series (errors) drawn over the first. With `empty` (the range had
+/// no requests) the chart is that sentence instead of bare axes.
 pub fn over_time(
     title: &str,
     unit: &str,
@@ -28,7 +29,16 @@ pub fn over_time(
     overlay: Option<(&str, &[i64])>,
     start_ms: i64,
     bucket_ms: i64,
+    empty: Option<&str>,
 ) -> Markup {
+    if let Some(sentence) = empty {
+        return html! {
+            figure.chart {
+                figcaption { (title) }
+                p.empty { (sentence) }
+            }
+        };
+    }
     let max = values.iter().copied().max().unwrap_or(0).max(1);
     let n = values.len().max(1) as f64;
     let plot_w = W - LEFT - 8.0;

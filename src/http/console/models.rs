@@ -125,7 +125,7 @@ pub async fn models(
     let body = html! {
         h1 { "Providers and models" }
         (done_note(q.done.as_deref()))
-        h2 { "Providers" }
+        h2 #providers { "Providers" }
         p.muted { "Attempts and failures since this server started (all its models)." }
         table {
             thead { tr { th { "Name" } th { "Type" } th { "Base URL" } th { "Timeout" } th { "API key" } th { "Attempts" } th { "Failures" } th {} } }
@@ -174,7 +174,7 @@ pub async fn models(
                 (targets_table(&app, m))
             }
         }
-        h2 { "New model" }
+        h2 #new-model { "New model" }
         (model_form(&user, None, &providers.iter().map(|p| p.name.clone()).collect::<Vec<_>>(), &models.iter().map(|(m, _)| m.id.clone()).collect::<Vec<_>>()))
     };
     Ok(page(
