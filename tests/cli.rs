@@ -74,6 +74,13 @@ fn assert_fails(o: &Output, code: i32, says: &str) {
     );
 }
 
+#[test]
+fn version_names_the_newest_release_of_the_changelog() {
+    let o = gatehouse(&["--version"], &[], "");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), format!("gatehouse {}\n", newest_release()));
+}
+
 #[tokio::test]
 async fn users_create_makes_a_user_who_logs_in_to_a_server_on_the_same_database() {
     let app = spawn_app().await;

@@ -28,6 +28,31 @@ async fn health_ready_version_and_request_id_are_served() {
 }
 
 #[tokio::test]
+async fn the_version_served_is_the_newest_release_of_the_changelog() {
+    let app = spawn_app().await;
+    let v: Value = app
+        .client
+        .get(app.u("/api/version"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["version"], newest_release());
+    let doc: Value = app
+        .client
+        .get(app.u("/openapi.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(doc["info"]["version"], newest_release());
+}
+
+#[tokio::test]
 async fn metrics_count_requests_by_route_and_status() {
     let app = spawn_app().await;
     app.client.get(app.u("/healthz")).send().await.unwrap();

@@ -323,3 +323,16 @@ pub async fn v1_code(r: Response) -> (StatusCode, String) {
         v["error"]["code"].as_str().unwrap_or("<none>").to_string(),
     )
 }
+
+/// The newest release `CHANGELOG.md` lists: the first `## [x.y.z]` heading
+/// (an `## [Unreleased]` heading above it is skipped).
+pub fn newest_release() -> String {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/CHANGELOG.md");
+    let text = std::fs::read_to_string(path).expect("CHANGELOG.md at the repository's root");
+    text.lines()
+        .filter_map(|l| l.strip_prefix("## [")?.split_once(']'))
+        .map(|(v, _)| v)
+        .find(|v| v.split('.').count() == 3 && v.split('.').all(|n| n.parse::<u32>().is_ok()))
+        .expect("a release heading such as ## [1.2.3] - 2026-01-31")
+        .to_string()
+}
