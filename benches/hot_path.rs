@@ -8,12 +8,11 @@ use std::collections::HashMap;
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use gatehouse::agents::tools::{
-    ChatRequest, ToolClass, ToolMode, ToolPolicy, ToolStatus, Upstream,
-};
-use gatehouse::proxy::body::{ChatBody, RawChat};
+use gatehouse::agents::tools::{ToolClass, ToolMode, ToolPolicy, ToolStatus};
 use gatehouse::proxy::chat::{check_body, rewrite_model, splice_chunk_into, strip_usage};
-use gatehouse::proxy::sse::SseParser;
+use gatehouse::wire::chat::body::{ChatBody, RawChat};
+use gatehouse::wire::chat::request::{ChatRequest, Upstream};
+use gatehouse::wire::sse::SseParser;
 use gatehouse_pii::{Counts, Mode, Scanner, Vault};
 use serde_json::{json, Map, Value};
 

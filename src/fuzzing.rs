@@ -15,16 +15,18 @@ use serde_json::{Map, Value};
 use crate::agents::agent::{AgentAddress, ToolName};
 use crate::agents::approvals::{tool_calls_of_response, ApprovalState};
 use crate::agents::chat::parse_headers;
-use crate::agents::ids::{is_conversation_id, is_tool_name};
+use crate::agents::ids::is_conversation_id;
 use crate::agents::manifest;
-use crate::agents::tools::{ChatRequest, ToolClass, ToolMode, ToolPolicy, ToolStatus, Upstream};
-use crate::proxy::agui::AgUi;
-use crate::proxy::body::{ChatBody, RawChat};
+use crate::agents::tools::{ToolClass, ToolMode, ToolPolicy, ToolStatus};
 use crate::proxy::chat::{
     ask_for_usage, check_body, completion_chars, is_stream, prompt_chars, rewrite_model,
     strip_usage, usage_tokens,
 };
-use crate::proxy::sse::{SseEvent, SseFrame, SseParser};
+use crate::wire::agui::AgUi;
+use crate::wire::chat::body::{ChatBody, RawChat};
+use crate::wire::chat::request::{ChatRequest, Upstream};
+use crate::wire::is_tool_name;
+use crate::wire::sse::{SseEvent, SseFrame, SseParser};
 
 /// One scanner for every input (building one per input would dominate).
 fn scanner() -> &'static Scanner {
@@ -97,7 +99,7 @@ pub fn chat_body(data: &[u8]) {
             again.is_ok()
         ),
     }
-    let raw = crate::proxy::body::RawChat::read(bytes::Bytes::copy_from_slice(json));
+    let raw = crate::wire::chat::body::RawChat::read(bytes::Bytes::copy_from_slice(json));
     let Ok(body) = serde_json::from_slice::<Map<String, Value>>(json) else {
         assert!(raw.is_none(), "read without a tree, refused by a tree");
         return;
@@ -144,7 +146,7 @@ pub fn chat_body(data: &[u8]) {
         }
         for t in req.raw_tools().into_iter().flatten() {
             assert!(
-                crate::agents::tools::scan_agrees_with_serde(t),
+                crate::wire::chat::request::scan_agrees_with_serde(t),
                 "the one-pass scan and serde read a tool differently: {t}"
             );
         }
@@ -175,7 +177,7 @@ fn refused(e: crate::error::Error) -> String {
 fn agent_rules(mut req: ChatRequest, opts: u8, instructions: Option<&str>) -> RulesEnd {
     req.refuse_legacy_functions().map_err(refused)?;
     let offered = offered_names(&req).map_err(refused)?;
-    assert!(offered.len() <= crate::agents::tools::MAX_REQUEST_TOOLS);
+    assert!(offered.len() <= crate::wire::chat::request::MAX_REQUEST_TOOLS);
     assert!(offered.iter().all(|n| is_tool_name(n)));
     if let Some(f) = req.fields() {
         check_body(f).map_err(refused)?;

@@ -10,7 +10,6 @@ pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod http;
-pub mod json;
 pub mod limits;
 pub mod models;
 pub mod pii;
@@ -23,6 +22,7 @@ pub mod telemetry;
 pub mod time;
 pub mod usage;
 pub mod users;
+pub mod wire;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -13,7 +13,7 @@ use std::sync::Mutex;
 use common::agent_chat::*;
 use common::models::*;
 use common::stub::tool_call;
-use gatehouse::proxy::sse::SseEvent;
+use gatehouse::wire::sse::SseEvent;
 use gatehouse_stub_upstream::{Script, ScriptToolCall};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -240,7 +240,7 @@ async fn a_text_answer_is_a_run_with_one_message_and_the_chunks_are_unchanged() 
     .await;
     let raw = r.text().await.unwrap();
     assert!(!raw.contains("event:"), "{raw}");
-    let mut parser = gatehouse::proxy::sse::SseParser::new();
+    let mut parser = gatehouse::wire::sse::SseParser::new();
     parser.push(raw.as_bytes());
     let mut without = vec![];
     while let Some(e) = parser.next_event() {

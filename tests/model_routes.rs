@@ -799,7 +799,7 @@ mod hooks {
             &app.usage,
             ChatCall {
                 model,
-                body: gatehouse::proxy::body::ChatInput::Tree(body),
+                body: gatehouse::wire::chat::body::ChatInput::Tree(body),
                 tools: None,
                 usage: UsageContext {
                     agent: Some("helper".into()),
@@ -813,11 +813,11 @@ mod hooks {
         gatehouse::http::v1::relayed_response(relayed)
     }
 
-    async fn events(resp: axum::response::Response) -> Vec<gatehouse::proxy::sse::SseEvent> {
+    async fn events(resp: axum::response::Response) -> Vec<gatehouse::wire::sse::SseEvent> {
         let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
             .await
             .unwrap();
-        let mut p = gatehouse::proxy::sse::SseParser::new();
+        let mut p = gatehouse::wire::sse::SseParser::new();
         p.push(&bytes);
         std::iter::from_fn(|| p.next_event()).collect()
     }

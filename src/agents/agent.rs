@@ -15,7 +15,7 @@ use crate::time::rfc3339;
 
 pub const MAX_ADDRESS_LEN: usize = 64;
 pub const MAX_NAME_LEN: usize = 200;
-pub const MAX_TOOL_NAME_LEN: usize = 64;
+pub use crate::wire::MAX_TOOL_NAME_LEN;
 /// A contract longer than any manifest could offer is a mistake, not a policy.
 pub const MAX_CONTRACT_TOOLS: usize = 1000;
 pub const MAX_INSTRUCTIONS_CHARS: usize = 65_536;
@@ -66,11 +66,7 @@ pub struct ToolName(String);
 
 impl ToolName {
     pub fn parse(s: &str) -> Option<ToolName> {
-        let ok = !s.is_empty()
-            && s.len() <= MAX_TOOL_NAME_LEN
-            && s.bytes()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-'));
-        ok.then(|| ToolName(s.to_string()))
+        crate::wire::is_tool_name(s).then(|| ToolName(s.to_string()))
     }
 
     pub fn as_str(&self) -> &str {

@@ -24,7 +24,7 @@ fn opt_id(e: &Value, i: usize, field: &str) -> Result<Option<String>, Error> {
 
 /// Parses the body of `POST /v1/agents/{agent}/events`.
 pub fn parse_batch(bytes: &[u8]) -> Result<Vec<NewEvent>, Error> {
-    let body: Value = crate::json::parse_json(bytes)?;
+    let body: Value = crate::wire::json::parse_json(bytes)?;
     let events = body
         .get("events")
         .and_then(Value::as_array)

@@ -1,17 +1,11 @@
-//! Identifiers that parse once: conversation, turn and event ids, tool names.
+//! Identifiers that parse once: conversation, turn and event ids (tool
+//! names follow the wire's rule, [`crate::wire::is_tool_name`]).
 
 /// 1 to 128 of ASCII letters, digits, `.` `_` `:` `-` (conversation, turn and event ids).
 pub fn is_conversation_id(s: &str) -> bool {
     (1..=128).contains(&s.len())
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
-}
-
-/// 1 to 64 of `A-Za-z0-9_-`.
-pub fn is_tool_name(s: &str) -> bool {
-    (1..=64).contains(&s.len())
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-'))
 }
 
 #[cfg(test)]
@@ -28,14 +22,5 @@ mod tests {
         for bad in ["a b", "a/b", "é", "a@b", "a\n"] {
             assert!(!is_conversation_id(bad), "{bad:?}");
         }
-    }
-
-    #[test]
-    fn tool_names_accept_1_to_64_of_their_alphabet() {
-        assert!(is_tool_name("read_file-2"));
-        assert!(is_tool_name(&"t".repeat(64)));
-        assert!(!is_tool_name(&"t".repeat(65)));
-        assert!(!is_tool_name("a.b"));
-        assert!(!is_tool_name(""));
     }
 }

@@ -7,9 +7,9 @@ use serde::Deserialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::agents::ids::is_tool_name;
 use crate::agents::tools::ToolClass;
 use crate::error::Error;
+use crate::wire::is_tool_name;
 
 pub const MAX_MANIFEST_BYTES: usize = 512 * 1024;
 pub const MAX_TOOLS: usize = 200;

@@ -6,7 +6,6 @@ pub mod chat;
 pub mod events;
 pub mod ids;
 pub mod manifest;
-pub mod raw_fields;
 pub mod tools;
 
 pub use agent::{Agent, AgentAddress, AgentPatch, NewAgent, PiiSettings, ToolMode, ToolName};

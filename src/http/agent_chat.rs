@@ -13,7 +13,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::agents::approvals::ApprovalState;
 use crate::agents::chat::parse_headers;
-use crate::agents::tools::{ChatRequest, ToolPolicy, Upstream};
+use crate::agents::tools::ToolPolicy;
 use crate::app::AppState;
 use crate::error::{Error, ErrorKind, Result};
 use crate::http::access::AccessNote;
@@ -25,10 +25,11 @@ use crate::limits::Subject;
 use crate::models::{resolve, ModelKind};
 use crate::pii::{choose_mode, protect_body, VaultStore, TOKEN_NOTE};
 use crate::proxy::agent_hooks::{AgentChatContext, AgentHooks};
-use crate::proxy::body::{ChatInput, RawChat};
 use crate::proxy::chat::check_body;
 use crate::proxy::{relay, ChatCall, UsageContext};
 use crate::runtime::Invalidation;
+use crate::wire::chat::body::{ChatInput, RawChat};
+use crate::wire::chat::request::{ChatRequest, Upstream};
 
 pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(agent_chat))

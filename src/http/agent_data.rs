@@ -234,7 +234,7 @@ pub(crate) async fn decide_tool(
     status: ToolStatus,
 ) -> Result<Json<Value>> {
     let agent = agent_or_404(app, address).await?;
-    if !crate::agents::ids::is_tool_name(name) {
+    if !crate::wire::is_tool_name(name) {
         return Err(Error::validation(
             "name",
             "A tool name is 1 to 64 of A-Za-z0-9_-.",

@@ -167,7 +167,7 @@ async fn discard(body: &mut Body, up_to: usize, deadline: tokio::time::Instant) 
     .await;
 }
 
-pub use crate::json::parse_json;
+pub use crate::wire::json::parse_json;
 
 pub struct ApiJson<T>(pub T);
 

@@ -337,7 +337,7 @@ async fn token(State(app): State<AppState>, req: Request) -> Result<Response> {
         serde_urlencoded::from_bytes(&bytes)
             .map_err(|e| Error::validation("body", format!("The form could not be read: {e}.")))?
     } else {
-        crate::json::parse_json(&bytes)?
+        crate::wire::json::parse_json(&bytes)?
     };
     if body
         .grant_type

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::error::Error;
-use crate::json::MapOnly;
+use crate::wire::json::MapOnly;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Encoding {

@@ -11,11 +11,11 @@ use serde_json::{json, Map, Value};
 use crate::agents::approvals::{tool_calls_of_response, ToolCall};
 use crate::agents::tools::{ToolClass, ToolMode};
 use crate::error::Error;
-use crate::proxy::agui::AgUi;
 use crate::proxy::chat::{ChatHooks, ChunkAction};
-use crate::proxy::sse::SseFrame;
 use crate::store::agent_data::{new_approval_id, ApprovalRow};
 use crate::store::{now_ms, Store};
+use crate::wire::agui::AgUi;
+use crate::wire::sse::SseFrame;
 
 /// Who is chatting and under which rules.
 pub struct AgentChatContext {

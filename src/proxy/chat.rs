@@ -53,10 +53,7 @@ use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use serde_json::{Map, Value};
 
-use super::body::{ChatBody, ChatInput};
-use super::sse::{SseEvent, SseFrame, SseParser, DONE};
 use crate::error::{Error, ErrorKind};
-use crate::json::MapOnly;
 use crate::models::observed::Attempt;
 use crate::models::routing::{
     judge, mono_ms, next_pick, Answered, Failure, InFlight, Pick, ProviderStats,
@@ -64,6 +61,9 @@ use crate::models::routing::{
 use crate::models::upstream::{self, AttemptError};
 use crate::models::{Model, Provider, ProviderType};
 use crate::usage::{estimate_tokens, Tokens, UsageContext, UsageSink, UsageTicket, CLIENT_CLOSED};
+use crate::wire::chat::body::{ChatBody, ChatInput};
+use crate::wire::json::MapOnly;
+use crate::wire::sse::{SseEvent, SseFrame, SseParser, DONE};
 
 /// The largest single stream event accepted from an upstream.
 const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
@@ -79,7 +79,7 @@ pub struct ChatCall {
     pub body: ChatInput,
     /// The tools of the `tools` list, each as JSON text, when the caller
     /// kept them so (agent chat, with a tree body).
-    pub tools: Option<crate::agents::tools::KeptTools>,
+    pub tools: Option<crate::wire::chat::request::KeptTools>,
     pub usage: UsageContext,
 }
 
@@ -661,7 +661,7 @@ struct ChunkView<'a> {
     model: Option<&'a serde_json::value::RawValue>,
     choices: Option<ChoicesView>,
     /// Present even when null (a null `usage` is removed too).
-    #[serde(borrow, default, deserialize_with = "crate::json::present")]
+    #[serde(borrow, default, deserialize_with = "crate::wire::json::present")]
     usage: Option<&'a serde_json::value::RawValue>,
 }
 

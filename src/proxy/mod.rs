@@ -4,11 +4,8 @@
 //! ([`chat`]), and the AG-UI translation of streamed agent chats ([`agui`]).
 
 pub mod agent_hooks;
-pub mod agui;
-pub mod body;
 pub mod chat;
-pub mod sse;
 
 pub use crate::usage::UsageContext;
+pub use crate::wire::sse::SseFrame;
 pub use chat::{relay, ChatCall, ChatHooks, ChunkAction, NoHooks};
-pub use sse::SseFrame;

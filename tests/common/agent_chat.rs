@@ -2,7 +2,7 @@
 //! upstream, a signed-in user, chat requests with the agent headers, and the
 //! SSE stream split into OpenAI chunks and AG-UI events.
 
-use gatehouse::proxy::sse::SseEvent;
+use gatehouse::wire::sse::SseEvent;
 use reqwest::{Response, StatusCode};
 use serde_json::{json, Value};
 

@@ -5,7 +5,7 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use gatehouse::proxy::sse::{SseEvent, SseParser};
+use gatehouse::wire::sse::{SseEvent, SseParser};
 use gatehouse_stub_upstream::Stub;
 use reqwest::{Response, StatusCode};
 use serde_json::{json, Value};

@@ -34,7 +34,7 @@ pub(super) fn redirect(to: &str) -> Out {
 /// console goes through exactly the API's checks.
 pub(super) fn body_of<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, ConsoleError> {
     let bytes = serde_json::to_vec(&v).map_err(Error::internal)?;
-    Ok(crate::json::parse_json(&bytes)?)
+    Ok(crate::wire::json::parse_json(&bytes)?)
 }
 
 pub(super) fn list_field(s: &str) -> Vec<String> {
@@ -529,7 +529,7 @@ pub async fn agent(
                             td { span class=(format!("status {status}")) { (status) } }
                             td { (when(t.first_seen_at)) }
                             td.actions {
-                                @if status != "contract" && crate::agents::ids::is_tool_name(&t.name) {
+                                @if status != "contract" && crate::wire::is_tool_name(&t.name) {
                                     @if status != "accepted" { (button_form(&user, &format!("{base}/tools/{}/accept", enc(&t.name)), "Accept", "")) }
                                     @if status != "rejected" { (button_form(&user, &format!("{base}/tools/{}/reject", enc(&t.name)), "Reject", "danger")) }
                                 }

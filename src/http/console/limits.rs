@@ -303,7 +303,7 @@ pub async fn set_agent_limits(
 ) -> Out {
     super::admin::admin_only(&posted)?;
     let result = async {
-        let patch: AgentPatch = crate::json::parse_json(
+        let patch: AgentPatch = crate::wire::json::parse_json(
             &serde_json::to_vec(&json!({ "limits": limits_json(&posted.form) }))
                 .map_err(Error::internal)?,
         )?;

@@ -59,10 +59,11 @@ impl NumbersText {
     /// digits, signs, points, commas and white space between its brackets (a
     /// valid JSON value with no other byte can be nothing else), and numbers
     /// a tree reads without finding them out of range
-    /// ([`crate::json::plain_finite_numbers`]).
+    /// ([`crate::wire::json::plain_finite_numbers`]).
     pub fn new(raw: &serde_json::value::RawValue) -> Option<NumbersText> {
         let inner = raw.get().strip_prefix('[')?.strip_suffix(']')?;
-        crate::json::plain_finite_numbers(inner.as_bytes()).then(|| NumbersText(raw.to_owned()))
+        crate::wire::json::plain_finite_numbers(inner.as_bytes())
+            .then(|| NumbersText(raw.to_owned()))
     }
 
     /// The numbers as floats (finite: see [`NumbersText::new`]).

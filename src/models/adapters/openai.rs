@@ -14,8 +14,8 @@ use super::{
     json_answer, numbers, order_by_index, scores, Adapter, EmbedAnswer, NumbersText, RerankAnswer,
     UpstreamCall, Vector,
 };
-use crate::json::MapOnly;
 use crate::models::requests::{EmbedRequest, RerankRequest};
+use crate::wire::json::MapOnly;
 
 pub struct OpenAi;
 

@@ -11,8 +11,8 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use crate::json::MapOnly;
 use crate::models::requests::MessageView;
+use crate::wire::json::MapOnly;
 
 pub struct ChatBody {
     /// What goes before the upstream model's name, and after it.
@@ -55,7 +55,7 @@ struct ChatView<'a> {
     messages: Vec<MapOnly<MessageView<'a>>>,
     #[serde(default)]
     stream: Option<bool>,
-    #[serde(borrow, default, deserialize_with = "crate::json::present")]
+    #[serde(borrow, default, deserialize_with = "crate::wire::json::present")]
     stream_options: Option<&'a RawValue>,
 }
 
@@ -65,7 +65,7 @@ impl RawChat {
     pub fn read(bytes: Bytes) -> Option<RawChat> {
         // What serde skips (the fields not named here) it checks only for
         // syntax; the upstream gets them as they are.
-        if !crate::json::tree_would_read(&bytes) {
+        if !crate::wire::json::tree_would_read(&bytes) {
             return None;
         }
         let MapOnly(view): MapOnly<ChatView> = serde_json::from_slice(&bytes).ok()?;
@@ -94,7 +94,7 @@ impl RawChat {
     }
 
     /// A body its caller assembled (agent chat: see
-    /// [`ChatRequest`](crate::agents::tools::ChatRequest)): `tail` is what
+    /// [`ChatRequest`](crate::wire::chat::request::ChatRequest)): `tail` is what
     /// follows the model's name, the object's other members and its `}`.
     /// No `stream_options` among them (the relay adds one for a stream).
     pub fn assembled(tail: Bytes, stream: bool, prompt_chars: usize) -> RawChat {
@@ -142,7 +142,7 @@ impl ChatBody {
             if !first {
                 out.push(b',');
             }
-            crate::agents::tools::write_tools(&mut out, ts);
+            crate::wire::chat::request::write_tools(&mut out, ts);
         }
         out.push(b'}');
         // `{"model":NAME` then `,` and the fields, or `}` when there are none.

@@ -16,8 +16,8 @@ use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use crate::json::{is_ws, MapOnly};
 use crate::models::requests::MessageView;
+use crate::wire::json::{is_ws, MapOnly};
 
 /// The top-level members of a body but a `tools` list (kept as text by the
 /// caller), each as the client wrote it.
@@ -75,7 +75,7 @@ impl RawFields {
     /// list of message objects, none with role `function`; `stream` a
     /// boolean or `null`; no `stream_options`, `functions` or
     /// `function_call`; `tools` absent, `null` or a list; and nothing a tree
-    /// would refuse (see [`tree_would_read`](crate::json::tree_would_read)),
+    /// would refuse (see [`tree_would_read`](crate::wire::json::tree_would_read)),
     /// with at most [`MAX_MEMBERS`] members. Repeated keys inside a value
     /// go upstream as written (the tree would keep the last), except in
     /// `tool_choice`, which the rules read; the views refuse them where
@@ -86,7 +86,7 @@ impl RawFields {
     // (docs/performance.md, fifth round).
     #[inline(never)]
     pub fn read(text: &Bytes, remembered: bool) -> Result<(RawFields, ToolsMember<'_>), NotUsual> {
-        if !crate::json::tree_would_read(text) {
+        if !crate::wire::json::tree_would_read(text) {
             return Err(NotUsual);
         }
         let mut de = serde_json::Deserializer::from_slice(text);
@@ -281,7 +281,7 @@ impl RawFields {
         }
         if let Some(ts) = tools {
             out.push(b',');
-            crate::agents::tools::write_tools(&mut out, ts);
+            crate::wire::chat::request::write_tools(&mut out, ts);
         }
         out.push(b'}');
         Bytes::from(out)
@@ -355,7 +355,7 @@ mod tests {
     use serde_json::{json, Value};
 
     use crate::agents::approvals::{ApprovalState, DENIED_TEXT};
-    use crate::agents::tools::{ChatRequest, Upstream};
+    use crate::wire::chat::request::{ChatRequest, Upstream};
 
     const TOOLS: &str = r#"[{"type":"function","function":{"name":"read_file","parameters":{"type":"object","properties":{"path":{"type":"string"}}}}},{"type":"function","function":{"name":"run"}}]"#;
 
@@ -384,8 +384,8 @@ mod tests {
         else {
             panic!("fields read into a tree")
         };
-        let raw = crate::proxy::body::RawChat::assembled(after_model, stream, prompt_chars);
-        let bytes = crate::proxy::body::ChatBody::spliced(&raw).for_model("up");
+        let raw = crate::wire::chat::body::RawChat::assembled(after_model, stream, prompt_chars);
+        let bytes = crate::wire::chat::body::ChatBody::spliced(&raw).for_model("up");
         (
             serde_json::from_slice(&bytes).expect("JSON"),
             stream,
