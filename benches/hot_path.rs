@@ -9,9 +9,10 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use gatehouse::agents::tools::{ToolClass, ToolMode, ToolPolicy, ToolStatus};
-use gatehouse::proxy::chat::{check_body, rewrite_model, splice_chunk_into, strip_usage};
+use gatehouse::wire::chat::answer::splice_chunk_into;
 use gatehouse::wire::chat::body::{ChatBody, RawChat};
 use gatehouse::wire::chat::request::{ChatRequest, Upstream};
+use gatehouse::wire::chat::{check_body, rewrite_model, strip_usage};
 use gatehouse::wire::sse::SseParser;
 use gatehouse_pii::{Counts, Mode, Scanner, Vault};
 use serde_json::{json, Map, Value};

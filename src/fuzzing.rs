@@ -18,13 +18,13 @@ use crate::agents::chat::parse_headers;
 use crate::agents::ids::is_conversation_id;
 use crate::agents::manifest;
 use crate::agents::tools::{ToolClass, ToolMode, ToolPolicy, ToolStatus};
-use crate::proxy::chat::{
-    ask_for_usage, check_body, completion_chars, is_stream, prompt_chars, rewrite_model,
-    strip_usage, usage_tokens,
-};
 use crate::wire::agui::AgUi;
 use crate::wire::chat::body::{ChatBody, RawChat};
 use crate::wire::chat::request::{ChatRequest, Upstream};
+use crate::wire::chat::{
+    ask_for_usage, check_body, completion_chars, is_stream, prompt_chars, rewrite_model,
+    strip_usage, usage_tokens,
+};
 use crate::wire::is_tool_name;
 use crate::wire::sse::{SseEvent, SseFrame, SseParser};
 

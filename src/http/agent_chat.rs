@@ -25,10 +25,10 @@ use crate::limits::Subject;
 use crate::models::{resolve, ModelKind};
 use crate::pii::{choose_mode, protect_body, VaultStore, TOKEN_NOTE};
 use crate::proxy::agent_hooks::{AgentChatContext, AgentHooks};
-use crate::proxy::chat::check_body;
 use crate::proxy::{relay, ChatCall, UsageContext};
 use crate::runtime::Invalidation;
 use crate::wire::chat::body::{ChatInput, RawChat};
+use crate::wire::chat::check_body;
 use crate::wire::chat::request::{ChatRequest, Upstream};
 
 pub fn routes() -> OpenApiRouter<AppState> {

@@ -22,9 +22,10 @@ use crate::limits::{RateHeaders, Subject};
 use crate::models::retrieval::{self, EmbedRequest, RerankRequest};
 use crate::models::routing::Answered;
 use crate::models::{requested_model, resolve, Model, ModelKind};
-use crate::proxy::chat::{check_body, relay, ChatCall, NoHooks, Relayed, RelayedBody};
+use crate::proxy::chat::{relay, ChatCall, NoHooks, Relayed, RelayedBody};
 use crate::usage::{Tokens, UsageContext, UsageTicket};
 use crate::wire::chat::body::{ChatInput, RawChat};
+use crate::wire::chat::check_body;
 
 pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()

@@ -212,7 +212,7 @@ pub struct MessageView<'a> {
 
 impl MessageView<'_> {
     /// Characters of text in the message, as
-    /// [`prompt_chars`](crate::proxy::chat::prompt_chars) counts them.
+    /// [`prompt_chars`](crate::wire::chat::prompt_chars) counts them.
     pub fn chars(&self) -> usize {
         self.content.as_ref().map_or(0, |c| c.0)
             + self.tool_calls.as_ref().map_or(0, |calls| {

@@ -43,7 +43,7 @@ pub struct RawChat {
     name: Bytes,
     tail: Bytes,
     pub stream: bool,
-    /// Characters of text in the messages (see [`crate::proxy::chat::prompt_chars`]).
+    /// Characters of text in the messages (see [`crate::wire::chat::prompt_chars`]).
     pub prompt_chars: usize,
 }
 
@@ -264,9 +264,9 @@ mod tests {
     /// What the tree path sends for `body` (the checks passed).
     fn tree_bytes(body: &str, upstream_model: &str) -> (Value, usize) {
         let mut tree: Map<String, Value> = serde_json::from_str(body).expect("JSON");
-        let stream = crate::proxy::chat::is_stream(&tree);
-        let _ = crate::proxy::chat::ask_for_usage(&mut tree, stream);
-        let chars = crate::proxy::chat::prompt_chars(&tree);
+        let stream = crate::wire::chat::is_stream(&tree);
+        let _ = crate::wire::chat::ask_for_usage(&mut tree, stream);
+        let chars = crate::wire::chat::prompt_chars(&tree);
         let mut b = ChatBody::new(&tree, None).expect("serialises");
         (
             serde_json::from_slice(&b.for_model(upstream_model)).expect("JSON"),

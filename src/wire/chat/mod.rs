@@ -1,7 +1,286 @@
 //! OpenAI chat completions (`/v1/chat/completions`): the request body as the
-//! relay and the agent turn read it ([`body`], [`request`], [`raw_fields`]),
-//! and answers and stream chunks as the relay rewrites them.
+//! relay and the agent turn read it ([`body`], [`request`], [`raw_fields`],
+//! [`tools`]), and answers and stream chunks as the relay rewrites them
+//! ([`answer`]). The small helpers here read and edit bodies as JSON trees.
 
+pub mod answer;
 pub mod body;
 pub mod raw_fields;
 pub mod request;
+
+use serde_json::{Map, Value};
+
+use crate::error::Error;
+use crate::usage::Tokens;
+
+/// Checks the fields the relay itself reads; everything else is the
+/// upstream's business. (`model` is checked by the caller, who resolves it.)
+pub fn check_body(body: &Map<String, Value>) -> Result<(), Error> {
+    match body.get("messages") {
+        Some(Value::Array(m)) if !m.is_empty() => {}
+        Some(Value::Array(_)) => {
+            return Err(Error::validation(
+                "messages",
+                "'messages' must not be empty.",
+            ))
+        }
+        _ => {
+            return Err(Error::validation(
+                "messages",
+                "'messages' must be an array of messages.",
+            ))
+        }
+    }
+    if !matches!(
+        body.get("stream"),
+        None | Some(Value::Null | Value::Bool(_))
+    ) {
+        return Err(Error::validation(
+            "stream",
+            "'stream' must be true or false.",
+        ));
+    }
+    match body.get("stream_options") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(o)) => {
+            if !matches!(
+                o.get("include_usage"),
+                None | Some(Value::Null | Value::Bool(_))
+            ) {
+                return Err(Error::validation(
+                    "stream_options.include_usage",
+                    "'stream_options.include_usage' must be true or false.",
+                ));
+            }
+        }
+        Some(_) => {
+            return Err(Error::validation(
+                "stream_options",
+                "'stream_options' must be an object.",
+            ))
+        }
+    }
+    Ok(())
+}
+
+pub fn is_stream(body: &Map<String, Value>) -> bool {
+    body.get("stream") == Some(&Value::Bool(true))
+}
+
+/// Makes the body the upstream's: its model name, and for streams usage
+/// asked for. Returns whether the client itself asked for usage.
+pub fn prepare_body(body: &mut Map<String, Value>, upstream_model: &str, stream: bool) -> bool {
+    body.insert("model".into(), Value::String(upstream_model.to_string()));
+    ask_for_usage(body, stream)
+}
+
+/// For streams, asks the upstream for usage. Returns whether the client
+/// itself asked for it.
+pub fn ask_for_usage(body: &mut Map<String, Value>, stream: bool) -> bool {
+    if !stream {
+        return false;
+    }
+    let opts = body
+        .entry("stream_options")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !opts.is_object() {
+        *opts = Value::Object(Map::new());
+    }
+    let Some(o) = opts.as_object_mut() else {
+        return false;
+    };
+    let client_asked = o.get("include_usage") == Some(&Value::Bool(true));
+    o.insert("include_usage".into(), Value::Bool(true));
+    client_asked
+}
+
+/// For a client that did not ask for usage: false for the upstream's
+/// usage-only chunk (drop it); otherwise removes any `usage` field.
+pub fn strip_usage(chunk: &mut Map<String, Value>) -> bool {
+    let usage_only = chunk
+        .get("choices")
+        .and_then(Value::as_array)
+        .is_some_and(Vec::is_empty)
+        && chunk.get("usage").is_some_and(|u| !u.is_null());
+    if usage_only {
+        return false;
+    }
+    chunk.remove("usage");
+    true
+}
+
+/// Names the alias in an answer or chunk.
+pub fn rewrite_model(obj: &mut Map<String, Value>, alias: &str) {
+    obj.insert("model".into(), Value::String(alias.to_string()));
+}
+
+/// Tokens from an OpenAI `usage` object, when it has them.
+pub fn usage_tokens(usage: Option<&Value>) -> Option<Tokens> {
+    let u = usage?.as_object()?;
+    let get = |k: &str| u.get(k).and_then(Value::as_i64);
+    let (p, c) = (get("prompt_tokens"), get("completion_tokens"));
+    if p.is_none() && c.is_none() {
+        return None;
+    }
+    Some(Tokens {
+        prompt: p.unwrap_or(0),
+        completion: c.unwrap_or(0),
+    })
+}
+
+fn text_chars(content: Option<&Value>) -> usize {
+    match content {
+        Some(Value::String(s)) => s.chars().count(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .map(|t| t.chars().count())
+            .sum(),
+        _ => 0,
+    }
+}
+
+pub(crate) fn tool_call_chars(calls: Option<&Value>) -> usize {
+    calls
+        .and_then(Value::as_array)
+        .map(|calls| {
+            calls
+                .iter()
+                .filter_map(|c| c.get("function")?.get("arguments")?.as_str())
+                .map(|a| a.chars().count())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// Characters of text in the messages (content, text parts, tool-call
+/// arguments), for the prompt estimate.
+pub fn prompt_chars(body: &Map<String, Value>) -> usize {
+    body.get("messages")
+        .and_then(Value::as_array)
+        .map(|ms| {
+            ms.iter()
+                .map(|m| text_chars(m.get("content")) + tool_call_chars(m.get("tool_calls")))
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// Characters of generated text in a plain answer or (with `delta`) a chunk.
+pub fn completion_chars(obj: &Map<String, Value>, field: &str) -> usize {
+    obj.get("choices")
+        .and_then(Value::as_array)
+        .map(|cs| {
+            cs.iter()
+                .filter_map(|c| c.get(field))
+                .map(|m| text_chars(m.get("content")) + tool_call_chars(m.get("tool_calls")))
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn map(v: Value) -> Map<String, Value> {
+        match v {
+            Value::Object(m) => m,
+            _ => panic!("not an object"),
+        }
+    }
+
+    #[test]
+    fn prepare_body_sets_the_upstream_model_and_asks_for_usage_on_streams() {
+        let mut b = map(json!({"model": "alias", "messages": [], "x_unknown": {"a": 1}}));
+        assert!(!prepare_body(&mut b, "up/model", true));
+        assert_eq!(
+            Value::Object(b),
+            json!({"model": "up/model", "messages": [], "x_unknown": {"a": 1},
+                   "stream_options": {"include_usage": true}})
+        );
+
+        let mut b = map(json!({"model": "a", "stream_options": {"include_usage": true, "k": 1}}));
+        assert!(prepare_body(&mut b, "u", true));
+        assert_eq!(b["stream_options"], json!({"include_usage": true, "k": 1}));
+
+        let mut b = map(json!({"model": "a", "stream_options": {"include_usage": false}}));
+        assert!(!prepare_body(&mut b, "u", true));
+        assert_eq!(b["stream_options"], json!({"include_usage": true}));
+
+        let mut b = map(json!({"model": "a"}));
+        assert!(!prepare_body(&mut b, "u", false));
+        assert_eq!(Value::Object(b), json!({"model": "u"}));
+    }
+
+    #[test]
+    fn strip_usage_drops_the_usage_only_chunk_and_usage_fields() {
+        let mut c = map(json!({"choices": [], "usage": {"prompt_tokens": 1}}));
+        assert!(!strip_usage(&mut c));
+        let mut c = map(json!({"choices": [{"delta": {}}], "usage": null}));
+        assert!(strip_usage(&mut c));
+        assert_eq!(Value::Object(c), json!({"choices": [{"delta": {}}]}));
+        let mut c = map(json!({"choices": [{"delta": {}}], "usage": {"prompt_tokens": 1}}));
+        assert!(strip_usage(&mut c));
+        assert!(!c.contains_key("usage"));
+        // An empty-choices chunk without usage is not ours to drop.
+        let mut c = map(json!({"choices": []}));
+        assert!(strip_usage(&mut c));
+    }
+
+    #[test]
+    fn check_body_names_the_bad_field() {
+        let param = |v: Value| check_body(&map(v)).err().and_then(|e| e.param);
+        let msgs = json!([{"role": "user", "content": "hi"}]);
+        assert_eq!(param(json!({"messages": msgs})), None);
+        assert_eq!(param(json!({})), Some("messages".into()));
+        assert_eq!(param(json!({"messages": []})), Some("messages".into()));
+        assert_eq!(param(json!({"messages": "hi"})), Some("messages".into()));
+        assert_eq!(
+            param(json!({"messages": msgs, "stream": "yes"})),
+            Some("stream".into())
+        );
+        assert_eq!(param(json!({"messages": msgs, "stream": null})), None);
+        assert_eq!(
+            param(json!({"messages": msgs, "stream_options": 3})),
+            Some("stream_options".into())
+        );
+        assert_eq!(
+            param(json!({"messages": msgs, "stream_options": {"include_usage": 1}})),
+            Some("stream_options.include_usage".into())
+        );
+    }
+
+    #[test]
+    fn usage_tokens_read_openai_usage() {
+        assert_eq!(
+            usage_tokens(Some(
+                &json!({"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7})
+            )),
+            Some(Tokens {
+                prompt: 3,
+                completion: 4
+            })
+        );
+        assert_eq!(usage_tokens(Some(&json!({"total_tokens": 7}))), None);
+        assert_eq!(usage_tokens(Some(&Value::Null)), None);
+        assert_eq!(usage_tokens(None), None);
+    }
+
+    #[test]
+    fn character_counts_cover_text_parts_and_tool_arguments() {
+        let body = map(json!({"messages": [
+            {"role": "user", "content": "abcd"},
+            {"role": "user", "content": [{"type": "text", "text": "ef"}, {"type": "image_url"}]},
+            {"role": "assistant", "content": null,
+             "tool_calls": [{"function": {"name": "f", "arguments": "{}"}}]}
+        ]}));
+        assert_eq!(prompt_chars(&body), 8);
+        let chunk = map(json!({"choices": [
+            {"delta": {"content": "héllo"}},
+            {"delta": {"tool_calls": [{"index": 0, "function": {"arguments": "{\"a"}}]}}
+        ]}));
+        assert_eq!(completion_chars(&chunk, "delta"), 8);
+    }
+}
