@@ -146,7 +146,7 @@ pub fn chat_body(data: &[u8]) {
         }
         for t in req.raw_tools().into_iter().flatten() {
             assert!(
-                crate::wire::chat::request::scan_agrees_with_serde(t),
+                crate::wire::chat::tools::scan_agrees_with_serde(t),
                 "the one-pass scan and serde read a tool differently: {t}"
             );
         }

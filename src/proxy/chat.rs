@@ -83,7 +83,7 @@ pub struct ChatCall {
     pub body: ChatInput,
     /// The tools of the `tools` list, each as JSON text, when the caller
     /// kept them so (agent chat, with a tree body).
-    pub tools: Option<crate::wire::chat::request::KeptTools>,
+    pub tools: Option<crate::wire::chat::tools::KeptTools>,
     pub usage: UsageContext,
 }
 

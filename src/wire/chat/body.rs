@@ -142,7 +142,7 @@ impl ChatBody {
             if !first {
                 out.push(b',');
             }
-            crate::wire::chat::request::write_tools(&mut out, ts);
+            crate::wire::chat::tools::write_tools(&mut out, ts);
         }
         out.push(b'}');
         // `{"model":NAME` then `,` and the fields, or `}` when there are none.

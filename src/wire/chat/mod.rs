@@ -7,6 +7,7 @@ pub mod answer;
 pub mod body;
 pub mod raw_fields;
 pub mod request;
+pub mod tools;
 
 use serde_json::{Map, Value};
 

@@ -281,7 +281,7 @@ impl RawFields {
         }
         if let Some(ts) = tools {
             out.push(b',');
-            crate::wire::chat::request::write_tools(&mut out, ts);
+            crate::wire::chat::tools::write_tools(&mut out, ts);
         }
         out.push(b'}');
         Bytes::from(out)
