@@ -13,7 +13,7 @@ use gatehouse_pii::{Counts, Mode, Scanner, StreamRestorer, Vault};
 use serde_json::{Map, Value};
 
 use crate::agents::agent::{AgentAddress, ToolName};
-use crate::agents::approvals::{tool_calls_of_response, ApprovalState};
+use crate::agents::approvals::ApprovalState;
 use crate::agents::chat::parse_headers;
 use crate::agents::ids::is_conversation_id;
 use crate::agents::manifest;
@@ -21,6 +21,7 @@ use crate::agents::tools::{ToolClass, ToolMode, ToolPolicy, ToolStatus};
 use crate::wire::agui::AgUi;
 use crate::wire::chat::body::{ChatBody, RawChat};
 use crate::wire::chat::request::{ChatRequest, Upstream};
+use crate::wire::chat::tool_calls_of_response;
 use crate::wire::chat::{
     ask_for_usage, check_body, completion_chars, is_stream, prompt_chars, rewrite_model,
     strip_usage, usage_tokens,
@@ -240,7 +241,8 @@ fn agent_rules(mut req: ChatRequest, opts: u8, instructions: Option<&str>) -> Ru
             (id.clone(), s)
         })
         .collect();
-    req.enforce(&states).map_err(refused)?;
+    req.answer_calls(crate::agents::approvals::fate_of(&states))
+        .map_err(refused)?;
 
     let pii = if opts & 0x80 != 0 {
         Mode::Off

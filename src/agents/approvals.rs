@@ -3,8 +3,6 @@
 
 use std::collections::HashMap;
 
-use serde_json::{Map, Value};
-
 use crate::error::Error;
 
 pub const DENIED_TEXT: &str = "The user denied this tool call.";
@@ -45,104 +43,39 @@ impl ApprovalState {
     }
 }
 
-/// A tool call of an assistant answer.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ToolCall {
-    pub id: String,
-    pub name: String,
-    pub arguments: String,
-}
-
-/// Tool calls of a non-stream answer (`choices[*].message.tool_calls`).
-pub fn tool_calls_of_response(resp: &Value) -> Vec<ToolCall> {
-    let mut out = vec![];
-    for choice in resp
-        .get("choices")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        for tc in choice
-            .pointer("/message/tool_calls")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            out.push(ToolCall {
-                id: tc
-                    .get("id")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string(),
-                name: tc
-                    .pointer("/function/name")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string(),
-                arguments: tc
-                    .pointer("/function/arguments")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string(),
-            });
-        }
-    }
-    out
-}
-
-/// The `tool_call_id`s that `role: "tool"` messages answer.
-pub fn answered_calls(body: &Map<String, Value>) -> Vec<String> {
-    body.get("messages")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter(|m| m.get("role").and_then(Value::as_str) == Some("tool"))
-        .filter_map(|m| {
-            m.get("tool_call_id")
-                .and_then(Value::as_str)
-                .map(str::to_string)
-        })
-        .collect()
-}
-
-/// Enforces decisions: a tool message answering a pending call is refused;
-/// one answering a denied or expired call goes upstream with the fixed text.
-pub fn enforce(
-    body: &mut Map<String, Value>,
-    states: &HashMap<String, ApprovalState>,
-) -> Result<(), Error> {
-    let Some(Value::Array(messages)) = body.get_mut("messages") else {
-        return Ok(());
-    };
-    for m in messages.iter_mut() {
-        if m.get("role").and_then(Value::as_str) != Some("tool") {
-            continue;
-        }
-        let Some(id) = m.get("tool_call_id").and_then(Value::as_str) else {
-            continue;
-        };
+/// What becomes of a `role: "tool"` message (or a dialect's tool result)
+/// answering the call `id`, given the approvals' states: refused while the
+/// approval is pending (409 `approval_pending`), replaced by
+/// [`DENIED_TEXT`] when it was denied or expired, kept otherwise.
+pub fn fate_of<'a>(
+    states: &'a HashMap<String, ApprovalState>,
+) -> impl Fn(&str) -> Result<Option<&'static str>, Error> + 'a {
+    move |id| {
         match states.get(id) {
-            Some(ApprovalState::Pending) => {
-                return Err(Error::conflict(
-                    "approval_pending",
-                    format!("The tool call '{id}' is waiting for the user's approval; answer it at POST /v1/agents/{{agent}}/approvals/{{id}} first."),
-                ))
-            }
-            Some(ApprovalState::Denied | ApprovalState::Expired) => {
-                if let Some(obj) = m.as_object_mut() {
-                    obj.insert("content".into(), Value::String(DENIED_TEXT.into()));
-                }
-            }
-            Some(ApprovalState::Approved) | None => {}
-        }
+        Some(ApprovalState::Pending) => Err(Error::conflict(
+            "approval_pending",
+            format!("The tool call '{id}' is waiting for the user's approval; answer it at POST /v1/agents/{{agent}}/approvals/{{id}} first."),
+        )),
+        Some(ApprovalState::Denied | ApprovalState::Expired) => Ok(Some(DENIED_TEXT)),
+        Some(ApprovalState::Approved) | None => Ok(None),
     }
-    Ok(())
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    use crate::wire::chat::answer_calls;
+    use serde_json::{Map, Value};
+
+    fn enforce(
+        body: &mut Map<String, Value>,
+        states: &HashMap<String, ApprovalState>,
+    ) -> Result<(), Error> {
+        answer_calls(body, fate_of(states))
+    }
 
     fn body() -> Map<String, Value> {
         json!({"messages": [
@@ -196,24 +129,6 @@ mod tests {
         assert_eq!(
             ApprovalState::Denied.effective(100, 200),
             ApprovalState::Denied
-        );
-    }
-
-    #[test]
-    fn tool_calls_are_read_from_every_choice() {
-        let r = json!({"choices": [{"message": {"tool_calls": [
-            {"id": "a", "function": {"name": "x", "arguments": "{\"p\":1}"}},
-            {"id": "b", "function": {"name": "y", "arguments": "{}"}}
-        ]}}]});
-        let calls = tool_calls_of_response(&r);
-        assert_eq!(calls.len(), 2);
-        assert_eq!(
-            calls[0],
-            ToolCall {
-                id: "a".into(),
-                name: "x".into(),
-                arguments: "{\"p\":1}".into()
-            }
         );
     }
 }

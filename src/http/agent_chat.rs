@@ -181,7 +181,7 @@ async fn agent_chat(
             .into_iter()
             .filter_map(|(id, (s, exp))| Some((id, ApprovalState::parse(&s)?.effective(exp, now))))
             .collect();
-        request.enforce(&states)?;
+        request.answer_calls(crate::agents::approvals::fate_of(&states))?;
     }
 
     // PII.

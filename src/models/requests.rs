@@ -1,13 +1,9 @@
 //! The checked bodies of `/v1/embeddings` and `/v1/rerank`: parsed once, so
 //! the adapters and the relay see only valid requests.
 
-use std::borrow::Cow;
-
-use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::error::Error;
-use crate::wire::json::MapOnly;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Encoding {
@@ -192,85 +188,5 @@ impl RerankRequest {
             return_documents,
             extra: body,
         })
-    }
-}
-
-/// A chat message read without a tree: what the relay and the tool rules
-/// need of it. Any other shape fails to read, and the caller reads a tree.
-#[derive(Deserialize)]
-pub struct MessageView<'a> {
-    #[serde(borrow, default)]
-    pub role: Option<Cow<'a, str>>,
-    /// Read for `role: "tool"` messages (see [`answered_calls`](crate::agents::approvals::answered_calls)).
-    #[serde(borrow, default)]
-    pub tool_call_id: Option<Cow<'a, str>>,
-    #[serde(default)]
-    content: Option<ContentView>,
-    #[serde(borrow, default)]
-    tool_calls: Option<Vec<MapOnly<CallView<'a>>>>,
-}
-
-impl MessageView<'_> {
-    /// Characters of text in the message, as
-    /// [`prompt_chars`](crate::wire::chat::prompt_chars) counts them.
-    pub fn chars(&self) -> usize {
-        self.content.as_ref().map_or(0, |c| c.0)
-            + self.tool_calls.as_ref().map_or(0, |calls| {
-                calls
-                    .iter()
-                    .filter_map(|MapOnly(c)| c.function.as_ref()?.0.arguments.as_ref())
-                    .map(|a| a.chars().count())
-                    .sum()
-            })
-    }
-}
-
-/// A message's `content`: the characters of its text.
-struct ContentView(usize);
-
-#[derive(Deserialize)]
-struct PartView<'a> {
-    #[serde(borrow, default)]
-    text: Option<Cow<'a, str>>,
-}
-
-#[derive(Deserialize)]
-struct CallView<'a> {
-    #[serde(borrow, default)]
-    function: Option<MapOnly<FunctionView<'a>>>,
-}
-
-#[derive(Deserialize)]
-struct FunctionView<'a> {
-    #[serde(borrow, default)]
-    arguments: Option<Cow<'a, str>>,
-}
-
-impl<'de> Deserialize<'de> for ContentView {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> serde::de::Visitor<'de> for V {
-            type Value = ContentView;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a string or a list of parts")
-            }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<ContentView, E> {
-                Ok(ContentView(v.chars().count()))
-            }
-            fn visit_unit<E: serde::de::Error>(self) -> Result<ContentView, E> {
-                Ok(ContentView(0))
-            }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(
-                self,
-                mut seq: A,
-            ) -> Result<ContentView, A::Error> {
-                let mut chars = 0;
-                while let Some(MapOnly(p)) = seq.next_element::<MapOnly<PartView<'de>>>()? {
-                    chars += p.text.map_or(0, |t| t.chars().count());
-                }
-                Ok(ContentView(chars))
-            }
-        }
-        d.deserialize_any(V)
     }
 }

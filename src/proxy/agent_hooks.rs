@@ -8,14 +8,15 @@ use std::sync::Arc;
 use gatehouse_pii::{Counts, StreamRestorer, Vault};
 use serde_json::{json, Map, Value};
 
-use crate::agents::approvals::{tool_calls_of_response, ToolCall};
 use crate::agents::tools::{ToolClass, ToolMode};
 use crate::error::Error;
 use crate::proxy::chat::{ChatHooks, ChunkAction};
 use crate::store::agent_data::{new_approval_id, ApprovalRow};
 use crate::store::{now_ms, Store};
 use crate::wire::agui::AgUi;
+use crate::wire::chat::tool_calls_of_response;
 use crate::wire::sse::SseFrame;
+use crate::wire::ToolCall;
 
 /// Who is chatting and under which rules.
 pub struct AgentChatContext {

@@ -28,6 +28,17 @@ pub fn is_tool_name(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-'))
 }
 
+/// A tool call of an assistant answer, in any dialect (chat's `tool_calls`,
+/// Messages' `tool_use` blocks, Responses' function calls): what approvals
+/// and the tool rules need of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    /// The arguments as the model gave them (JSON text).
+    pub arguments: String,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,11 +7,12 @@
 //! the very same bytes.
 
 use bytes::{BufMut, Bytes, BytesMut};
+use std::borrow::Cow;
+
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use crate::models::requests::MessageView;
 use crate::wire::json::MapOnly;
 
 pub struct ChatBody {
@@ -196,6 +197,86 @@ impl ChatBody {
         let b = out.freeze();
         self.last = Some((upstream_model.to_string(), b.clone()));
         b
+    }
+}
+
+/// A chat message read without a tree: what the relay and the tool rules
+/// need of it. Any other shape fails to read, and the caller reads a tree.
+#[derive(Deserialize)]
+pub struct MessageView<'a> {
+    #[serde(borrow, default)]
+    pub role: Option<Cow<'a, str>>,
+    /// Read for `role: "tool"` messages (see [`answered_calls`](crate::wire::chat::answered_calls)).
+    #[serde(borrow, default)]
+    pub tool_call_id: Option<Cow<'a, str>>,
+    #[serde(default)]
+    content: Option<ContentView>,
+    #[serde(borrow, default)]
+    tool_calls: Option<Vec<MapOnly<CallView<'a>>>>,
+}
+
+impl MessageView<'_> {
+    /// Characters of text in the message, as
+    /// [`prompt_chars`](crate::wire::chat::prompt_chars) counts them.
+    pub fn chars(&self) -> usize {
+        self.content.as_ref().map_or(0, |c| c.0)
+            + self.tool_calls.as_ref().map_or(0, |calls| {
+                calls
+                    .iter()
+                    .filter_map(|MapOnly(c)| c.function.as_ref()?.0.arguments.as_ref())
+                    .map(|a| a.chars().count())
+                    .sum()
+            })
+    }
+}
+
+/// A message's `content`: the characters of its text.
+struct ContentView(usize);
+
+#[derive(Deserialize)]
+struct PartView<'a> {
+    #[serde(borrow, default)]
+    text: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct CallView<'a> {
+    #[serde(borrow, default)]
+    function: Option<MapOnly<FunctionView<'a>>>,
+}
+
+#[derive(Deserialize)]
+struct FunctionView<'a> {
+    #[serde(borrow, default)]
+    arguments: Option<Cow<'a, str>>,
+}
+
+impl<'de> Deserialize<'de> for ContentView {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = ContentView;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string or a list of parts")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<ContentView, E> {
+                Ok(ContentView(v.chars().count()))
+            }
+            fn visit_unit<E: serde::de::Error>(self) -> Result<ContentView, E> {
+                Ok(ContentView(0))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<ContentView, A::Error> {
+                let mut chars = 0;
+                while let Some(MapOnly(p)) = seq.next_element::<MapOnly<PartView<'de>>>()? {
+                    chars += p.text.map_or(0, |t| t.chars().count());
+                }
+                Ok(ContentView(chars))
+            }
+        }
+        d.deserialize_any(V)
     }
 }
 

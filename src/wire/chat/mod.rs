@@ -13,6 +13,7 @@ use serde_json::{Map, Value};
 
 use crate::error::Error;
 use crate::usage::Tokens;
+use crate::wire::ToolCall;
 
 /// Checks the fields the relay itself reads; everything else is the
 /// upstream's business. (`model` is checked by the caller, who resolves it.)
@@ -180,6 +181,84 @@ pub fn completion_chars(obj: &Map<String, Value>, field: &str) -> usize {
         .unwrap_or(0)
 }
 
+/// Tool calls of a non-stream answer (`choices[*].message.tool_calls`).
+pub fn tool_calls_of_response(resp: &Value) -> Vec<ToolCall> {
+    let mut out = vec![];
+    for choice in resp
+        .get("choices")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        for tc in choice
+            .pointer("/message/tool_calls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            out.push(ToolCall {
+                id: tc
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string(),
+                name: tc
+                    .pointer("/function/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string(),
+                arguments: tc
+                    .pointer("/function/arguments")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string(),
+            });
+        }
+    }
+    out
+}
+
+/// The `tool_call_id`s that `role: "tool"` messages answer.
+pub fn answered_calls(body: &Map<String, Value>) -> Vec<String> {
+    body.get("messages")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|m| m.get("role").and_then(Value::as_str) == Some("tool"))
+        .filter_map(|m| {
+            m.get("tool_call_id")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        })
+        .collect()
+}
+
+/// Gives each `role: "tool"` message the fate `fate` gives the call it
+/// answers: `Ok(None)` keeps it, `Ok(Some(text))` replaces its content,
+/// `Err` refuses the request.
+pub fn answer_calls(
+    body: &mut Map<String, Value>,
+    fate: impl Fn(&str) -> Result<Option<&'static str>, Error>,
+) -> Result<(), Error> {
+    let Some(Value::Array(messages)) = body.get_mut("messages") else {
+        return Ok(());
+    };
+    for m in messages.iter_mut() {
+        if m.get("role").and_then(Value::as_str) != Some("tool") {
+            continue;
+        }
+        let Some(id) = m.get("tool_call_id").and_then(Value::as_str) else {
+            continue;
+        };
+        if let Some(text) = fate(id)? {
+            if let Some(obj) = m.as_object_mut() {
+                obj.insert("content".into(), Value::String(text.into()));
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -283,5 +362,23 @@ mod tests {
             {"delta": {"tool_calls": [{"index": 0, "function": {"arguments": "{\"a"}}]}}
         ]}));
         assert_eq!(completion_chars(&chunk, "delta"), 8);
+    }
+
+    #[test]
+    fn tool_calls_are_read_from_every_choice() {
+        let r = json!({"choices": [{"message": {"tool_calls": [
+            {"id": "a", "function": {"name": "x", "arguments": "{\"p\":1}"}},
+            {"id": "b", "function": {"name": "y", "arguments": "{}"}}
+        ]}}]});
+        let calls = tool_calls_of_response(&r);
+        assert_eq!(calls.len(), 2);
+        assert_eq!(
+            calls[0],
+            ToolCall {
+                id: "a".into(),
+                name: "x".into(),
+                arguments: "{\"p\":1}".into()
+            }
+        );
     }
 }

@@ -16,7 +16,7 @@ use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use crate::models::requests::MessageView;
+use crate::wire::chat::body::MessageView;
 use crate::wire::json::{is_ws, MapOnly};
 
 /// The top-level members of a body but a `tools` list (kept as text by the
@@ -354,7 +354,7 @@ mod tests {
     use bytes::Bytes;
     use serde_json::{json, Value};
 
-    use crate::agents::approvals::{ApprovalState, DENIED_TEXT};
+    use crate::agents::approvals::{fate_of, ApprovalState, DENIED_TEXT};
     use crate::wire::chat::request::{ChatRequest, Upstream};
 
     const TOOLS: &str = r#"[{"type":"function","function":{"name":"read_file","parameters":{"type":"object","properties":{"path":{"type":"string"}}}}},{"type":"function","function":{"name":"run"}}]"#;
@@ -521,14 +521,14 @@ mod tests {
         let mut req = parse(body);
         assert_eq!(req.answered_calls(), ["c1"]);
         let approved = HashMap::from([("c1".to_string(), ApprovalState::Approved)]);
-        req.enforce(&approved).unwrap();
+        req.answer_calls(fate_of(&approved)).unwrap();
         assert!(req.fields().is_none(), "still text");
         let denied = HashMap::from([("c1".to_string(), ApprovalState::Denied)]);
-        req.enforce(&denied).unwrap();
+        req.answer_calls(fate_of(&denied)).unwrap();
         let fields = req.fields().expect("read into a tree");
         assert_eq!(fields["messages"][1]["content"], json!(DENIED_TEXT));
         let pending = HashMap::from([("c1".to_string(), ApprovalState::Pending)]);
-        let e = parse(body).enforce(&pending).unwrap_err();
+        let e = parse(body).answer_calls(fate_of(&pending)).unwrap_err();
         assert_eq!(e.code, "approval_pending");
     }
 

@@ -5,7 +5,7 @@
 //! instructions put first, answered calls replaced) written back as bytes
 //! for the upstream.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
 
@@ -257,26 +257,28 @@ impl ChatRequest {
     /// The `tool_call_id`s that `role: "tool"` messages answer.
     pub fn answered_calls(&self) -> Vec<String> {
         match &self.fields {
-            Fields::Tree(fields) => crate::agents::approvals::answered_calls(fields),
+            Fields::Tree(fields) => crate::wire::chat::answered_calls(fields),
             Fields::Text(raw) => raw.answered.clone(),
         }
     }
 
-    /// Enforces the approvals' states (see
-    /// [`enforce`](crate::agents::approvals::enforce)); fields kept as text
-    /// stay so when every answered call with a state is approved (calls
-    /// without one change nothing either way).
-    pub fn enforce(
+    /// Gives each answered call its fate (see
+    /// [`answer_calls`](crate::wire::chat::answer_calls)); fields kept as
+    /// text stay so when every answered call is kept as it is.
+    pub fn answer_calls(
         &mut self,
-        states: &HashMap<String, crate::agents::approvals::ApprovalState>,
+        fate: impl Fn(&str) -> Result<Option<&'static str>, Error>,
     ) -> Result<(), Error> {
-        use crate::agents::approvals::{enforce, ApprovalState};
-        if matches!(self.fields, Fields::Text(_))
-            && states.values().all(|s| *s == ApprovalState::Approved)
-        {
-            return Ok(());
+        if let Fields::Text(raw) = &self.fields {
+            let mut changes = false;
+            for id in &raw.answered {
+                changes |= fate(id)?.is_some();
+            }
+            if !changes {
+                return Ok(());
+            }
         }
-        enforce(self.tree()?, states)
+        crate::wire::chat::answer_calls(self.tree()?, fate)
     }
 
     /// Whether the client asked for a stream.
