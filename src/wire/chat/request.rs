@@ -15,6 +15,7 @@ use serde_json::{Map, Value};
 
 use crate::error::Error;
 use crate::wire::chat::raw_fields::{RawFields, ToolsMember};
+pub use crate::wire::chat::tools::MAX_REQUEST_TOOLS;
 use crate::wire::chat::tools::{
     remembered_list_in, KeptTools, KnownList, ListText, OfferedTools, ReadLists, ToolFault,
     READ_LISTS, TOOL_MAX_DEPTH,
@@ -23,9 +24,6 @@ use crate::wire::chat::tools::{
 /// A set of tool names, built per request: a fast hash (seeded per
 /// process) rather than SipHash, for short names in small sets.
 type Names<'a> = HashSet<&'a str, foldhash::fast::RandomState>;
-
-/// At most this many `tools` in one agent chat request.
-pub const MAX_REQUEST_TOOLS: usize = 128;
 
 /// An agent chat body as the handler works on it: every field but `tools` as
 /// JSON values (or, in the usual case, as the client's text: see

@@ -12,7 +12,8 @@ use std::sync::Arc;
 use serde::de::{self, Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
-use super::request::MAX_REQUEST_TOOLS;
+/// At most this many `tools` in one agent chat request.
+pub const MAX_REQUEST_TOOLS: usize = 128;
 
 /// A request's `tools` list as the client wrote it, what each of its tools
 /// is, and which of them go upstream.
