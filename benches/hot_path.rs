@@ -1,14 +1,17 @@
 //! The pure parts of the request path, without sockets: so a regression in
-//! one of them shows without a full load run (`bench/run.sh`).
+//! one of them shows without a full load run (`bench/run.sh`). Agent chat
+//! runs the agent turn's own pure step (`agents::turn::check` and `plan`).
 //!
 //! Run: cargo bench --bench hot_path
 //! (CI runs it once with `-- --warm-up-time 0.2 --measurement-time 0.5`, no thresholds.)
 
 use std::collections::HashMap;
 use std::hint::black_box;
+use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use gatehouse::agents::tools::{ToolClass, ToolMode, ToolPolicy, ToolStatus};
+use gatehouse::agents::tools::{ToolClass, ToolMode, ToolStatus};
+use gatehouse::agents::turn::{self, AgentRules, Known};
 use gatehouse::wire::chat::answer::splice_chunk_into;
 use gatehouse::wire::chat::body::{ChatBody, RawChat};
 use gatehouse::wire::chat::request::{ChatRequest, Upstream};
@@ -152,11 +155,10 @@ fn benches(c: &mut Criterion) {
     let contract: Vec<String> = (0..15).map(|i| format!("tool_{i}")).collect();
     let decisions: HashMap<String, ToolStatus> =
         [("tool_16".to_string(), ToolStatus::Accepted)].into();
-    let policy = ToolPolicy {
-        mode: ToolMode::Ask,
-        classes: &classes,
-        contract: &contract,
-        decisions: &decisions,
+    let (classes, decisions) = (Arc::new(classes), Arc::new(decisions));
+    let rules = AgentRules {
+        instructions: None,
+        tool_contract: &contract,
         allow_local_mcp: false,
     };
     // The agent chat body from bytes to the upstream's bytes: parse (the
@@ -167,9 +169,15 @@ fn benches(c: &mut Criterion) {
     // other fields), and read whole.
     let bytes20 = bytes::Bytes::from(serde_json::to_vec(&body20).expect("json"));
     let to_upstream = |mut req: ChatRequest| {
-        let offered = req.offered_tools().expect("tools");
-        let d = policy.decide(&offered.names());
-        req.apply(&d.keep);
+        let offered = turn::check(&req).expect("tools");
+        let known = Known {
+            mode: ToolMode::Ask,
+            classes: Arc::clone(&classes),
+            decisions: Arc::clone(&decisions),
+            states: HashMap::new(),
+            pii: None,
+        };
+        let plan = turn::plan(&mut req, &offered, rules, known);
         let mut t = match req.into_upstream() {
             Upstream::Tree(fields, tools) => {
                 let texts = tools.as_ref().map(|t| t.texts());
@@ -181,7 +189,7 @@ fn benches(c: &mut Criterion) {
                 prompt_chars,
             } => ChatBody::spliced(&RawChat::assembled(after_model, stream, prompt_chars)),
         };
-        black_box((t.for_model("upstream/model"), d.held));
+        black_box((t.for_model("upstream/model"), plan.held));
     };
     c.bench_function("agent_request_20_tools", |b| {
         b.iter(|| to_upstream(ChatRequest::parse(black_box(&bytes20), true).expect("json")))
@@ -226,13 +234,9 @@ fn benches(c: &mut Criterion) {
         b.iter(|| {
             let mut body = base.clone();
             let (mut vault, mut counts) = (Vault::new(), Counts::new());
-            gatehouse::pii::protect_body(
-                &mut body,
-                &scanner,
-                Mode::Redact,
-                &mut vault,
-                &mut counts,
-            );
+            gatehouse::wire::chat::for_each_text(&mut body, &mut |s| {
+                gatehouse::pii::protect_text(s, &scanner, Mode::Redact, &mut vault, &mut counts)
+            });
             black_box(body);
         })
     });

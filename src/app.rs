@@ -3,19 +3,18 @@
 //! HTTP layer reads. Only `http/` and `lib.rs` refer to it; domain modules get
 //! the parts they need as arguments.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::RwLock;
 
-use crate::agents::tools::{ToolClass, ToolStatus};
+use crate::agents::caches::AgentCaches;
 use crate::agents::Agent;
 use crate::auth::{Auth, Lifetimes};
 use crate::config::Settings;
 use crate::models::{CatalogSnapshot, RoutingState};
-use crate::runtime::{Invalidation, Metrics, TtlCache};
+use crate::runtime::{Invalidation, Metrics};
 use crate::secrets::{Keyring, Use};
 use crate::store::Store;
 use crate::usage::UsageSink;
@@ -23,24 +22,15 @@ use crate::usage::UsageSink;
 pub use crate::auth::KeyInfo;
 pub use crate::users::UserInfo;
 
-/// Caches of agent data read on every agent request.
-pub struct Caches {
-    /// address -> agent; a miss is not cached.
-    pub agents: TtlCache<String, Arc<Agent>>,
-    /// agent|device -> tool classes of the device's latest manifest.
-    pub manifests: TtlCache<String, Arc<HashMap<String, ToolClass>>>,
-    /// address -> administrator decisions on the agent's tools.
-    pub tools: TtlCache<String, Arc<HashMap<String, ToolStatus>>>,
-    /// PII terms (joined) -> compiled scanner.
-    pub scanners: TtlCache<String, Arc<gatehouse_pii::Scanner>>,
-}
-
 pub struct App {
     pub settings: Settings,
     pub store: Store,
     /// Credentials: token keys and their caches.
     pub auth: Auth,
-    pub caches: Caches,
+    /// Agents, manifests' tool classes and tool decisions, cached.
+    pub agents: AgentCaches,
+    /// PII scanners, compiled once per list of terms.
+    pub scanners: crate::pii::Scanners,
     pub catalog: RwLock<Arc<CatalogSnapshot>>,
     /// Catalog reloads started, and the latest one applied (see `reload_catalog`).
     catalog_reloads: AtomicU64,
@@ -100,14 +90,9 @@ impl App {
                 ttl,
             ),
             settings,
+            agents: AgentCaches::new(store.clone(), ttl),
             store,
-            caches: Caches {
-                agents: TtlCache::new(ttl, 10_000),
-                manifests: TtlCache::new(ttl, 100_000),
-                tools: TtlCache::new(ttl, 10_000),
-                // Scanners depend only on their terms: no revocation to wait for.
-                scanners: TtlCache::new(Duration::from_secs(3600), 1_000),
-            },
+            scanners: crate::pii::Scanners::new(),
             catalog: RwLock::new(Arc::new(CatalogSnapshot::default())),
             catalog_reloads: AtomicU64::new(0),
             catalog_applied: AtomicU64::new(0),
@@ -158,25 +143,18 @@ impl App {
     /// Applies an invalidation in this process.
     pub async fn invalidate_local(&self, inv: &Invalidation) {
         self.auth.forget(inv);
-        match inv {
-            Invalidation::Agent(address) => self.caches.agents.remove(address),
-            Invalidation::Manifest(key) => self.caches.manifests.remove(key),
-            Invalidation::Tools(address) => self.caches.tools.remove(address),
-            Invalidation::Catalog => {
-                if let Err(e) = self.reload_catalog().await {
-                    tracing::warn!(error = %e, "catalog reload failed");
-                }
+        self.agents.forget(inv);
+        if *inv == Invalidation::Catalog {
+            if let Err(e) = self.reload_catalog().await {
+                tracing::warn!(error = %e, "catalog reload failed");
             }
-            Invalidation::User(_) | Invalidation::ApiKey(_) | Invalidation::SignIn(_) => {}
         }
     }
 
     /// Drops every cache (notifications from other servers may have been lost).
     pub async fn invalidate_everything(&self) {
         self.auth.forget_all();
-        self.caches.agents.clear();
-        self.caches.manifests.clear();
-        self.caches.tools.clear();
+        self.agents.forget_all();
         self.invalidate_local(&Invalidation::Catalog).await;
     }
 
@@ -192,16 +170,6 @@ impl App {
 
     /// An agent by address, from the cache or the database (then cached).
     pub async fn agent(&self, address: &str) -> Result<Option<Arc<Agent>>, sqlx::Error> {
-        self.caches
-            .agents
-            .get_or_load(address, || async {
-                let Some(row) = self.store.agent(address).await? else {
-                    return Ok(None);
-                };
-                Agent::from_row(row)
-                    .map(|a| Some(Arc::new(a)))
-                    .map_err(|e| sqlx::Error::Decode(e.into()))
-            })
-            .await
+        self.agents.agent(address).await
     }
 }

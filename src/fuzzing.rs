@@ -18,6 +18,7 @@ use crate::agents::chat::parse_headers;
 use crate::agents::ids::is_conversation_id;
 use crate::agents::manifest;
 use crate::agents::tools::{ToolClass, ToolMode, ToolPolicy, ToolStatus};
+use crate::agents::turn;
 use crate::wire::agui::AgUi;
 use crate::wire::chat::body::{ChatBody, RawChat};
 use crate::wire::chat::request::{ChatRequest, Upstream};
@@ -30,11 +31,11 @@ use crate::wire::is_tool_name;
 use crate::wire::sse::{SseEvent, SseFrame, SseParser};
 
 /// One scanner for every input (building one per input would dominate).
-fn scanner() -> &'static Scanner {
-    static SCANNER: OnceLock<Scanner> = OnceLock::new();
+fn scanner() -> &'static Arc<Scanner> {
+    static SCANNER: OnceLock<Arc<Scanner>> = OnceLock::new();
     SCANNER.get_or_init(|| {
         let terms = ["Acme Corp".to_string(), "Project Falcon".to_string()];
-        Scanner::new(&terms).expect("the fixed terms build a scanner")
+        Arc::new(Scanner::new(&terms).expect("the fixed terms build a scanner"))
     })
 }
 
@@ -174,18 +175,18 @@ fn refused(e: crate::error::Error) -> String {
     format!("{}: {}", e.code, e.message)
 }
 
-/// Agent chat's rules, in the order the handler runs them.
+/// Agent chat's rules, as the handler runs them: [`turn::check`] and
+/// [`turn::plan`], with what is known made up from `opts`; the tool rule's
+/// own decision is the oracle for what goes upstream.
 fn agent_rules(mut req: ChatRequest, opts: u8, instructions: Option<&str>) -> RulesEnd {
-    req.refuse_legacy_functions().map_err(refused)?;
-    let offered = offered_names(&req).map_err(refused)?;
+    let offered_tools = turn::check(&req).map_err(refused)?;
+    let offered: Vec<String> = offered_tools
+        .names()
+        .into_iter()
+        .map(String::from)
+        .collect();
     assert!(offered.len() <= crate::wire::chat::request::MAX_REQUEST_TOOLS);
     assert!(offered.iter().all(|n| is_tool_name(n)));
-    if let Some(f) = req.fields() {
-        check_body(f).map_err(refused)?;
-    }
-    if let Some(i) = instructions {
-        req.put_instructions(i);
-    }
     let mode = [
         ToolMode::Off,
         ToolMode::ReadOnly,
@@ -210,22 +211,16 @@ fn agent_rules(mut req: ChatRequest, opts: u8, instructions: Option<&str>) -> Ru
         .step_by(3)
         .map(|n| (n.to_string(), ToolStatus::Accepted))
         .collect();
-    let policy = ToolPolicy {
+    let allow_local_mcp = opts & 4 != 0;
+    let expected = ToolPolicy {
         mode,
         classes: &classes,
         contract: &contract,
         decisions: &decisions,
-        allow_local_mcp: opts & 4 != 0,
-    };
-    let decision = policy.decide(&offered);
-    if req.has_tool_fields() {
-        req.apply(&decision.keep);
+        allow_local_mcp,
     }
-    // What goes upstream offers only kept tools.
-    if let Ok(left) = offered_names(&req) {
-        assert!(left.iter().all(|n| decision.keep.contains(n)), "{left:?}");
-    }
-    assert!(decision.held.iter().all(|n| !decision.keep.contains(n)));
+    .decide(&offered);
+    assert!(expected.held.iter().all(|n| !expected.keep.contains(n)));
 
     let answered = req.answered_calls();
     let states: HashMap<String, ApprovalState> = answered
@@ -241,25 +236,36 @@ fn agent_rules(mut req: ChatRequest, opts: u8, instructions: Option<&str>) -> Ru
             (id.clone(), s)
         })
         .collect();
-    req.answer_calls(crate::agents::approvals::fate_of(&states))
-        .map_err(refused)?;
-
     let pii = if opts & 0x80 != 0 {
         Mode::Off
     } else {
         [Mode::Redact, Mode::TokenizeReversible][usize::from(opts >> 3 & 1)]
     };
-    if pii != Mode::Off {
-        let mut vault = Vault::new();
-        let mut counts = Counts::new();
-        req.with_tools_as_values(|body| {
-            crate::pii::protect_body(body, scanner(), pii, &mut vault, &mut counts)
-        })
-        .map_err(refused)?;
+    let known = turn::Known {
+        mode,
+        classes: Arc::new(classes),
+        decisions: Arc::new(decisions),
+        states,
+        pii: (pii != Mode::Off).then(|| turn::PiiKnown {
+            mode: pii,
+            scanner: Arc::clone(scanner()),
+            vault: Vault::new(),
+        }),
+    };
+    let rules = turn::AgentRules {
+        instructions,
+        tool_contract: &contract,
+        allow_local_mcp,
+    };
+    let plan = turn::plan(&mut req, &offered_tools, rules, known);
+    assert_eq!(plan.held, expected.held);
+    if let Some(e) = plan.refused {
+        return Err(refused(e));
     }
-    // Tool names are not scanned: the tool rules' decision still holds.
+    // What goes upstream offers only kept tools (tool names are not scanned
+    // for PII: the decision still holds).
     if let Ok(after) = offered_names(&req) {
-        assert!(after.iter().all(|n| decision.keep.contains(n)));
+        assert!(after.iter().all(|n| expected.keep.contains(n)), "{after:?}");
     }
     let stream = req.is_stream();
     let (sent, chars) = match req.into_upstream() {
@@ -289,7 +295,7 @@ fn agent_rules(mut req: ChatRequest, opts: u8, instructions: Option<&str>) -> Ru
             )
         }
     };
-    Ok(((offered, decision.held, answered), sent, stream, chars))
+    Ok(((offered, plan.held, answered), sent, stream, chars))
 }
 
 /// The bytes sent upstream parse back as the body with the upstream model.

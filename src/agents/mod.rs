@@ -2,11 +2,14 @@
 
 pub mod agent;
 pub mod approvals;
+pub mod caches;
 pub mod chat;
 pub mod events;
+pub mod hooks;
 pub mod ids;
 pub mod manifest;
 pub mod tools;
+pub mod turn;
 
 pub use agent::{Agent, AgentAddress, AgentPatch, NewAgent, PiiSettings, ToolMode, ToolName};
 

@@ -1,7 +1,6 @@
 //! Agent routes that record what the app reports (manifest, events, approval
 //! answers) and the admin views of it (tools, approvals, events).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::extract::{Path, Query, Request, State};
@@ -13,7 +12,7 @@ use serde_json::{json, Value};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::agents::approvals::ApprovalState;
-use crate::agents::tools::{ToolClass, ToolStatus};
+use crate::agents::tools::ToolStatus;
 use crate::app::AppState;
 use crate::error::{Error, Result};
 use crate::http::agent_auth::AgentAccess;
@@ -371,64 +370,4 @@ async fn admin_approvals(
         .map(|a| approval_view(a, now))
         .collect();
     Ok(Json(views))
-}
-
-/// Tool classes from the device's latest manifest (cached; evicted on a new manifest).
-pub async fn manifest_classes(
-    app: &AppState,
-    agent: &str,
-    device: &str,
-) -> Result<Arc<HashMap<String, ToolClass>>> {
-    let loaded = app
-        .caches
-        .manifests
-        .get_or_load(&format!("{agent}|{device}"), || async {
-            let body = app.store.latest_manifest(agent, device).await?;
-            Ok::<_, sqlx::Error>(Some(Arc::new(classes_of(body.as_deref()))))
-        })
-        .await?;
-    Ok(loaded.unwrap_or_default())
-}
-
-/// Tool classes of a stored manifest body (canonical JSON).
-fn classes_of(body: Option<&str>) -> HashMap<String, ToolClass> {
-    let mut map = HashMap::new();
-    if let Some(v) = body.and_then(|b| serde_json::from_str::<Value>(b).ok()) {
-        for t in v
-            .get("tools")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            let name = t.get("name").and_then(Value::as_str);
-            let class = t
-                .get("class")
-                .and_then(Value::as_str)
-                .and_then(ToolClass::parse);
-            if let (Some(n), Some(c)) = (name, class) {
-                map.insert(n.to_string(), c);
-            }
-        }
-    }
-    map
-}
-
-/// Administrator decisions on the agent's tools (cached; evicted on change).
-pub async fn tool_decisions(
-    app: &AppState,
-    agent: &str,
-) -> Result<Arc<HashMap<String, ToolStatus>>> {
-    let loaded = app
-        .caches
-        .tools
-        .get_or_load(agent, || async {
-            let rows = app.store.list_tools(agent).await?;
-            let map: HashMap<String, ToolStatus> = rows
-                .iter()
-                .filter_map(|r| Some((r.name.clone(), ToolStatus::parse(&r.status)?)))
-                .collect();
-            Ok::<_, sqlx::Error>(Some(Arc::new(map)))
-        })
-        .await?;
-    Ok(loaded.unwrap_or_default())
 }

@@ -7,7 +7,7 @@ use aes_gcm::aead::{Aead, KeyInit};
 use aes_gcm::{Aes256Gcm, Nonce};
 use base64::Engine;
 use gatehouse_pii::{Counts, Mode, Scanner, Vault};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::error::Error;
 use crate::store::{now_ms, Store};
@@ -44,65 +44,21 @@ pub fn choose_mode(
     Ok(wanted)
 }
 
-fn transform(
-    text: &str,
-    scanner: &Scanner,
-    mode: Mode,
-    vault: &mut Vault,
-    counts: &mut Counts,
-) -> String {
-    match mode {
-        Mode::Off => text.to_string(),
-        Mode::Redact => gatehouse_pii::redact(scanner, text, counts),
-        Mode::TokenizeReversible => vault.tokenize(scanner, text, counts),
-    }
-}
-
-/// Keys whose string values are protocol, not text: never scanned.
-const NOT_TEXT: [&str; 5] = ["model", "role", "type", "tool_call_id", "id"];
-
-/// Scans every string value that goes upstream (message text and parts,
-/// `name`, tool results, tool-call arguments, `user`, `prediction`, `refusal`,
-/// tool descriptions and parameter schemas), replacing found values where
-/// they stand. Left alone: `model`, `role`, `type`, ids, and the names of
-/// tools and functions (which the relay and the tool rules match on).
-pub fn protect_body(
-    body: &mut Map<String, Value>,
+/// Replaces every value `scanner` finds in `text`, as `mode` says: a
+/// `[KIND]` mark (redact) or a conversation-wide token kept in `vault`
+/// (tokenize_reversible). Which strings of a body are text is the wire's
+/// business (e.g. [`crate::wire::chat::for_each_text`]).
+pub fn protect_text(
+    text: &mut String,
     scanner: &Scanner,
     mode: Mode,
     vault: &mut Vault,
     counts: &mut Counts,
 ) {
-    if mode == Mode::Off {
-        return;
-    }
-    let mut scan = |s: &mut String| *s = transform(s, scanner, mode, vault, counts);
-    for (k, v) in body.iter_mut() {
-        if !NOT_TEXT.contains(&k.as_str()) {
-            scan_strings(v, k, &mut scan);
-        }
-    }
-}
-
-/// Applies `f` to every string below `v` (reached through the key `key`),
-/// skipping [`NOT_TEXT`] keys and a function object's `name`.
-fn scan_strings(v: &mut Value, key: &str, f: &mut impl FnMut(&mut String)) {
-    match v {
-        Value::String(s) => f(s),
-        Value::Array(items) => {
-            for item in items {
-                scan_strings(item, key, f);
-            }
-        }
-        Value::Object(map) => {
-            for (k, child) in map.iter_mut() {
-                let function_name = k == "name" && key == "function";
-                if !function_name && !NOT_TEXT.contains(&k.as_str()) {
-                    scan_strings(child, k, f);
-                }
-            }
-        }
-        _ => {}
+    match mode {
+        Mode::Off => {}
+        Mode::Redact => *text = gatehouse_pii::redact(scanner, text, counts),
+        Mode::TokenizeReversible => *text = vault.tokenize(scanner, text, counts),
     }
 }
 
@@ -130,6 +86,42 @@ pub fn restore_response(resp: &mut Value, vault: &Vault) {
                 *args = vault.restore_json(args);
             }
         }
+    }
+}
+
+/// Scanners compiled once per list of terms (an agent's `pii.terms`):
+/// compiling takes milliseconds, so it runs off the serving thread, and a
+/// scanner depends only on its terms (nothing to revoke).
+pub struct Scanners(crate::runtime::TtlCache<String, std::sync::Arc<Scanner>>);
+
+impl Default for Scanners {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Scanners {
+    pub fn new() -> Scanners {
+        Scanners(crate::runtime::TtlCache::new(
+            std::time::Duration::from_secs(3600),
+            1_000,
+        ))
+    }
+
+    /// The scanner for `terms`.
+    pub async fn get(&self, terms: &[String]) -> Result<std::sync::Arc<Scanner>, Error> {
+        let owned = terms.to_vec();
+        let built = self
+            .0
+            .get_or_load(&terms.join("\u{1}"), || async move {
+                let s = tokio::task::spawn_blocking(move || Scanner::new(&owned))
+                    .await
+                    .map_err(Error::internal)?
+                    .map_err(Error::internal)?;
+                Ok::<_, Error>(Some(std::sync::Arc::new(s)))
+            })
+            .await?;
+        built.ok_or_else(|| Error::internal("scanner cache returned nothing"))
     }
 }
 
@@ -236,6 +228,20 @@ pub fn counts_json(counts: &Counts) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Map;
+
+    /// A chat body protected as the agent turn protects it.
+    fn protect_body(
+        body: &mut Map<String, Value>,
+        scanner: &Scanner,
+        mode: Mode,
+        vault: &mut Vault,
+        counts: &mut Counts,
+    ) {
+        crate::wire::chat::for_each_text(body, &mut |s| {
+            protect_text(s, scanner, mode, vault, counts)
+        });
+    }
 
     #[test]
     fn every_text_field_is_scanned_in_place_and_protocol_fields_are_not() {

@@ -3,7 +3,6 @@
 //! chat relay used by `/v1/chat/completions` and the agent chat route
 //! ([`chat`]), and the AG-UI translation of streamed agent chats ([`agui`]).
 
-pub mod agent_hooks;
 pub mod chat;
 
 pub use crate::usage::UsageContext;

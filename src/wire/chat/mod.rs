@@ -259,6 +259,44 @@ pub fn answer_calls(
     Ok(())
 }
 
+/// Keys whose string values are protocol, not text.
+const NOT_TEXT: [&str; 5] = ["model", "role", "type", "tool_call_id", "id"];
+
+/// Calls `f` on every string value of a chat body that is text going
+/// upstream (message text and parts, `name`, tool results, tool-call
+/// arguments, `user`, `prediction`, `refusal`, tool descriptions and
+/// parameter schemas): everything but `model`, `role`, `type`, ids, and the
+/// names of tools and functions (which the relay and the tool rules match
+/// on). PII protection scans what this walks.
+pub fn for_each_text(body: &mut Map<String, Value>, f: &mut dyn FnMut(&mut String)) {
+    for (k, v) in body.iter_mut() {
+        if !NOT_TEXT.contains(&k.as_str()) {
+            text_strings(v, k, f);
+        }
+    }
+}
+
+/// [`for_each_text`] below `v`, reached through the key `key`.
+fn text_strings(v: &mut Value, key: &str, f: &mut dyn FnMut(&mut String)) {
+    match v {
+        Value::String(s) => f(s),
+        Value::Array(items) => {
+            for item in items {
+                text_strings(item, key, f);
+            }
+        }
+        Value::Object(map) => {
+            for (k, child) in map.iter_mut() {
+                let function_name = k == "name" && key == "function";
+                if !function_name && !NOT_TEXT.contains(&k.as_str()) {
+                    text_strings(child, k, f);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
