@@ -6,7 +6,9 @@ pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod error;
-/// Entry points for the fuzz targets and their corpus replay (tests only).
+/// Entry points for the fuzz targets and their corpus replay: not in the
+/// server that ships (feature `fuzzing`, on for the fuzz crate and the tests).
+#[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod http;
