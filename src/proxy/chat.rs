@@ -5,6 +5,11 @@
 //!
 //! What the relay does:
 //!
+//! * It speaks OpenAI chat. Each attempt's target is reached through the
+//!   chat adapter of its provider type ([`crate::models::adapters::ChatAdapter`]),
+//!   which translates the request into the upstream's dialect and the answer
+//!   (whole, or event by event) back into chat; OpenAI-compatible upstreams
+//!   need no translation. A provider type without a chat adapter is refused.
 //! * The body goes upstream as the caller gives it (a JSON object kept as a
 //!   map, so fields the gateway does not know pass unchanged), with `model`
 //!   set to the upstream's model name. A caller that needs to change the body
@@ -54,12 +59,13 @@ use futures_util::{Stream, StreamExt};
 use serde_json::Value;
 
 use crate::error::{Error, ErrorKind};
+use crate::models::adapters::{chat_adapter, ChatAdapter, ChatEvents};
 use crate::models::observed::Attempt;
 use crate::models::routing::{
     judge, mono_ms, next_pick, Answered, Failure, InFlight, Pick, ProviderStats,
 };
 use crate::models::upstream::{self, AttemptError};
-use crate::models::{Model, Provider, ProviderType};
+use crate::models::{Model, Provider};
 use crate::usage::{estimate_tokens, Tokens, UsageContext, UsageSink, UsageTicket, CLIENT_CLOSED};
 use crate::wire::chat::answer::{splice_answer, splice_chunk_into};
 use crate::wire::chat::body::{ChatBody, ChatInput};
@@ -228,9 +234,9 @@ pub async fn relay<H: ChatHooks>(
     }) = next_pick(&mut attempts)
     {
         let answering = chain[stage];
-        if target.provider.kind != ProviderType::Openai {
+        let Some(adapter) = chat_adapter(target.provider.kind) else {
             return failed(ticket, unsupported_provider(answering, &target.provider));
-        }
+        };
         target.stats.attempt();
         let answered = Answered {
             model: answering.id.clone(),
@@ -238,12 +244,15 @@ pub async fn relay<H: ChatHooks>(
             attempts: attempts.made(),
         };
         let deadline = upstream::deadline(&target.provider);
-        let bytes = template.for_model(&target.upstream_model);
+        let bytes = match adapter.chat_request(template.for_model(&target.upstream_model)) {
+            Ok(b) => b,
+            Err(e) => return failed(ticket, answered.mark(e)),
+        };
         let mut attempt = Attempt::start("chat", &target.provider, &target.upstream_model);
         let sent = upstream::post(
             client,
             &target.provider,
-            "/chat/completions",
+            adapter.chat_path(),
             bytes,
             stream,
             deadline,
@@ -266,7 +275,8 @@ pub async fn relay<H: ChatHooks>(
         if !stream {
             // Hooks that edit answers get a JSON tree; otherwise the bytes pass
             // with `model` spliced in.
-            let answer = match upstream::read_body(&target.provider, resp, deadline).await {
+            let read = upstream::read_body(&target.provider, resp, deadline).await;
+            let answer = match read.and_then(|b| in_chat(adapter, b)) {
                 Err(e) => Err(e),
                 Ok(bytes) if hooks.edits_answer(&bytes) => {
                     answer_tree(&bytes, &answering.id, prompt_estimate, &mut attempt)
@@ -304,6 +314,8 @@ pub async fn relay<H: ChatHooks>(
         let mut relay = StreamRelay {
             upstream: resp.into_stream(),
             parser: SseParser::new(),
+            translate: adapter.chat_events(),
+            translated: std::collections::VecDeque::new(),
             hooks: Some(hooks),
             alias: answering.id.clone(),
             alias_json: serde_json::to_vec(&answering.id).unwrap_or_default(),
@@ -388,6 +400,13 @@ pub async fn relay<H: ChatHooks>(
         ticket,
         last.unwrap_or_else(|| Error::internal("the model has no target")),
     )
+}
+
+/// A plain answer of the upstream in chat terms (its adapter's translation).
+fn in_chat(adapter: &dyn ChatAdapter, answer: Bytes) -> Result<Bytes, AttemptError> {
+    adapter
+        .chat_answer(answer)
+        .map_err(|what| AttemptError::new(Failure::BadAnswer, upstream::bad_answer(what)))
 }
 
 /// A plain answer: read whole (before the deadline), checked, `model` rewritten.
@@ -498,6 +517,11 @@ use crate::models::upstream::ByteStream;
 struct StreamRelay<H> {
     upstream: ByteStream,
     parser: SseParser,
+    /// The adapter's translation of the upstream's events into chat events
+    /// (None: they are chat events already).
+    translate: Option<Box<dyn ChatEvents>>,
+    /// Chat events translated and not yet relayed.
+    translated: std::collections::VecDeque<SseEvent>,
     /// Always Some while the relay runs; taken back for the next attempt
     /// when this one fails before its first output.
     hooks: Option<H>,
@@ -555,14 +579,29 @@ impl<H> StreamRelay<H> {
     /// holds no complete event.
     async fn next_event(&mut self, may_read: bool) -> Result<Next, Error> {
         loop {
-            if let Some(ev) = self.parser.next_event() {
+            if let Some(ev) = self.translated.pop_front() {
                 return Ok(Next::Event(ev));
             }
+            let read = match self.parser.next_event() {
+                Some(ev) => Some(ev),
+                None if self.eof => self.parser.finish(),
+                None => None,
+            };
+            if let Some(ev) = read {
+                let Some(t) = self.translate.as_mut() else {
+                    return Ok(Next::Event(ev));
+                };
+                match t.translate(ev) {
+                    Ok(events) => self.translated.extend(events),
+                    Err(what) => {
+                        let e = upstream::bad_answer(what);
+                        return Err(self.fault(Failure::BadAnswer, e));
+                    }
+                }
+                continue;
+            }
             if self.eof {
-                return Ok(match self.parser.finish() {
-                    Some(ev) => Next::Event(ev),
-                    None => Next::End,
-                });
+                return Ok(Next::End);
             }
             if !may_read {
                 return Ok(Next::Wait);

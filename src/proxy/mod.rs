@@ -1,7 +1,9 @@
-//! Talking to upstream model servers: the shared upstream call and its error
-//! mapping ([`upstream`]), the event-stream parser and framing ([`sse`]), the
-//! chat relay used by `/v1/chat/completions` and the agent chat route
-//! ([`chat`]), and the AG-UI translation of streamed agent chats ([`agui`]).
+//! The chat relay ([`chat`]): one chat completion from the client to the
+//! model's upstream and back, plain or streamed, with retries and fallbacks
+//! over the model's targets, usage recorded, and hooks for what a route adds
+//! around it (the agent turn's answer side: `crate::agents::hooks`). Wire
+//! formats are `crate::wire`'s; upstream dialects are the adapters'
+//! (`crate::models::adapters`).
 
 pub mod chat;
 

@@ -1,23 +1,29 @@
-//! Upstream adapters for embeddings and rerank: one per provider type
-//! (`openai`, `tei`, `cohere`), each turning our request into the upstream's
-//! wire format and its answer back into a neutral form that
-//! [`crate::models::retrieval`] shapes into the contract's answer. Adapters do
-//! no I/O, so each is tested on plain values; the call itself (key, deadline,
-//! error mapping) is [`crate::proxy::upstream`].
+//! Upstream adapters: one per provider type (`openai`, `tei`, `cohere`), each
+//! turning our request into the upstream's wire format and its answer back.
+//! Adapters do no I/O, so each is tested on plain values; the call itself
+//! (key, deadline, error mapping) is [`crate::models::upstream`].
 //!
-//! Chat has no adapter: only `openai` providers serve it, through the relay
-//! in [`crate::proxy::chat`].
+//! - Embeddings and rerank ([`Adapter`]): the answer comes back in a neutral
+//!   form that [`crate::models::retrieval`] shapes into the contract's answer.
+//! - Chat ([`ChatAdapter`]): the relay ([`crate::proxy::chat`]) speaks OpenAI
+//!   chat; an adapter translates a chat request into its upstream's dialect
+//!   and the answer (whole, or event by event) back into chat. A provider
+//!   type serves chat when [`chat_adapter`] has an adapter for it; adding a
+//!   dialect is adding an adapter, the relay never learns dialects.
 
 pub mod cohere;
 pub mod openai;
 pub mod tei;
 
 use base64::Engine as _;
+use bytes::Bytes;
 use serde::{Serialize, Serializer};
 use serde_json::Value;
 
+use crate::error::Error;
 use crate::models::requests::{EmbedRequest, RerankRequest};
 use crate::models::ProviderType;
+use crate::wire::sse::SseEvent;
 
 /// A request for the upstream: a path under the provider's `base_url`, and a JSON body.
 #[derive(Debug)]
@@ -175,6 +181,51 @@ pub trait Adapter: Sync {
     /// them without a tree.
     fn parse_rerank_bytes(&self, answer: &[u8], documents: usize) -> Result<RerankAnswer, String> {
         self.parse_rerank(json_answer(answer)?, documents)
+    }
+}
+
+/// One upstream dialect for chat completions. The relay hands an adapter the
+/// request as OpenAI chat JSON (the upstream's model already in `model`) and
+/// gets back OpenAI chat: a plain answer's bytes, and a stream's events. The
+/// defaults are OpenAI's own dialect, which needs no translation (the relay
+/// then keeps its splicing fast paths).
+pub trait ChatAdapter: Sync {
+    /// The path under the provider's `base_url`.
+    fn chat_path(&self) -> &'static str;
+
+    /// The upstream's request body for a chat request (`chat`: OpenAI chat
+    /// JSON with the upstream's model).
+    fn chat_request(&self, chat: Bytes) -> Result<Bytes, Error> {
+        Ok(chat)
+    }
+
+    /// A plain answer of the upstream as an OpenAI chat answer; `Err` says
+    /// what was wrong with it.
+    fn chat_answer(&self, answer: Bytes) -> Result<Bytes, String> {
+        Ok(answer)
+    }
+
+    /// A translator of the upstream's stream events into chat chunks, or
+    /// `None` when the events are chat chunks already.
+    fn chat_events(&self) -> Option<Box<dyn ChatEvents>> {
+        None
+    }
+}
+
+/// Turns one stream's upstream events, in order, into OpenAI chat events
+/// (`data:` chunks, and `[DONE]` at the end).
+pub trait ChatEvents: Send {
+    /// The chat events for one upstream event (none, one or several); `Err`
+    /// says what was wrong with it.
+    fn translate(&mut self, event: SseEvent) -> Result<Vec<SseEvent>, String>;
+}
+
+/// The chat adapter of a provider type; `None` for types that do not serve
+/// chat completions.
+pub fn chat_adapter(kind: ProviderType) -> Option<&'static dyn ChatAdapter> {
+    match kind {
+        ProviderType::Openai => Some(&openai::OpenAi),
+        ProviderType::Tei | ProviderType::Cohere => None,
     }
 }
 

@@ -1,5 +1,7 @@
 //! OpenAI-compatible servers (OpenAI, vLLM, Ollama, llama.cpp, Jina):
-//! `{base_url}/embeddings` and `{base_url}/rerank` (Jina / vLLM shape).
+//! `{base_url}/chat/completions` (the relay's own dialect: nothing to
+//! translate), `{base_url}/embeddings` and `{base_url}/rerank` (Jina / vLLM
+//! shape).
 //!
 //! Both bodies are the client's own, with `model` set to the upstream's name:
 //! `encoding_format`, `dimensions`, `user` and every unknown field pass
@@ -11,13 +13,19 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::{
-    json_answer, numbers, order_by_index, scores, Adapter, EmbedAnswer, NumbersText, RerankAnswer,
-    UpstreamCall, Vector,
+    json_answer, numbers, order_by_index, scores, Adapter, ChatAdapter, EmbedAnswer, NumbersText,
+    RerankAnswer, UpstreamCall, Vector,
 };
 use crate::models::requests::{EmbedRequest, RerankRequest};
 use crate::wire::json::MapOnly;
 
 pub struct OpenAi;
+
+impl ChatAdapter for OpenAi {
+    fn chat_path(&self) -> &'static str {
+        "/chat/completions"
+    }
+}
 
 #[derive(Serialize)]
 #[serde(untagged)]
