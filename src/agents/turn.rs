@@ -289,15 +289,16 @@ pub struct Caller {
 }
 
 impl Caller {
-    /// Who made the request, for its usage record.
-    pub fn usage(&self, headers: &ChatHeaders, on_end: EndHook) -> UsageContext {
+    /// Who made the request, for its usage record (the conversation and
+    /// turn when the headers were read).
+    pub fn usage(&self, headers: Option<&ChatHeaders>, on_end: EndHook) -> UsageContext {
         UsageContext {
             user_id: Some(self.user_id.clone()),
             api_key_id: None,
             agent: Some(self.agent.address.as_str().to_string()),
             device_id: Some(self.device_id.clone()),
-            conversation_id: headers.conversation_id.clone(),
-            turn_id: headers.turn_id.clone(),
+            conversation_id: headers.and_then(|h| h.conversation_id.clone()),
+            turn_id: headers.and_then(|h| h.turn_id.clone()),
             on_end,
         }
     }

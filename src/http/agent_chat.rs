@@ -5,25 +5,27 @@ use std::sync::Arc;
 
 use axum::extract::{Request, State};
 use axum::http::HeaderValue;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use gatehouse_pii::Mode as PiiMode;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use crate::agents::chat::parse_headers;
+use crate::agents::chat::{parse_headers, ChatHeaders};
 use crate::agents::turn::{self, Caller, TurnContext};
 use crate::app::{App, AppState};
 use crate::error::{Error, ErrorKind, Result};
 use crate::http::access::AccessNote;
+use crate::http::admission::{admitted, recorded};
 use crate::http::agent_auth::{agent_segment, decoded_agent, AgentAccess, AgentInPath};
 use crate::http::extract::read_body;
-use crate::http::limits::{add_headers, admit, end_hook};
 use crate::http::v1::relayed_response;
 use crate::limits::Subject;
-use crate::models::{resolve, ModelKind};
+use crate::models::{resolve, Model, ModelKind};
 use crate::pii::choose_mode;
 use crate::proxy::{relay, ChatCall};
+use crate::usage::{EndHook, UsageTicket};
 use crate::wire::chat::body::{ChatInput, RawChat};
 use crate::wire::chat::request::{ChatRequest, Upstream};
+use crate::wire::chat::tools::OfferedTools;
 
 pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(agent_chat))
@@ -67,48 +69,29 @@ async fn agent_chat(
     access: AgentAccess,
     req: Request,
 ) -> Result<Response> {
-    let h = parse_headers(|name| req.headers().get(name).map(|v| v.as_bytes()))?;
-    let agent = Arc::clone(&access.agent);
-    let pii_mode = choose_mode(
-        agent.pii.mode,
-        agent.pii.user_choosable,
-        h.pii_mode.as_deref(),
-    )?;
-    let note = AccessNote::of(req.extensions());
-    note.set(|f| f.model = Some(agent.model.clone()));
-    let bytes = read_body(req).await?;
-    // Only PII protection edits inside every field: without it, the fields
-    // may stay the client's text.
-    let mut request = ChatRequest::parse(&bytes, pii_mode == PiiMode::Off)?;
-    let offered = turn::check(&request)?;
-    let model = resolve(&app.catalog(), &agent.model, ModelKind::Chat).map_err(|_| {
-        Error::new(
-            ErrorKind::Unavailable,
-            "agent_model_unavailable",
-            "The agent's model is not configured; ask an administrator.",
-        )
-    })?;
     let caller = Caller {
-        agent,
+        agent: Arc::clone(&access.agent),
         user_id: access.user.id.clone(),
         device_id: access.sign_in.device_id.clone(),
     };
+    let h = parse_headers(|name| req.headers().get(name).map(|v| v.as_bytes()));
+    let usage = caller.usage(h.as_ref().ok(), EndHook::default());
+    let mut ticket = UsageTicket::new(&app.usage, usage, "chat");
+    ticket.set_model(&caller.agent.model);
+    let prepared = prepare_request(&app, &caller, h, req).await;
+    let (h, pii_mode, mut request, offered, model) = recorded(&mut ticket, prepared)?;
     // The user's and the agent's limits (sign-ins have none of their own).
     let subjects = [
         Subject::user(&caller.user_id, access.user.limits),
         Subject::agent(caller.agent.address.as_str(), caller.agent.limits),
     ];
-    let admission = match admit(&app, &subjects).await {
-        Ok(a) => a,
-        Err(refused) => return Ok(*refused),
-    };
-    let rate_headers = admission.headers;
-    let cx = turn_context(&app);
-    let answer = async {
-        let prepared = turn::prepare(&cx, &caller, &h, pii_mode, &mut request, &offered).await?;
-        let held = prepared.held.clone();
+    let app = &app;
+    Ok(admitted(app, &subjects, ticket, |mut ticket| async move {
+        let cx = turn_context(app);
+        let prepared = turn::prepare(&cx, &caller, &h, pii_mode, &mut request, &offered).await;
+        let prepared = recorded(&mut ticket, prepared)?;
+        let held = prepared.held.join(",");
         let hooks = prepared.hooks(&cx, &caller, &h, &model.id, request.is_stream());
-        let usage = caller.usage(&h, end_hook(admission));
         let (body, tools) = match request.into_upstream() {
             Upstream::Tree(fields, tools) => (ChatInput::Tree(fields), tools),
             Upstream::Text {
@@ -120,6 +103,7 @@ async fn agent_chat(
                 None,
             ),
         };
+        let usage = ticket.hand_over();
         let call = ChatCall {
             model,
             body,
@@ -127,16 +111,43 @@ async fn agent_chat(
             usage,
         };
         let mut resp = relayed_response(relay(&app.http, &app.usage, call, hooks).await?);
-        if !held.is_empty() {
-            if let Ok(v) = HeaderValue::from_str(&held.join(",")) {
-                resp.headers_mut().insert("x-service-held-tools", v);
-            }
+        if let (false, Ok(v)) = (held.is_empty(), HeaderValue::from_str(&held)) {
+            resp.headers_mut().insert("x-service-held-tools", v);
         }
-        Ok::<_, Error>(resp)
-    };
-    let mut resp = answer.await.unwrap_or_else(IntoResponse::into_response);
-    add_headers(&mut resp, &rate_headers);
-    Ok(resp)
+        Ok(resp)
+    })
+    .await)
+}
+
+/// An agent chat request read and checked, before the limits: its headers,
+/// PII mode, body, offered tools and the agent's model.
+async fn prepare_request(
+    app: &App,
+    caller: &Caller,
+    headers: Result<ChatHeaders>,
+    req: Request,
+) -> Result<(ChatHeaders, PiiMode, ChatRequest, OfferedTools, Arc<Model>)> {
+    let h = headers?;
+    let agent = &caller.agent;
+    let pii_mode = choose_mode(
+        agent.pii.mode,
+        agent.pii.user_choosable,
+        h.pii_mode.as_deref(),
+    )?;
+    AccessNote::of(req.extensions()).set(|f| f.model = Some(agent.model.clone()));
+    let bytes = read_body(req).await?;
+    // Only PII protection edits inside every field: without it, the fields
+    // may stay the client's text.
+    let request = ChatRequest::parse(&bytes, pii_mode == PiiMode::Off)?;
+    let offered = turn::check(&request)?;
+    let model = resolve(&app.catalog(), &agent.model, ModelKind::Chat).map_err(|_| {
+        Error::new(
+            ErrorKind::Unavailable,
+            "agent_model_unavailable",
+            "The agent's model is not configured; ask an administrator.",
+        )
+    })?;
+    Ok((h, pii_mode, request, offered, model))
 }
 
 /// What the agent turn reads and writes on this server.

@@ -1,71 +1,23 @@
-//! Limits on the HTTP side: 429 answers with `Retry-After` and the
-//! `x-ratelimit-*` headers, the headers on admitted answers, and the
-//! `…/limits` views. The rules are in `crate::limits`.
+//! The `…/limits` views: a key's, a user's and an agent's limits with what
+//! they use now. Admission (429s and rate headers) is `http::admission`;
+//! the rules are in `crate::limits`.
 
 use axum::extract::{Path, State};
-use axum::http::HeaderValue;
-use axum::response::{IntoResponse, Response};
+use axum::response::IntoResponse;
 use axum::Json;
 use serde_json::json;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::app::{App, AppState};
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::http::extract::{AdminUser, LoginUser};
 use crate::limits::engine::Used;
-use crate::limits::{Admission, Limits, RateHeaders, Refusal, Subject};
-use crate::usage::{EndHook, Tokens};
+use crate::limits::{Limits, Subject};
 
 pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(key_limits))
         .routes(routes!(user_limits))
-}
-
-/// Adds the `x-ratelimit-*` headers (nothing when no limit applies).
-pub fn add_headers(resp: &mut Response, h: &RateHeaders) {
-    if h.is_empty() {
-        return;
-    }
-    for (name, value) in h.pairs() {
-        if let Ok(v) = HeaderValue::from_str(&value) {
-            // A static name is not copied (a `&str` one is, on each insert).
-            resp.headers_mut()
-                .insert(axum::http::HeaderName::from_static(name), v);
-        }
-    }
-}
-
-/// The 429 answer: the contract's error (OpenAI shape on /v1), `Retry-After`
-/// and the caller's `x-ratelimit-*` headers.
-pub fn refused(r: &Refusal) -> Response {
-    let mut e =
-        Error::new(ErrorKind::TooManyRequests, r.code, r.message.clone()).with_param(r.field);
-    e.retry_after = Some(r.retry_after);
-    let mut resp = e.into_response();
-    add_headers(&mut resp, &r.headers);
-    resp
-}
-
-/// Admits a request that must fit every subject's limits; `Err` is the
-/// finished 429 answer.
-pub async fn admit(
-    app: &App,
-    subjects: &[Subject],
-) -> std::result::Result<Admission, Box<Response>> {
-    app.limiter
-        .admit(subjects)
-        .await
-        .map_err(|r| Box::new(refused(&r)))
-}
-
-/// Hands the admission to the request's usage ticket: it counts the
-/// request's tokens and frees its `max_parallel` place when the request ends.
-pub fn end_hook(mut admission: Admission) -> EndHook {
-    EndHook::new(move |t: Tokens| {
-        let n = t.prompt.saturating_add(t.completion).max(0);
-        admission.finish(u64::try_from(n).unwrap_or(0));
-    })
 }
 
 fn view(limits: &Limits, used: Used) -> serde_json::Value {

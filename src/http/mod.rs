@@ -4,6 +4,7 @@
 pub mod access;
 pub mod admin;
 pub mod admin_models;
+pub mod admission;
 pub mod agent_auth;
 pub mod agent_chat;
 pub mod agent_data;

@@ -16,9 +16,9 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use crate::app::{App, AppState};
 use crate::error::{Error, Result};
 use crate::http::access::AccessNote;
+use crate::http::admission::{admitted, recorded};
 use crate::http::extract::{parse_json, read_body, ApiKeyAuth};
-use crate::http::limits::{add_headers, admit, end_hook};
-use crate::limits::{RateHeaders, Subject};
+use crate::limits::Subject;
 use crate::models::retrieval::{self, EmbedRequest, RerankRequest};
 use crate::models::routing::Answered;
 use crate::models::{requested_model, resolve, Model, ModelKind};
@@ -111,13 +111,6 @@ fn key_subjects(auth: &ApiKeyAuth) -> [Subject; 2] {
     ]
 }
 
-/// The answer, success or error, with the caller's `x-ratelimit-*` headers.
-fn with_rate_headers(r: Result<Response>, h: &RateHeaders) -> Response {
-    let mut resp = r.unwrap_or_else(IntoResponse::into_response);
-    add_headers(&mut resp, h);
-    resp
-}
-
 /// Reads the body as a JSON object and resolves its model for this route.
 async fn model_request(
     app: &App,
@@ -193,38 +186,23 @@ async fn chat_completions(
 ) -> Result<Response> {
     let mut ticket = UsageTicket::new(&app.usage, key_context(&auth), "chat");
     let prepared = chat_request(&app, &auth, req, &mut ticket).await;
-    let (model, body) = match prepared {
-        Ok(v) => v,
-        Err(e) => {
-            ticket.finish(e.status(), Tokens::default());
-            return Err(e);
-        }
-    };
-    let admission = match admit(&app, &key_subjects(&auth)).await {
-        Ok(a) => a,
-        Err(refused) => {
-            ticket.finish(429, Tokens::default());
-            return Ok(*refused);
-        }
-    };
-    let headers = admission.headers;
-    // The relay records the request from here on, and tells the limits its tokens.
-    let mut ctx = ticket.hand_over();
-    ctx.on_end = end_hook(admission);
-    let relayed = relay(
-        &app.http,
-        &app.usage,
-        ChatCall {
-            model,
-            body,
-            tools: None,
-            usage: ctx,
-        },
-        NoHooks,
+    let (model, body) = recorded(&mut ticket, prepared)?;
+    let app = &app;
+    Ok(
+        admitted(app, &key_subjects(&auth), ticket, |mut ticket| async move {
+            // The relay records the request from here on.
+            let call = ChatCall {
+                model,
+                body,
+                tools: None,
+                usage: ticket.hand_over(),
+            };
+            relay(&app.http, &app.usage, call, NoHooks)
+                .await
+                .map(relayed_response)
+        })
+        .await,
     )
-    .await
-    .map(relayed_response);
-    Ok(with_rate_headers(relayed, &headers))
 }
 
 // Names made once (a `&str` name is copied into a new allocation on each insert).
@@ -326,24 +304,15 @@ async fn embeddings(
         Ok::<_, Error>((model, EmbedRequest::from_body(body)?))
     }
     .await;
-    let (model, req) = recorded_failure(&mut ticket, prepared)?;
-    let admission = match admit(&app, &key_subjects(&auth)).await {
-        Ok(a) => a,
-        Err(refused) => {
-            ticket.finish(429, Tokens::default());
-            return Ok(*refused);
-        }
-    };
-    let headers = admission.headers;
-    ticket.set_on_end(end_hook(admission));
-    let result = retrieval::embed(&app.http, &model, req).await;
-    let answer = routed_response(&mut ticket, result);
-    Ok(with_rate_headers(answer, &headers))
-}
-
-/// Records a failure before the upstream call on the ticket.
-fn recorded_failure<T>(ticket: &mut UsageTicket, r: Result<T>) -> Result<T> {
-    r.inspect_err(|e| ticket.finish(e.status(), Tokens::default()))
+    let (model, req) = recorded(&mut ticket, prepared)?;
+    let app = &app;
+    Ok(
+        admitted(app, &key_subjects(&auth), ticket, |mut ticket| async move {
+            let result = retrieval::embed(&app.http, &model, req).await;
+            routed_response(&mut ticket, result)
+        })
+        .await,
+    )
 }
 
 /// Documents sorted by relevance to a query.
@@ -365,17 +334,13 @@ async fn rerank(State(app): State<AppState>, auth: ApiKeyAuth, req: Request) -> 
         Ok::<_, Error>((model, RerankRequest::from_body(body)?))
     }
     .await;
-    let (model, req) = recorded_failure(&mut ticket, prepared)?;
-    let admission = match admit(&app, &key_subjects(&auth)).await {
-        Ok(a) => a,
-        Err(refused) => {
-            ticket.finish(429, Tokens::default());
-            return Ok(*refused);
-        }
-    };
-    let headers = admission.headers;
-    ticket.set_on_end(end_hook(admission));
-    let result = retrieval::rerank(&app.http, &model, req).await;
-    let answer = routed_response(&mut ticket, result);
-    Ok(with_rate_headers(answer, &headers))
+    let (model, req) = recorded(&mut ticket, prepared)?;
+    let app = &app;
+    Ok(
+        admitted(app, &key_subjects(&auth), ticket, |mut ticket| async move {
+            let result = retrieval::rerank(&app.http, &model, req).await;
+            routed_response(&mut ticket, result)
+        })
+        .await,
+    )
 }
