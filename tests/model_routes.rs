@@ -810,7 +810,7 @@ mod hooks {
         )
         .await
         .unwrap();
-        gatehouse::http::v1::relayed_response(relayed)
+        gatehouse::http::answers::relayed_response(relayed)
     }
 
     async fn events(resp: axum::response::Response) -> Vec<gatehouse::wire::sse::SseEvent> {

@@ -403,7 +403,7 @@ pub async fn create_agent(State(app): State<AppState>, posted: Posted) -> Out {
         "address": posted.get("address").trim(), "name": posted.get("name").trim(), "model": posted.get("model"),
         "tool_contract": list_field(posted.get("tool_contract")),
     }))?;
-    let agent = crate::http::agents::add_agent(&app, &body).await?;
+    let agent = crate::http::routes::agents::add_agent(&app, &body).await?;
     redirect(&format!(
         "/console/admin/agents/{}?done=created",
         enc(agent.address.as_str())
@@ -616,7 +616,7 @@ pub async fn change_agent(
         "instructions": posted.opt("instructions"),
         "allowed_users": if allowed.is_empty() { Value::Null } else { json!(allowed) },
     }))?;
-    crate::http::agents::change_agent(&app, &address, &patch).await?;
+    crate::http::routes::agents::change_agent(&app, &address, &patch).await?;
     redirect(&format!(
         "/console/admin/agents/{}?done=updated",
         enc(&address)
@@ -639,7 +639,7 @@ pub async fn decide_tool(
             ))
         }
     };
-    let _tool = crate::http::agent_data::decide_tool(&app, &address, &name, status).await?;
+    let _tool = crate::http::routes::agent_data::decide_tool(&app, &address, &name, status).await?;
     redirect(&format!(
         "/console/admin/agents/{}?done={done}",
         enc(&address)

@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use crate::app::AppState;
 use crate::auth::console::{self, ConsoleSession};
 use crate::error::Error;
-use crate::http::error::status_of;
+use crate::http::edge::error::status_of;
 
 pub const SESSION_COOKIE: &str = "gatehouse_console";
 /// Carries the sign-in form's token before there is a session (login CSRF).

@@ -166,7 +166,7 @@ async fn key_page(
     error: Option<&str>,
 ) -> Out {
     let uid = &user.session.user.id;
-    let (limits, used) = crate::http::limits::key_usage(app, uid, id).await?;
+    let (limits, used) = crate::http::routes::limits::key_usage(app, uid, id).await?;
     let name = app
         .store
         .list_api_keys(uid)
@@ -198,7 +198,9 @@ pub async fn set_key_limits(
     posted: Posted,
 ) -> Out {
     let uid = posted.user.session.user.id.clone();
-    match crate::http::users::set_key_limits(&app, &uid, &id, &limits_json(&posted.form)).await {
+    match crate::http::routes::users::set_key_limits(&app, &uid, &id, &limits_json(&posted.form))
+        .await
+    {
         Ok(()) => Ok(Redirect::to("/console/keys?done=updated").into_response()),
         Err(e) => {
             let msg = refused(e)?;
@@ -219,7 +221,8 @@ async fn user_page(
     let u = app.store.user_by_id(id).await?.ok_or_else(|| {
         ConsoleError::new(StatusCode::NOT_FOUND, "There is no user with this id.")
     })?;
-    let (limits, used) = crate::http::limits::user_usage(app, id, u.limits.as_deref()).await;
+    let (limits, used) =
+        crate::http::routes::limits::user_usage(app, id, u.limits.as_deref()).await;
     let action = format!("/console/admin/users/{}/limits", enc(id));
     let body = html! {
         h1 { "Limits of " (u.email) }
@@ -246,7 +249,7 @@ pub async fn set_user_limits(
     super::admin::admin_only(&posted)?;
     let result = async {
         let limits = Limits::from_json(&limits_json(&posted.form))?;
-        crate::http::admin::store_user_limits(&app, &id, limits).await?;
+        crate::http::routes::admin::store_user_limits(&app, &id, limits).await?;
         // As the API's PATCH: drops the user's cached credentials (with their
         // limits) here and on the other servers.
         accounts::update_user(&app.auth, &id, accounts::UserChange::default()).await?;
@@ -277,7 +280,7 @@ async fn agent_page(
             "There is no agent with this address.",
         )
     })?;
-    let used = crate::http::limits::agent_usage(app, address, agent.limits).await;
+    let used = crate::http::routes::limits::agent_usage(app, address, agent.limits).await;
     let base = format!("/console/admin/agents/{}", enc(address));
     let body = html! {
         h1 { "Limits of agent " (address) }
@@ -307,7 +310,7 @@ pub async fn set_agent_limits(
             &serde_json::to_vec(&json!({ "limits": limits_json(&posted.form) }))
                 .map_err(Error::internal)?,
         )?;
-        crate::http::agents::change_agent(&app, &address, &patch).await?;
+        crate::http::routes::agents::change_agent(&app, &address, &patch).await?;
         Ok::<(), Error>(())
     }
     .await;

@@ -290,7 +290,7 @@ pub async fn create_model(State(app): State<AppState>, posted: Posted) -> Out {
         "fallbacks": list_field(posted.get("fallbacks")),
         "max_attempts": number_or_text(posted.get("max_attempts")),
     }))?;
-    crate::http::admin_models::add_model(&app, &body).await?;
+    crate::http::routes::admin_models::add_model(&app, &body).await?;
     redirect("/console/admin/models?done=created")
 }
 
@@ -351,7 +351,7 @@ pub async fn change_model(
         "fallbacks": list_field(posted.get("fallbacks")),
         "max_attempts": number_or_text(posted.get("max_attempts")),
     }))?;
-    crate::http::admin_models::change_model(&app, &id, &body).await?;
+    crate::http::routes::admin_models::change_model(&app, &id, &body).await?;
     redirect(&format!("/console/admin/models/{}?done=updated", enc(&id)))
 }
 
@@ -361,7 +361,7 @@ pub async fn create_provider(State(app): State<AppState>, posted: Posted) -> Out
         "name": posted.get("name").trim(), "type": posted.get("type"), "base_url": posted.get("base_url"),
         "api_key": posted.opt("api_key"), "timeout_s": number_or_text(posted.get("timeout_s")),
     }))?;
-    crate::http::admin::add_provider(&app, &body).await?;
+    crate::http::routes::admin::add_provider(&app, &body).await?;
     redirect("/console/admin/models?done=created")
 }
 
@@ -371,7 +371,7 @@ pub async fn delete_provider(
     posted: Posted,
 ) -> Out {
     admin_only(&posted)?;
-    crate::http::admin::remove_provider(&app, &name).await?;
+    crate::http::routes::admin::remove_provider(&app, &name).await?;
     redirect("/console/admin/models?done=deleted")
 }
 
@@ -381,7 +381,7 @@ pub async fn delete_model(
     posted: Posted,
 ) -> Out {
     admin_only(&posted)?;
-    crate::http::admin_models::remove_model(&app, &id).await?;
+    crate::http::routes::admin_models::remove_model(&app, &id).await?;
     redirect("/console/admin/models?done=deleted")
 }
 

@@ -194,7 +194,7 @@ pub async fn login(
             Ok(resp)
         }
         Err(e) if e.code == "login_bad_credentials" || e.code == "too_many_attempts" => {
-            let status = crate::http::error::status_of(e.kind);
+            let status = crate::http::edge::error::status_of(e.kind);
             Ok(login_response(&app, status, secure, &pre, &next, &email, Some(&e.message)).await)
         }
         Err(e) => Err(e.into()),
@@ -258,7 +258,7 @@ pub async fn keys(
                             td { (k.name) }
                             td { (when(k.created_at)) }
                             td { (opt_when(k.expires_at)) }
-                            td { (crate::http::users::key_models(k).map(|m| m.join(", ")).unwrap_or_else(|| "every model".into())) }
+                            td { (crate::http::routes::users::key_models(k).map(|m| m.join(", ")).unwrap_or_else(|| "every model".into())) }
                             td.limits {
                                 (super::limits::summary(&crate::limits::Limits::from_db_or_closed(k.limits.as_deref(), &k.id)))
                                 " · " a href=(format!("/console/keys/{}/limits", enc(&k.id))) { "limits and use" }
@@ -311,7 +311,7 @@ pub async fn delete_key(
     Path(id): Path<String>,
     posted: Posted,
 ) -> Out {
-    crate::http::users::revoke_key(&app, &posted.user.session.user.id, &id).await?;
+    crate::http::routes::users::revoke_key(&app, &posted.user.session.user.id, &id).await?;
     Ok(Redirect::to("/console/keys?done=deleted").into_response())
 }
 

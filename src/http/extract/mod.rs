@@ -1,6 +1,8 @@
 //! Request extractors: bodies read under the route's size limit and parsed
 //! into typed values with clear errors, and the three kinds of credential.
 
+pub mod agent;
+
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -15,7 +17,7 @@ use crate::app::AppState;
 use crate::auth::tokens::{self, TokenError};
 use crate::auth::KeyInfo;
 use crate::error::{Error, Result};
-use crate::http::access::AccessNote;
+use crate::http::edge::access::AccessNote;
 use crate::users::UserInfo;
 
 /// The body limit of the matched route group, set by `body_limits`.

@@ -17,7 +17,7 @@ use crate::http::console::{
     came_over_https, cookie as console_cookie, set_cookie as console_set_cookie, SESSION_COOKIE,
 };
 use crate::http::extract::{read_body, AdminUser, ApiJson};
-use crate::http::users::login_response;
+use crate::http::routes::users::login_response;
 use crate::runtime::Invalidation;
 use crate::sso::settings::callback_url;
 use crate::sso::{AppRequest, CallbackParams, NewSsoProvider, SsoProviderPatch};
@@ -397,7 +397,7 @@ fn page_or_json(e: Error, html: bool) -> Response {
         escape(&e.message),
         escape(&e.code)
     );
-    let status = crate::http::error::status_of(e.kind);
+    let status = crate::http::edge::error::status_of(e.kind);
     let mut resp = html_page(status, title, &body);
     // The access log and metrics read the error from here, as for JSON errors.
     resp.extensions_mut().insert(e);

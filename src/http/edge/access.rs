@@ -15,7 +15,7 @@ use axum::http::{Extensions, HeaderValue, Method};
 use axum::response::Response;
 use parking_lot::Mutex;
 
-use crate::http::v1::X_GATEHOUSE_PROVIDER;
+use crate::http::answers::X_GATEHOUSE_PROVIDER;
 use crate::models::upstream::X_REQUEST_ID;
 
 /// What the handling of one request learned about who and what it served.

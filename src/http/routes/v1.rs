@@ -6,7 +6,6 @@
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::{header, HeaderMap, HeaderName, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{Map, Value};
@@ -15,14 +14,15 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::app::{App, AppState};
 use crate::error::{Error, Result};
-use crate::http::access::AccessNote;
 use crate::http::admission::{admitted, recorded};
+use crate::http::answers::{relayed_response, routing_headers};
+use crate::http::edge::access::AccessNote;
 use crate::http::extract::{parse_json, read_body, ApiKeyAuth};
 use crate::limits::Subject;
 use crate::models::retrieval::{self, EmbedRequest, RerankRequest};
 use crate::models::routing::Answered;
 use crate::models::{requested_model, resolve, Model, ModelKind};
-use crate::proxy::chat::{relay, ChatCall, NoHooks, Relayed, RelayedBody};
+use crate::proxy::chat::{relay, ChatCall, NoHooks};
 use crate::usage::{Tokens, UsageContext, UsageTicket};
 use crate::wire::chat::body::{ChatInput, RawChat};
 use crate::wire::chat::check_body;
@@ -80,9 +80,9 @@ struct RerankRequestDoc {
 
 /// The routes `http::Dispatch` serves before the router, by exact path (the
 /// caller checked the method): the same handlers, extractors and errors.
-pub(super) fn direct_route(path: &str) -> Option<(&'static str, super::Direct)> {
+pub(crate) fn direct_route(path: &str) -> Option<(&'static str, crate::http::Direct)> {
     use axum::handler::Handler;
-    let direct: (&'static str, super::Direct) = match path {
+    let direct: (&'static str, crate::http::Direct) = match path {
         "/v1/chat/completions" => ("/v1/chat/completions", |req, app| {
             Handler::call(chat_completions, req, app)
         }),
@@ -203,60 +203,6 @@ async fn chat_completions(
         })
         .await,
     )
-}
-
-// Names made once (a `&str` name is copied into a new allocation on each insert).
-pub const X_GATEHOUSE_PROVIDER: HeaderName = HeaderName::from_static("x-gatehouse-provider");
-const X_GATEHOUSE_ATTEMPTS: HeaderName = HeaderName::from_static("x-gatehouse-attempts");
-const X_ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");
-
-/// `x-gatehouse-provider` and `x-gatehouse-attempts` of an answer.
-pub fn routing_headers(resp: &mut Response, answered: &Answered) {
-    write_routing_headers(resp.headers_mut(), &answered.provider, answered.attempts);
-}
-
-/// The routing headers of a success ([`routing_headers`]) or of an
-/// upstream attempt's error (`crate::error::Attempted`).
-pub fn write_routing_headers(h: &mut HeaderMap, provider: &str, attempts: u32) {
-    if let Ok(v) = HeaderValue::from_str(provider) {
-        h.insert(X_GATEHOUSE_PROVIDER, v);
-    }
-    // The usual counts without formatting a number into a new buffer.
-    const COUNTS: [&str; 4] = ["0", "1", "2", "3"];
-    let attempts = match COUNTS.get(attempts as usize) {
-        Some(n) => HeaderValue::from_static(n),
-        None => HeaderValue::from(attempts),
-    };
-    h.insert(X_GATEHOUSE_ATTEMPTS, attempts);
-}
-
-/// The HTTP answer for a relayed chat: JSON, or an unbuffered event stream.
-pub fn relayed_response(relayed: Relayed) -> Response {
-    let mut resp = match relayed.body {
-        RelayedBody::Answer(v) => Json(v).into_response(),
-        RelayedBody::Raw(bytes) => {
-            let mut resp = Response::new(axum::body::Body::from(bytes));
-            resp.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            );
-            resp
-        }
-        RelayedBody::Stream(body) => {
-            let mut resp = Response::new(axum::body::Body::from_stream(body));
-            let h = resp.headers_mut();
-            h.insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("text/event-stream"),
-            );
-            h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-            // Tells nginx in front not to buffer the stream.
-            h.insert(X_ACCEL_BUFFERING, HeaderValue::from_static("no"));
-            resp
-        }
-    };
-    routing_headers(&mut resp, &relayed.answered);
-    resp
 }
 
 /// Records an embeddings or rerank result (naming the model and provider

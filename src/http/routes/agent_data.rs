@@ -15,7 +15,7 @@ use crate::agents::approvals::ApprovalState;
 use crate::agents::tools::ToolStatus;
 use crate::app::AppState;
 use crate::error::{Error, Result};
-use crate::http::agent_auth::AgentAccess;
+use crate::http::extract::agent::AgentAccess;
 use crate::http::extract::{read_body, AdminUser, ApiJson};
 use crate::runtime::Invalidation;
 use crate::store::agent_data::{ApprovalRow, DecideError, ManifestTool, ToolRow};

@@ -12,7 +12,7 @@ use crate::agents::{Agent, AgentPatch, NewAgent, ToolMode};
 use crate::app::AppState;
 use crate::auth::signins;
 use crate::error::{Error, Result};
-use crate::http::agent_auth::AgentAccess;
+use crate::http::extract::agent::AgentAccess;
 use crate::http::extract::{AdminUser, ApiJson};
 use crate::runtime::Invalidation;
 use crate::store::now_ms;

@@ -13,11 +13,11 @@ use crate::agents::chat::{parse_headers, ChatHeaders};
 use crate::agents::turn::{self, Caller, TurnContext};
 use crate::app::{App, AppState};
 use crate::error::{Error, ErrorKind, Result};
-use crate::http::access::AccessNote;
 use crate::http::admission::{admitted, recorded};
-use crate::http::agent_auth::{agent_segment, decoded_agent, AgentAccess, AgentInPath};
+use crate::http::answers::relayed_response;
+use crate::http::edge::access::AccessNote;
+use crate::http::extract::agent::{agent_segment, decoded_agent, AgentAccess, AgentInPath};
 use crate::http::extract::read_body;
-use crate::http::v1::relayed_response;
 use crate::limits::Subject;
 use crate::models::{resolve, Model, ModelKind};
 use crate::pii::choose_mode;
@@ -36,7 +36,7 @@ const ROUTE: &str = "/v1/agents/{agent}/chat/completions";
 /// This route for `http::Dispatch` (the caller checked the method): a path
 /// the router would match with an `{agent}` that decodes; any other goes to
 /// the router.
-pub(super) fn direct_route(req: &Request) -> Option<(&'static str, super::Direct)> {
+pub(crate) fn direct_route(req: &Request) -> Option<(&'static str, crate::http::Direct)> {
     direct_agent(req.uri().path())?;
     Some((ROUTE, |mut req, app| {
         if let Some(agent) = direct_agent(req.uri().path()) {

@@ -11,7 +11,7 @@ use axum::extract::Request;
 use axum::response::Response;
 use bytes::Bytes;
 
-use crate::http::access::Route;
+use crate::http::edge::access::Route;
 use crate::telemetry;
 
 /// Runs the rest of the request (after the request id is set), in its

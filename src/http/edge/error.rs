@@ -29,7 +29,7 @@ impl IntoResponse for Error {
             h.insert(X_SHOULD_RETRY, HeaderValue::from_static("false"));
         }
         if let Some(a) = &self.attempted {
-            crate::http::v1::write_routing_headers(h, &a.provider, a.attempts);
+            crate::http::answers::write_routing_headers(h, &a.provider, a.attempts);
         }
         resp.extensions_mut().insert(self);
         resp

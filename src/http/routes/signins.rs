@@ -14,7 +14,7 @@ use crate::agents::AgentAddress;
 use crate::app::AppState;
 use crate::auth::signins::{self, EndReason};
 use crate::error::{Error, Result};
-use crate::http::agent_auth::Caller;
+use crate::http::extract::agent::Caller;
 use crate::http::extract::{AdminUser, ApiJson, LoginUser};
 use crate::store::now_ms;
 use crate::store::signins::{SignInFilter, SignInRow};

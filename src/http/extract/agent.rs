@@ -11,7 +11,7 @@ use crate::app::AppState;
 use crate::auth::signins::{self, SignInInfo};
 use crate::auth::tokens::{self, Claims, TokenError};
 use crate::error::{Error, Result};
-use crate::http::access::AccessNote;
+use crate::http::edge::access::AccessNote;
 use crate::http::extract::{bearer, login_user};
 use crate::users::UserInfo;
 
