@@ -8,9 +8,15 @@ use aes_gcm::aead::{Aead, KeyInit};
 use aes_gcm::{Aes256Gcm, Nonce};
 use base64::Engine;
 use hkdf::Hkdf;
-use sha2::Sha256;
+use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
+
+/// Hex SHA-256. Keys and refresh tokens carry 256 random bits, so a fast hash
+/// is enough to make the stored value useless to a reader of the database.
+pub fn sha256_hex(s: &str) -> String {
+    hex::encode(Sha256::digest(s.as_bytes()))
+}
 
 /// The shortest `GATEHOUSE_SECRET` accepted.
 pub const MIN_SECRET_CHARS: usize = 32;

@@ -7,13 +7,7 @@ pub mod passwords;
 pub mod signins;
 pub mod tokens;
 
-use sha2::{Digest, Sha256};
-
-/// Hex SHA-256. Keys and refresh tokens carry 256 random bits, so a fast hash
-/// is enough to make the stored value useless to a reader of the database.
-pub fn sha256_hex(s: &str) -> String {
-    hex::encode(Sha256::digest(s.as_bytes()))
-}
+pub use crate::secrets::sha256_hex;
 
 /// Constant-time comparison of two hashes.
 pub fn ct_eq(a: &str, b: &str) -> bool {

@@ -140,7 +140,7 @@ impl VaultStore {
 
     /// The row key: a hash, so conversation ids are not kept in the clear either.
     pub fn key(agent: &str, user_id: &str, conversation_id: &str) -> String {
-        crate::auth::sha256_hex(&format!("{agent}\u{0}{user_id}\u{0}{conversation_id}"))
+        crate::secrets::sha256_hex(&format!("{agent}\u{0}{user_id}\u{0}{conversation_id}"))
     }
 
     fn seal(&self, vault: &Vault) -> Option<String> {

@@ -3,12 +3,13 @@
 
 use axum::extract::{Path, Query, State};
 use axum::http::{header, StatusCode};
-use axum::response::{IntoResponse, Redirect, Response};
+use axum::response::{IntoResponse, Response};
 use maud::{html, Markup};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::charts;
+use super::forms::{admin_only, body_of, list_field, redirect, DoneQuery};
 use super::guard::{ConsoleAdmin, ConsoleError, ConsoleUser, Out, Posted};
 use super::layout::{button_form, csrf, done_note, enc, opt_when, page, when};
 use super::user::sign_in_page;
@@ -18,31 +19,12 @@ use crate::agents::{Agent, AgentPatch, NewAgent};
 use crate::app::AppState;
 use crate::auth::accounts;
 use crate::auth::signins::{self, EndReason};
-use crate::error::Error;
 use crate::store::now_ms;
 use crate::store::signins::{SignInFilter, SignInRow};
 use crate::store::usage::GroupBy;
 
 const HOUR: i64 = 3_600_000;
 const DAY: i64 = 24 * HOUR;
-
-pub(super) fn redirect(to: &str) -> Out {
-    Ok(Redirect::to(to).into_response())
-}
-
-/// Parses a form built from fields into one of the API's own bodies, so the
-/// console goes through exactly the API's checks.
-pub(super) fn body_of<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, ConsoleError> {
-    let bytes = serde_json::to_vec(&v).map_err(Error::internal)?;
-    Ok(crate::wire::json::parse_json(&bytes)?)
-}
-
-pub(super) fn list_field(s: &str) -> Vec<String> {
-    s.split([',', '\n'])
-        .map(|x| x.trim().to_string())
-        .filter(|x| !x.is_empty())
-        .collect()
-}
 
 #[derive(Deserialize, Default)]
 pub struct RangeQuery {
@@ -230,11 +212,6 @@ pub async fn home(
     Ok(page(&user, "Overview", "/console/", body))
 }
 
-#[derive(Deserialize, Default)]
-pub struct DoneQuery {
-    pub(super) done: Option<String>,
-}
-
 pub async fn users(
     State(app): State<AppState>,
     ConsoleAdmin(user): ConsoleAdmin,
@@ -298,17 +275,6 @@ pub async fn users(
         }
     };
     Ok(page(&user, "Users", "/console/admin/users", body))
-}
-
-pub(super) fn admin_only(posted: &Posted) -> Result<(), ConsoleError> {
-    if posted.user.is_admin() {
-        Ok(())
-    } else {
-        Err(ConsoleError::new(
-            StatusCode::FORBIDDEN,
-            "This is for administrators only.",
-        ))
-    }
 }
 
 pub async fn create_user(State(app): State<AppState>, posted: Posted) -> Out {

@@ -57,7 +57,7 @@ impl ConsoleError {
 
 impl IntoResponse for ConsoleError {
     fn into_response(self) -> Response {
-        let body = super::layout::bare(
+        let body = super::html::bare(
             "Something went wrong",
             maud::html! {
                 h1 { "Something went wrong" }

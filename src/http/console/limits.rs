@@ -246,7 +246,7 @@ pub async fn set_user_limits(
     Path(id): Path<String>,
     posted: Posted,
 ) -> Out {
-    super::admin::admin_only(&posted)?;
+    super::forms::admin_only(&posted)?;
     let result = async {
         let limits = Limits::from_json(&limits_json(&posted.form))?;
         crate::http::routes::admin::store_user_limits(&app, &id, limits).await?;
@@ -304,7 +304,7 @@ pub async fn set_agent_limits(
     Path(address): Path<String>,
     posted: Posted,
 ) -> Out {
-    super::admin::admin_only(&posted)?;
+    super::forms::admin_only(&posted)?;
     let result = async {
         let patch: AgentPatch = crate::wire::json::parse_json(
             &serde_json::to_vec(&json!({ "limits": limits_json(&posted.form) }))

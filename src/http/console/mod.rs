@@ -6,7 +6,9 @@
 
 mod admin;
 mod charts;
+mod forms;
 mod guard;
+mod html;
 mod layout;
 mod limits;
 mod models;

@@ -11,7 +11,7 @@ use axum::http::StatusCode;
 use maud::{html, Markup};
 use serde_json::{json, Value};
 
-use super::admin::{admin_only, body_of, list_field, redirect, DoneQuery};
+use super::forms::{admin_only, body_of, list_field, redirect, DoneQuery};
 use super::guard::{ConsoleAdmin, ConsoleError, ConsoleUser, Out, Posted};
 use super::layout::{button_form, csrf, done_note, enc, page, when};
 use crate::app::AppState;

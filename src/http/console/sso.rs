@@ -7,7 +7,7 @@ use axum::extract::{Path, Query, State};
 use maud::html;
 use serde_json::{json, Value};
 
-use super::admin::{admin_only, body_of, list_field, redirect, DoneQuery};
+use super::forms::{admin_only, body_of, list_field, redirect, DoneQuery};
 use super::guard::{ConsoleAdmin, Out, Posted};
 use super::layout::{button_form, csrf, done_note, enc, page};
 use crate::app::AppState;

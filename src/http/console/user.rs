@@ -7,11 +7,13 @@ use axum::response::{IntoResponse, Redirect, Response};
 use maud::{html, Markup};
 use serde::Deserialize;
 
+use super::forms::DoneQuery;
 use super::guard::{
     came_over_https, cookie, forbidden_cross_site, origin_allowed, read_form, set_cookie,
     ConsoleError, ConsoleUser, Out, Posted, PRE_COOKIE, SESSION_COOKIE,
 };
-use super::layout::{bare, button_form, csrf, done_note, enc, opt_when, page, when};
+use super::html::bare;
+use super::layout::{button_form, csrf, done_note, enc, opt_when, page, when};
 use crate::app::AppState;
 use crate::auth::signins::EndReason;
 use crate::auth::{accounts, console, signins};
@@ -215,11 +217,6 @@ pub async fn logout(
         resp.headers_mut().insert(header::SET_COOKIE, v);
     }
     Ok(resp)
-}
-
-#[derive(Deserialize, Default)]
-pub struct DoneQuery {
-    done: Option<String>,
 }
 
 fn key_form(user: &ConsoleUser) -> Markup {
