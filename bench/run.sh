@@ -33,6 +33,19 @@
 #   BENCH_LOADGEN=wrk      a second load generator: wrk (Debian's package) instead of
 #                          our loadgen, to check a figure against another tool
 #                          (no TTFB; one wrk thread, same connections and bodies)
+#   BENCH_LOADGEN=oha      a third: oha (crates.io; installed with `cargo install oha
+#                          --locked` into target/bench-tools when missing), the tool
+#                          outside harnesses use; same connections and bodies; its
+#                          runtime threads are oha's default (one per physical core)
+#                          unless BENCH_LOADGEN_THREADS is set
+#   BENCH_RUNS=1           repeat each measurement this many times, targets
+#                          alternated within each repeat; the tables give the
+#                          median and the spread (min–max), the JSONL every run
+#   BENCH_ACCESS_LOG=1     access logs on for both proxies, each written to a file
+#                          (nginx `access_log` to a file, unbuffered; the gateway at
+#                          GATEHOUSE_LOG=info, its access lines to stdout redirected
+#                          to a file); by default both are off (nginx `access_log off`,
+#                          the gateway at GATEHOUSE_LOG=warn, so no access line is made)
 #   BENCH_NO_BUILD=1       use the release binaries already built
 #   BENCH_OUT=PATH         raw results (default bench/results/latest.jsonl)
 #   BENCH_KEY_LIMITS=JSON  `limits` of the gateway's API key (default none), e.g.
@@ -56,6 +69,11 @@ TARGETS=${BENCH_TARGETS:-"direct nginx gatehouse"}
 WORKLOADS=${BENCH_WORKLOADS:-"chat chat-stream chat-stream-paced embeddings rerank agent-chat"}
 NGINX_WORKERS=${BENCH_NGINX_WORKERS:-1}
 LOADGEN_THREADS=${BENCH_LOADGEN_THREADS:-1}
+LOADGEN=${BENCH_LOADGEN:-loadgen}
+RUNS=${BENCH_RUNS:-1}
+ACCESS_LOG=${BENCH_ACCESS_LOG:-}
+case $LOADGEN in loadgen | wrk | oha) ;; *) echo "bench: BENCH_LOADGEN must be loadgen, wrk or oha" >&2 && exit 2 ;; esac
+[[ $RUNS =~ ^[1-9][0-9]*$ ]] || { echo "bench: BENCH_RUNS must be a positive number" >&2 && exit 2; }
 OUT=${BENCH_OUT:-$ROOT/bench/results/latest.jsonl}
 BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release
 
@@ -70,7 +88,7 @@ die() {
 need_apt=()
 command -v curl >/dev/null || need_apt+=(curl)
 command -v jq >/dev/null || need_apt+=(jq)
-[ "${BENCH_LOADGEN:-}" != wrk ] || command -v wrk >/dev/null || need_apt+=(wrk)
+[ "$LOADGEN" != wrk ] || command -v wrk >/dev/null || need_apt+=(wrk)
 command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need_apt+=(nginx-light)
 if [ ${#need_apt[@]} -gt 0 ]; then
     [ "$(id -u)" = 0 ] || die "missing ${need_apt[*]}: install them (apt-get install ${need_apt[*]})"
@@ -91,6 +109,15 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     [ -n "$made_policy" ] && rm -f /usr/sbin/policy-rc.d
 fi
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+
+# oha, pinned, in a directory of its own under target/ (never a hand install).
+OHA_VERSION=1.16.0
+OHA=$ROOT/target/bench-tools/bin/oha
+if [ "$LOADGEN" = oha ] && ! "$OHA" --version 2>/dev/null | grep -qF " $OHA_VERSION"; then
+    log "installing oha $OHA_VERSION into $ROOT/target/bench-tools (a few minutes, once)"
+    cargo install oha --locked --version "$OHA_VERSION" --root "$ROOT/target/bench-tools" -q ||
+        die "cargo install oha failed"
+fi
 
 if [ -z "${BENCH_NO_BUILD:-}" ]; then
     log "building release binaries"
@@ -186,7 +213,7 @@ events {
     worker_connections 4096;
 }
 http {
-    access_log off;
+    access_log $([ -n "$ACCESS_LOG" ] && echo "$TMP/nginx/access.log" || echo off);
     client_body_temp_path $TMP/nginx/client_body;
     proxy_temp_path $TMP/nginx/proxy;
     keepalive_requests 100000000;
@@ -237,7 +264,7 @@ if [[ " $TARGETS " == *" gatehouse "* ]]; then
     GATEHOUSE_LISTEN=127.0.0.1:0 \
         GATEHOUSE_DATABASE_URL="sqlite://$TMP/gatehouse.db" \
         GATEHOUSE_ADMIN_EMAIL=$ADMIN GATEHOUSE_ADMIN_PASSWORD=$PASSWORD \
-        GATEHOUSE_LOG=warn GATEHOUSE_ACCESS_TOKEN_TTL=86400 \
+        GATEHOUSE_LOG=$([ -n "$ACCESS_LOG" ] && echo 'info,sqlx=warn' || echo warn) GATEHOUSE_ACCESS_TOKEN_TTL=86400 \
         env "${OTEL_ENV[@]}" "$BIN/gatehouse" serve >"$TMP/gatehouse.out" 2>&1 &
     GATEHOUSE_PID=$!
     PIDS+=($GATEHOUSE_PID)
@@ -343,12 +370,27 @@ cpu_ticks() {
     done
     echo "$total"
 }
+# tree_pids PID: the process and all its descendants (nginx's master and
+# workers; the gateway is one process, but counted the same way).
+tree_pids() {
+    local c
+    echo "$1"
+    for c in $(pgrep -P "$1"); do tree_pids "$c"; done
+}
 proxy_pids() {
     case $1 in
-    nginx) echo "$NGINX_PID" $(pgrep -P "$NGINX_PID") ;;
-    gatehouse) echo "$GATEHOUSE_PID" ;;
-    hyper) echo "$HYPER_PID" ;;
+    nginx) tree_pids "$NGINX_PID" ;;
+    gatehouse) tree_pids "$GATEHOUSE_PID" ;;
+    hyper) tree_pids "$HYPER_PID" ;;
     esac
+}
+
+# children_cpu_s FILE: CPU seconds (user + system) of the finished children in
+# FILE, the output of `times` run in the subshell that ran one load generator
+# (so that generator's own CPU). `times` must run in that shell itself: a
+# command substitution is a fork whose children start from zero.
+children_cpu_s() {
+    tail -1 "$1" | awk '{ for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); t += a[1] * 60 + a[2] } printf "%.3f", t }'
 }
 
 # run_wrk CONCURRENCY URL BODY_FILE AUTH_HEADER WORKLOAD: a warm-up, then the
@@ -374,14 +416,50 @@ done = function(summary, latency, requests)
 end
 LUA
     } >"$lua"
-    wrk -t1 -c"$1" -d"${WARMUP}s" -s "$lua" "$2" >/dev/null 2>&1 || true
-    WRK_CONNECTIONS=$1 wrk -t1 -c"$1" -d"${DURATION}s" -s "$lua" "$2" | tail -1
+    if [ "${6:-}" = warmup ]; then
+        wrk -t1 -c"$1" -d"${WARMUP}s" -s "$lua" "$2" >/dev/null 2>&1 || true
+        return
+    fi
+    WRK_CONNECTIONS=$1 wrk -t1 -c"$1" -d"${DURATION}s" -s "$lua" "$2" >"$TMP/wrk.out"
+    times >"$TMP/times"
+    local cpu
+    cpu=$(children_cpu_s "$TMP/times")
+    tail -1 "$TMP/wrk.out" | jq -c --argjson cpu "$cpu" '.loadgen_cpu_s = $cpu'
+}
+
+# run_oha CONCURRENCY URL BODY_FILE AUTH_HEADER WORKLOAD [warmup]: as run_wrk,
+# with oha; its JSON turned into loadgen's line. Requests still in flight at
+# the deadline are aborted by oha ("aborted due to deadline") and not counted
+# as errors; every other error and every non-2xx status is.
+run_oha() {
+    local args=(--no-tui -c "$1" -m POST -D "$3" -H "Content-Type: application/json")
+    [ -n "$4" ] && args+=(-H "$4")
+    [ "$5" = agent-chat ] && args+=(-H "X-Service-Conversation-Id: bench-conversation"
+        -H "X-Service-Turn-Id: bench-turn-1")
+    [ -n "${BENCH_LOADGEN_THREADS:-}" ] && args+=(--worker-threads "$LOADGEN_THREADS")
+    if [ "${6:-}" = warmup ]; then
+        timeout $((WARMUP + 60)) "$OHA" "${args[@]}" -z "${WARMUP}s" --output-format quiet "$2" >/dev/null 2>&1 || true
+        return
+    fi
+    timeout $((DURATION + 60)) "$OHA" "${args[@]}" -z "${DURATION}s" --output-format json "$2" >"$TMP/oha.json"
+    times >"$TMP/times"
+    local cpu
+    cpu=$(children_cpu_s "$TMP/times")
+    jq -c --argjson cpu "$cpu" --argjson c "$1" '
+        ([.statusCodeDistribution | to_entries[] | .value] | add // 0) as $responses
+        | ([.statusCodeDistribution | to_entries[] | select(.key | startswith("2") | not) | .value] | add // 0) as $bad
+        | ([.errorDistribution | to_entries[] | select(.key != "aborted due to deadline") | .value] | add // 0) as $errs
+        | {requests: ($responses - $bad), errors: ($bad + $errs), rps: (($responses - $bad) / .summary.total),
+           p50_ms: (.latencyPercentiles.p50 * 1000), p99_ms: (.latencyPercentiles.p99 * 1000),
+           ttfb_p50_ms: (.firstBytePercentiles.p50 // null | if . == null then null else . * 1000 end),
+           ttfb_p99_ms: (.firstBytePercentiles.p99 // null | if . == null then null else . * 1000 end),
+           concurrency: $c, duration_s: .summary.total, loadgen_cpu_s: $cpu}' "$TMP/oha.json"
 }
 
 mkdir -p "$(dirname "$OUT")"
 : >"$OUT"
-runs=$(($(wc -w <<<"$WORKLOADS") * $(wc -w <<<"$CONCURRENCY") * ${#ACTIVE[@]}))
-log "$runs runs of ${WARMUP}s warm-up + ${DURATION}s: about $((runs * (WARMUP + DURATION)))s"
+runs=$(($(wc -w <<<"$WORKLOADS") * $(wc -w <<<"$CONCURRENCY") * ${#ACTIVE[@]} * RUNS))
+log "$runs runs of ${WARMUP}s warm-up + ${DURATION}s with $LOADGEN: about $((runs * (WARMUP + DURATION)))s"
 # The gateway's resident memory under load: its highest VmRSS while the
 # workloads run (sampled four times a second), apart from start-up, set-up
 # and the closing login (where password hashes take their 19 MiB work areas).
@@ -410,33 +488,52 @@ for w in $WORKLOADS; do
         # Paced streams spend their time waiting for the stub: only their
         # first byte at concurrency 1 is of interest.
         [ "$w" = chat-stream-paced ] && [ "$c" != 1 ] && continue
-        # Targets interleaved so that each comparison sees similar conditions.
-        for t in "${ACTIVE[@]}"; do
-            args=(--url "$(base_url "$t")$(path_of "$w" "$t")" --method POST --body-file "$TMP/$w.json"
-                --concurrency "$c" --duration "$DURATION" --warmup "$WARMUP" --threads "$LOADGEN_THREADS")
-            [ "$t" = gatehouse ] && args+=(--header "$(auth_of "$w" "$t")")
-            [ "$w" = agent-chat ] && args+=(--header "X-Service-Conversation-Id: bench-conversation"
-                --header "X-Service-Turn-Id: bench-turn-1")
-            [ "$w" = chat-stream ] || [ "$w" = chat-stream-paced ] && args+=(--stream --expect-suffix '[DONE]')
-            if [ "${BENCH_LOADGEN:-}" = wrk ]; then
-                run_wrk "$c" "$(base_url "$t")$(path_of "$w" "$t")" "$TMP/$w.json" \
-                    "$([ "$t" = gatehouse ] && auth_of "$w" "$t")" "$w" >"$TMP/loadgen.out" 2>"$TMP/loadgen.err" &
-            else
-                timeout $((WARMUP + DURATION + 60)) "$BIN/loadgen" "${args[@]}" >"$TMP/loadgen.out" 2>"$TMP/loadgen.err" &
-            fi
-            lg=$!
-            # CPU used by the stub and by the proxy during the measured window.
-            sleep "$WARMUP"
-            stub0=$(cpu_ticks "$STUB_PID")
-            proxy0=$(cpu_ticks $(proxy_pids "$t"))
-            wait "$lg" || die "loadgen failed for $t $w c=$c: $(cat "$TMP/loadgen.err")"
-            stub1=$(cpu_ticks "$STUB_PID")
-            proxy1=$(cpu_ticks $(proxy_pids "$t"))
-            [ -s "$TMP/loadgen.err" ] && log "$t $w c=$c: $(cat "$TMP/loadgen.err")"
-            jq -c --arg t "$t" --arg w "$w" --arg load "$(cut -d' ' -f1 /proc/loadavg)" \
-                --argjson stub $(((stub1 - stub0) * 100 / HZ)) --argjson proxy $(((proxy1 - proxy0) * 100 / HZ)) \
-                '{target:$t,workload:$w} + . + {stub_cpu_s:($stub/100),proxy_cpu_s:(if $t == "direct" then null else $proxy/100 end),
-                  load1:($load|tonumber)}' "$TMP/loadgen.out" | tee -a "$OUT" >&2
+        # Targets alternated within each repeat, so that each comparison sees
+        # similar conditions and a burst of outside load hits every target.
+        for r in $(seq "$RUNS"); do
+            for t in "${ACTIVE[@]}"; do
+                url=$(base_url "$t")$(path_of "$w" "$t")
+                auth=$([ "$t" = gatehouse ] && auth_of "$w" "$t" || true)
+                # The outside generators warm up in a run of their own first;
+                # loadgen warms up inside its run, so the window starts after it.
+                settle=0
+                case $LOADGEN in
+                wrk)
+                    run_wrk "$c" "$url" "$TMP/$w.json" "$auth" "$w" warmup
+                    run_wrk "$c" "$url" "$TMP/$w.json" "$auth" "$w" >"$TMP/loadgen.out" 2>"$TMP/loadgen.err" &
+                    ;;
+                oha)
+                    run_oha "$c" "$url" "$TMP/$w.json" "$auth" "$w" warmup
+                    run_oha "$c" "$url" "$TMP/$w.json" "$auth" "$w" >"$TMP/loadgen.out" 2>"$TMP/loadgen.err" &
+                    ;;
+                loadgen)
+                    args=(--url "$url" --method POST --body-file "$TMP/$w.json"
+                        --concurrency "$c" --duration "$DURATION" --warmup "$WARMUP" --threads "$LOADGEN_THREADS")
+                    [ -n "$auth" ] && args+=(--header "$auth")
+                    [ "$w" = agent-chat ] && args+=(--header "X-Service-Conversation-Id: bench-conversation"
+                        --header "X-Service-Turn-Id: bench-turn-1")
+                    [ "$w" = chat-stream ] || [ "$w" = chat-stream-paced ] && args+=(--stream --expect-suffix '[DONE]')
+                    timeout $((WARMUP + DURATION + 60)) "$BIN/loadgen" "${args[@]}" >"$TMP/loadgen.out" 2>"$TMP/loadgen.err" &
+                    settle=$WARMUP
+                    ;;
+                esac
+                lg=$!
+                # CPU used by the stub and by the proxy's process tree during
+                # the measured window.
+                sleep "$settle"
+                stub0=$(cpu_ticks "$STUB_PID")
+                proxy0=$(cpu_ticks $(proxy_pids "$t"))
+                wait "$lg" || die "$LOADGEN failed for $t $w c=$c: $(cat "$TMP/loadgen.err")"
+                stub1=$(cpu_ticks "$STUB_PID")
+                proxy1=$(cpu_ticks $(proxy_pids "$t"))
+                [ -s "$TMP/loadgen.err" ] && log "$t $w c=$c: $(cat "$TMP/loadgen.err")"
+                jq -c --arg t "$t" --arg w "$w" --arg load "$(cut -d' ' -f1 /proc/loadavg)" \
+                    --arg gen "$LOADGEN" --argjson run "$r" --argjson access_log "$([ -n "$ACCESS_LOG" ] && echo true || echo false)" \
+                    --argjson stub $(((stub1 - stub0) * 100 / HZ)) --argjson proxy $(((proxy1 - proxy0) * 100 / HZ)) \
+                    '{target:$t,workload:$w,run:$run,loadgen:$gen} + . + {stub_cpu_s:($stub/100),
+                      proxy_cpu_s:(if $t == "direct" then null else $proxy/100 end),access_log:$access_log,
+                      load1:($load|tonumber)}' "$TMP/loadgen.out" | tee -a "$OUT" >&2
+            done
         done
     done
 done
@@ -446,32 +543,56 @@ done
 # --- report ------------------------------------------------------------------
 
 echo
-echo "$(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'); nginx worker_processes $NGINX_WORKERS; loadgen threads $LOADGEN_THREADS; ${WARMUP}s warm-up + ${DURATION}s per run"
+echo "$(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'); nginx worker_processes $NGINX_WORKERS; load generator $LOADGEN ($([ "$LOADGEN" = oha ] && [ -z "${BENCH_LOADGEN_THREADS:-}" ] && echo "oha's default threads" || echo "$LOADGEN_THREADS thread(s)")); access logs $([ -n "$ACCESS_LOG" ] && echo "on, to files, on both proxies" || echo "off on both proxies"); ${WARMUP}s warm-up + ${DURATION}s per run, $RUNS run(s) each, targets alternated"
 echo
-jq -rs -f /dev/stdin "$OUT" <<'JQ'
+# Shared by the tables: a figure over the repeats is "median (min–max)", or
+# the one value when there was one run; ratios are taken run by run (the
+# targets of one repeat ran side by side) before their spread.
+JQ_LIB='
 def f: if . == null then "–" else (. * 1000 | round / 1000 | tostring) end;
 def r: if . == null then "–" else (. | round | tostring) end;
-def us_per_req(cpu): if cpu == null or .requests == 0 then "–" else (cpu * 1e6 / .requests | round | tostring) end;
-def cores(cpu): if cpu == null then "–" else (cpu / .duration_s * 100 | round / 100 | tostring) end;
-"| workload | concurrency | target | req/s | p50 ms | p99 ms | TTFB p50 ms | TTFB p99 ms | errors | proxy CPU µs/req | cores used: loadgen / stub / proxy |",
-"|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|",
-(.[] | "| \(.workload) | \(.concurrency) | \(.target) | \(.rps|r) | \(.p50_ms|f) | \(.p99_ms|f) | \(.ttfb_p50_ms|f) | \(.ttfb_p99_ms|f) | \(.errors) | \(us_per_req(.proxy_cpu_s)) | \(cores(.loadgen_cpu_s)) / \(cores(.stub_cpu_s)) / \(cores(.proxy_cpu_s)) |")
-JQ
+def x: if . == null then "–" else (. * 100 | round / 100 | tostring) + "×" end;
+def pc: if . == null then "–" else (. * 100 | round | tostring) + " %" end;
+def med: sort | if length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end;
+def spread(fmt): map(select(. != null)) | if length == 0 then "–" elif length == 1 then (.[0] | fmt)
+    else "\(med | fmt) (\(min | fmt)–\(max | fmt))" end;
+def us_per_req: if .proxy_cpu_s == null or .requests == 0 then null else .proxy_cpu_s * 1e6 / .requests end;
+def cores(cpu): if cpu == null then null else cpu / .duration_s end;
+def ratio(a; b): if a == null or b == null or b == 0 then null else a / b end;
+def diff(a; b): if a == null or b == null then null else a - b end;
+# Groups in the order of first appearance.
+def groups(k): . as $all | reduce .[] as $x ([]; if any(.[]; . == ($x | k)) then . else . + [$x | k] end)
+    | map(. as $key | [$all[] | select(k == $key)]);
+# One workload and concurrency: {run: {target: line}}.
+def by_run: reduce .[] as $x ({}; .[$x.run // 1 | tostring][$x.target] = $x) | [.[]];
+'
+jq -rs "$JQ_LIB"'
+"| workload | concurrency | target | runs | req/s | p50 ms | p99 ms | TTFB p50 ms | TTFB p99 ms | errors | proxy CPU µs/req | cores used: loadgen / stub / proxy |",
+"|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+(groups([.workload, .concurrency, .target])[] | .[0] as $a
+ | "| \($a.workload) | \($a.concurrency) | \($a.target) | \(length) | \(map(.rps) | spread(r)) | \(map(.p50_ms) | spread(f)) | \(map(.p99_ms) | spread(f)) | \(map(.ttfb_p50_ms) | spread(f)) | \(map(.ttfb_p99_ms) | spread(f)) | \(map(.errors) | add) | \(map(us_per_req) | spread(r)) | \(map(cores(.loadgen_cpu_s)) | spread(f)) / \(map(cores(.stub_cpu_s)) | spread(f)) / \(map(cores(.proxy_cpu_s)) | spread(f)) |")
+' "$OUT"
 echo
-echo "Added latency over direct (ms; for the streams on TTFB and on the full stream), and throughput relative to nginx:"
+echo "CPU per request beside nginx (proxy process tree, µs/request; ratios and req/s run by run):"
 echo
-jq -rs -f /dev/stdin "$OUT" <<'JQ'
-def f: if . == null then "–" else (. * 1000 | round / 1000 | tostring) end;
-def d(a; b): if a == null or b == null then null else a - b end;
-def pct(a; b): if a == null or b == null or b == 0 then "–" else ((a / b * 100) | round | tostring) + " %" end;
-(group_by(.workload + "\u0000" + (.concurrency|tostring))) as $groups
-| "| workload | concurrency | measure | nginx +p50 | nginx +p99 | hyper floor +p50 | gatehouse +p50 | gatehouse +p99 | gatehouse req/s vs nginx |",
-  "|---|---:|---|---:|---:|---:|---:|---:|---:|",
-  ($groups[] | (map({(.target): .}) | add) as $g
-   | ($g.direct // null) as $d | ($g.nginx // null) as $n | ($g.gatehouse // null) as $h | ($g.hyper // null) as $y
-   | (if $g.direct.workload == "chat-stream-paced" then [["TTFB", "ttfb_p50_ms", "ttfb_p99_ms"]] elif $g.direct.workload == "chat-stream" then [["TTFB", "ttfb_p50_ms", "ttfb_p99_ms"], ["full", "p50_ms", "p99_ms"]] else [["full", "p50_ms", "p99_ms"]] end)[] as [$m, $p50, $p99]
-   | "| \($d.workload) | \($d.concurrency) | \($m) | \(d($n[$p50]; $d[$p50])|f) | \(d($n[$p99]; $d[$p99])|f) | \(d($y[$p50]; $d[$p50])|f) | \(d($h[$p50]; $d[$p50])|f) | \(d($h[$p99]; $d[$p99])|f) | \(if $m == "full" then pct($h.rps; $n.rps) else "" end) |")
-JQ
+jq -rs "$JQ_LIB"'
+"| workload | concurrency | nginx µs/req | hyper floor µs/req | gatehouse µs/req | gatehouse / nginx CPU | gatehouse req/s vs nginx |",
+"|---|---:|---:|---:|---:|---:|---:|",
+(groups([.workload, .concurrency])[] | .[0] as $a | by_run as $runs
+ | "| \($a.workload) | \($a.concurrency) | \($runs | map(.nginx // null | if . then us_per_req else null end) | spread(r)) | \($runs | map(.hyper // null | if . then us_per_req else null end) | spread(r)) | \($runs | map(.gatehouse // null | if . then us_per_req else null end) | spread(r)) | \($runs | map(ratio(.gatehouse // null | if . then us_per_req else null end; .nginx // null | if . then us_per_req else null end)) | spread(x)) | \($runs | map(ratio(.gatehouse.rps; .nginx.rps)) | spread(pc)) |")
+' "$OUT"
+echo
+echo "Added latency over direct (ms, run by run; for the streams on TTFB and on the full stream):"
+echo
+jq -rs "$JQ_LIB"'
+"| workload | concurrency | measure | nginx +p50 | nginx +p99 | hyper floor +p50 | gatehouse +p50 | gatehouse +p99 |",
+"|---|---:|---|---:|---:|---:|---:|---:|",
+(groups([.workload, .concurrency])[] | .[0] as $a | by_run as $runs
+ | (if $a.workload == "chat-stream-paced" then [["TTFB", "ttfb_p50_ms", "ttfb_p99_ms"]]
+    elif $a.workload == "chat-stream" then [["TTFB", "ttfb_p50_ms", "ttfb_p99_ms"], ["full", "p50_ms", "p99_ms"]]
+    else [["full", "p50_ms", "p99_ms"]] end)[] as [$m, $p50, $p99]
+ | "| \($a.workload) | \($a.concurrency) | \($m) | \($runs | map(diff(.nginx[$p50]; .direct[$p50])) | spread(f)) | \($runs | map(diff(.nginx[$p99]; .direct[$p99])) | spread(f)) | \($runs | map(diff(.hyper[$p50]; .direct[$p50])) | spread(f)) | \($runs | map(diff(.gatehouse[$p50]; .direct[$p50])) | spread(f)) | \($runs | map(diff(.gatehouse[$p99]; .direct[$p99])) | spread(f)) |")
+' "$OUT"
 echo
 if [ -n "$GATEHOUSE_OK" ] && [[ " ${ACTIVE[*]} " == *" gatehouse "* ]]; then
     # Usage accounting really happened: one record per request, none dropped.
