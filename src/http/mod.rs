@@ -67,7 +67,7 @@ pub fn openapi_document() -> serde_json::Value {
 /// What each connection calls: the model routes dispatched by their exact
 /// path before the router (its route lookup, boxed service clones and
 /// middleware plumbing cost a chat request about 14 allocations and a few
-/// µs; see docs/performance.md), inside the same [`edge`]; every other
+/// µs; see bench/results/HISTORY.md), inside the same [`edge`]; every other
 /// request goes through the router.
 #[derive(Clone)]
 pub struct Dispatch {

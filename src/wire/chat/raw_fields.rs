@@ -83,7 +83,7 @@ impl RawFields {
     // Out of line, as `after_model` and `ChatRequest::parse`: inlined, they
     // changed how the whole program's inlining fell out (one unit, fat LTO),
     // and plain chat, which never calls them, measured 12 % slower
-    // (docs/performance.md, fifth round).
+    // (bench/results/HISTORY.md, fifth round).
     #[inline(never)]
     pub fn read(text: &Bytes, remembered: bool) -> Result<(RawFields, ToolsMember<'_>), NotUsual> {
         if !crate::wire::json::tree_would_read(text) {
