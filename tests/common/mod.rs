@@ -18,6 +18,7 @@ pub mod agent_chat;
 pub mod agents;
 pub mod captured;
 pub mod models;
+pub mod oidc;
 pub mod procs;
 pub mod stub;
 

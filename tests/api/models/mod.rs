@@ -1,0 +1,2 @@
+mod retrieval;
+mod routing;

@@ -1,0 +1,2 @@
+mod agui;
+mod chat;
