@@ -8,6 +8,7 @@ use crate::common;
 
 use std::collections::BTreeSet;
 
+use common::models::env;
 use common::spawn_app;
 use serde_json::Value;
 
@@ -389,5 +390,54 @@ async fn every_json_body_and_success_answer_has_a_schema_naming_the_contract_fie
             schema(open).get("additionalProperties").is_none(),
             "{open} must allow unknown fields"
         );
+    }
+}
+
+#[tokio::test]
+async fn openapi_document_is_3_1_and_lists_the_routes() {
+    let app = spawn_app().await;
+    let v = app.openapi().await;
+    assert!(v["openapi"].as_str().unwrap().starts_with("3.1"));
+    for p in [
+        "/api/auth/jwt/login",
+        "/api/api-keys",
+        "/api/admin/users",
+        "/api/admin/providers",
+        "/v1/models",
+    ] {
+        assert!(v["paths"].get(p).is_some(), "missing {p}");
+    }
+}
+
+#[tokio::test]
+async fn openapi_lists_the_agent_and_sign_in_routes() {
+    let app = spawn_app().await;
+    let v = app.openapi().await;
+    for p in [
+        "/api/agent-tokens",
+        "/api/agent-tokens/refresh",
+        "/api/agent-tokens/mine",
+        "/api/agent-tokens/{device_id}",
+        "/api/admin/agents",
+        "/api/admin/agents/{address}",
+        "/api/admin/sign-ins",
+        "/api/admin/sign-ins/{device_id}",
+        "/v1/agents/{agent}/profile",
+    ] {
+        assert!(v["paths"].get(p).is_some(), "{p}");
+    }
+}
+
+#[tokio::test]
+async fn openapi_lists_the_model_routes_and_usage() {
+    let env = env().await;
+    let v = env.app.openapi().await;
+    for p in [
+        "/v1/chat/completions",
+        "/v1/embeddings",
+        "/v1/rerank",
+        "/api/admin/usage",
+    ] {
+        assert!(v["paths"].get(p).is_some(), "missing {p}");
     }
 }

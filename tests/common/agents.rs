@@ -6,6 +6,37 @@ use serde_json::{json, Value};
 
 use super::TestApp;
 
+/// The agents of [`two_agents`].
+pub const AGENT: &str = "support@acme";
+pub const OTHER_AGENT: &str = "sales.bot";
+
+/// A chat model `chat-1`, an embeddings model `emb-1` (on an address where
+/// nothing listens) and agents [`AGENT`] and [`OTHER_AGENT`] on `chat-1`,
+/// for tests of sign-ins and agent settings; returns the admin token.
+pub async fn two_agents(app: &TestApp) -> String {
+    app.add_model(
+        "openai",
+        "http://127.0.0.1:9/v1",
+        "chat-1",
+        "chat",
+        "up-chat",
+    )
+    .await;
+    app.add_model(
+        "openai",
+        "http://127.0.0.1:9/v1",
+        "emb-1",
+        "embeddings",
+        "up-emb",
+    )
+    .await;
+    let admin = app.admin_token().await;
+    for address in [AGENT, OTHER_AGENT] {
+        app.add_agent(&admin, address, "chat-1", json!({})).await;
+    }
+    admin
+}
+
 impl TestApp {
     /// Creates agent `address` (named `Agent <address>`) on chat model `model`;
     /// `extra` adds or replaces fields (pii, tool_contract, default_tool_mode, name...).

@@ -1,4 +1,4 @@
-//! Issue 8: PostgreSQL stops in the middle of load and comes back. Nothing
+//! PostgreSQL stops in the middle of load and comes back. Nothing
 //! that was answered as accepted (events, approvals, sign-ins) may be lost,
 //! requests meanwhile fail fast with 503, and service resumes by itself.
 //! Runs when GATEHOUSE_TEST_PG_FAULT=1 (scripts/test.sh sets it): it starts

@@ -1,4 +1,4 @@
-//! Issue 8: several servers on one PostgreSQL behave as one. These tests run
+//! Several servers on one PostgreSQL behave as one. These tests run
 //! when GATEHOUSE_TEST_DATABASE_URL is a PostgreSQL URL (scripts/test.sh
 //! starts a private cluster); on SQLite, one server owns the file, so there
 //! is nothing to share and they are reported as not applicable.

@@ -1,42 +1,16 @@
-//! Agents (admin API and config file), agent sign-in with rotating refresh
-//! tokens and reuse detection, the access-token extractor and the profile route.
+//! Agent sign-in (`/api/agent-tokens`): the access and rotating refresh
+//! tokens, reuse detection, renewal races, ending sign-ins, and the access
+//! token as the agent routes check it.
 
 use crate::common;
 
 use std::time::Duration;
 
 use base64::Engine;
+use common::agents::{two_agents, AGENT, OTHER_AGENT};
 use common::*;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-
-const AGENT: &str = "support@acme";
-const OTHER_AGENT: &str = "sales.bot";
-
-/// A chat model, an embeddings model and two agents; returns the admin token.
-async fn setup(app: &TestApp) -> String {
-    app.add_model(
-        "openai",
-        "http://127.0.0.1:9/v1",
-        "chat-1",
-        "chat",
-        "up-chat",
-    )
-    .await;
-    app.add_model(
-        "openai",
-        "http://127.0.0.1:9/v1",
-        "emb-1",
-        "embeddings",
-        "up-emb",
-    )
-    .await;
-    let admin = app.admin_token().await;
-    for address in [AGENT, OTHER_AGENT] {
-        app.add_agent(&admin, address, "chat-1", json!({})).await;
-    }
-    admin
-}
 
 fn s(v: &Value, k: &str) -> String {
     v[k].as_str()
@@ -57,7 +31,7 @@ fn jti(jwt: &str) -> String {
 #[tokio::test]
 async fn sign_in_answers_the_contract_shape_and_the_access_token_reads_the_profile() {
     let app = spawn_app().await;
-    setup(&app).await;
+    two_agents(&app).await;
     let (uid, login) = app.user("ann@example.com").await;
     let r = app.try_sign_in(&login, AGENT, "Ann's laptop").await;
     assert_eq!(r.status(), StatusCode::CREATED);
@@ -103,38 +77,9 @@ async fn sign_in_answers_the_contract_shape_and_the_access_token_reads_the_profi
 }
 
 #[tokio::test]
-async fn profile_offers_pii_modes_only_when_the_user_may_choose() {
-    let app = spawn_app().await;
-    let admin = setup(&app).await;
-    let r = app
-        .patch(
-            &format!("/api/admin/agents/{AGENT}"),
-            &admin,
-            &json!({"pii": {"mode": "redact", "user_choosable": true}, "tool_contract": ["lookup"], "allow_local_mcp": true, "default_tool_mode": "auto"}),
-        )
-        .await;
-    assert_eq!(r.status(), StatusCode::OK);
-    let (_, login) = app.user("ann@example.com").await;
-    let t = app.sign_in(&login, AGENT, "phone").await;
-    let p: Value = app
-        .profile(AGENT, &s(&t, "access_token"))
-        .await
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(
-        p["pii"],
-        json!({"mode": "redact", "user_choosable": true, "modes": ["redact", "tokenize_reversible"]})
-    );
-    assert_eq!(p["tool_contract"], json!(["lookup"]));
-    assert_eq!(p["allow_local_mcp"], true);
-    assert_eq!(p["default_tool_mode"], "auto");
-}
-
-#[tokio::test]
 async fn renewal_with_the_current_token_keeps_the_device_and_rotates_both_tokens() {
     let app = spawn_app().await;
-    setup(&app).await;
+    two_agents(&app).await;
     let (_, login) = app.user("ann@example.com").await;
     let t1 = app.sign_in(&login, AGENT, "laptop").await;
     let t2 = app.refreshed(&s(&t1, "refresh_token")).await;
@@ -154,7 +99,7 @@ async fn renewal_with_the_current_token_keeps_the_device_and_rotates_both_tokens
 #[tokio::test]
 async fn reusing_a_superseded_refresh_token_ends_the_sign_in() {
     let app = spawn_app().await;
-    setup(&app).await;
+    two_agents(&app).await;
     let (_, login) = app.user("ann@example.com").await;
     let t1 = app.sign_in(&login, AGENT, "laptop").await;
     let t2 = app.refreshed(&s(&t1, "refresh_token")).await;
@@ -181,7 +126,7 @@ async fn reusing_a_superseded_refresh_token_ends_the_sign_in() {
 #[tokio::test]
 async fn reuse_ends_every_sign_in_of_that_user_on_every_device_and_agent_only() {
     let app = spawn_app().await;
-    setup(&app).await;
+    two_agents(&app).await;
     let (_, ann) = app.user("ann@example.com").await;
     let (_, bob) = app.user("bob@example.com").await;
     let a1 = app.sign_in(&ann, AGENT, "laptop").await;
@@ -226,7 +171,7 @@ async fn reuse_ends_every_sign_in_of_that_user_on_every_device_and_agent_only() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn of_twenty_concurrent_renewals_with_one_token_exactly_one_succeeds() {
     let app = spawn_app().await;
-    setup(&app).await;
+    two_agents(&app).await;
     let (_, login) = app.user("ann@example.com").await;
     let t = app.sign_in(&login, AGENT, "laptop").await;
     let token = s(&t, "refresh_token");
@@ -275,7 +220,7 @@ async fn of_twenty_concurrent_renewals_with_one_token_exactly_one_succeeds() {
 #[tokio::test]
 async fn ending_a_sign_in_refuses_its_refresh_and_its_cached_access_token_at_once() {
     let app = spawn_app().await;
-    setup(&app).await;
+    two_agents(&app).await;
     let (_, login) = app.user("ann@example.com").await;
     let t = app.sign_in(&login, AGENT, "laptop").await;
     let access = s(&t, "access_token");
@@ -307,7 +252,7 @@ async fn ending_a_sign_in_refuses_its_refresh_and_its_cached_access_token_at_onc
 #[tokio::test]
 async fn a_device_may_end_itself_with_its_access_token_but_no_other() {
     let app = spawn_app().await;
-    setup(&app).await;
+    two_agents(&app).await;
     let (_, login) = app.user("ann@example.com").await;
     let laptop = app.sign_in(&login, AGENT, "laptop").await;
     let phone = app.sign_in(&login, AGENT, "phone").await;
@@ -336,7 +281,7 @@ async fn a_device_may_end_itself_with_its_access_token_but_no_other() {
 #[tokio::test]
 async fn mine_lists_live_sign_ins_with_their_fields_for_login_and_access_tokens() {
     let app = spawn_app().await;
-    setup(&app).await;
+    two_agents(&app).await;
     let (_, login) = app.user("ann@example.com").await;
     let (_, bob) = app.user("bob@example.com").await;
     let a = app.sign_in(&login, AGENT, "laptop").await;
@@ -386,7 +331,7 @@ async fn mine_lists_live_sign_ins_with_their_fields_for_login_and_access_tokens(
 #[tokio::test]
 async fn sign_in_errors_have_the_contract_codes() {
     let app = spawn_app().await;
-    let admin = setup(&app).await;
+    let admin = two_agents(&app).await;
     let (_, login) = app.user("ann@example.com").await;
     assert_eq!(
         api_code(app.try_sign_in(&login, "nobody", "laptop").await).await,
@@ -439,7 +384,7 @@ async fn sign_in_errors_have_the_contract_codes() {
 #[tokio::test]
 async fn only_login_tokens_start_a_sign_in_and_only_access_tokens_open_agent_routes() {
     let app = spawn_app().await;
-    setup(&app).await;
+    two_agents(&app).await;
     let (_, login) = app.user("ann@example.com").await;
     let key = app.api_key(&login, json!({"name": "k"})).await;
     let t = app.sign_in(&login, AGENT, "laptop").await;
@@ -495,7 +440,7 @@ async fn only_login_tokens_start_a_sign_in_and_only_access_tokens_open_agent_rou
 #[tokio::test]
 async fn an_access_token_on_another_agents_path_is_agent_mismatch() {
     let app = spawn_app().await;
-    setup(&app).await;
+    two_agents(&app).await;
     let (_, login) = app.user("ann@example.com").await;
     let t = app.sign_in(&login, AGENT, "laptop").await;
     // `%FF` does not decode to UTF-8: it names no agent, so not the token's.
@@ -511,7 +456,7 @@ async fn an_access_token_on_another_agents_path_is_agent_mismatch() {
 #[tokio::test]
 async fn expired_access_token_is_token_expired_and_refresh_gives_a_working_one() {
     let app = spawn_app_with(|s| s.access_token_ttl = 1).await;
-    setup(&app).await;
+    two_agents(&app).await;
     let (_, login) = app.user("ann@example.com").await;
     let t = app.sign_in(&login, AGENT, "laptop").await;
     assert_eq!(t["expires_in"], 1);
@@ -538,7 +483,7 @@ async fn expired_access_token_is_token_expired_and_refresh_gives_a_working_one()
 #[tokio::test]
 async fn expired_refresh_token_is_refresh_token_expired() {
     let app = spawn_app_with(|s| s.refresh_token_ttl = 1).await;
-    setup(&app).await;
+    two_agents(&app).await;
     let (_, login) = app.user("ann@example.com").await;
     let t = app.sign_in(&login, AGENT, "laptop").await;
     assert_eq!(t["refresh_expires_in"], 1);
@@ -554,7 +499,7 @@ async fn expired_refresh_token_is_refresh_token_expired() {
 #[tokio::test]
 async fn anything_else_presented_for_renewal_is_invalid_refresh_token() {
     let app = spawn_app().await;
-    setup(&app).await;
+    two_agents(&app).await;
     let (_, login) = app.user("ann@example.com").await;
     let t = app.sign_in(&login, AGENT, "laptop").await;
     let unknown = format!("gtr_{}", "A".repeat(43));
@@ -591,7 +536,7 @@ async fn anything_else_presented_for_renewal_is_invalid_refresh_token() {
 #[tokio::test]
 async fn unknown_or_foreign_device_is_sign_in_not_found() {
     let app = spawn_app().await;
-    setup(&app).await;
+    two_agents(&app).await;
     let (_, ann) = app.user("ann@example.com").await;
     let (_, bob) = app.user("bob@example.com").await;
     let t = app.sign_in(&ann, AGENT, "laptop").await;
@@ -614,7 +559,7 @@ async fn unknown_or_foreign_device_is_sign_in_not_found() {
 #[tokio::test]
 async fn admin_lists_a_users_sign_ins_with_ended_ones_and_can_end_one() {
     let app = spawn_app().await;
-    let admin = setup(&app).await;
+    let admin = two_agents(&app).await;
     let (uid, ann) = app.user("ann@example.com").await;
     let a = app.sign_in(&ann, AGENT, "laptop").await;
     let b = app.sign_in(&ann, OTHER_AGENT, "phone").await;
@@ -691,7 +636,7 @@ async fn admin_lists_a_users_sign_ins_with_ended_ones_and_can_end_one() {
 #[tokio::test]
 async fn disabling_a_user_ends_their_sign_ins_for_good() {
     let app = spawn_app().await;
-    let admin = setup(&app).await;
+    let admin = two_agents(&app).await;
     let (uid, ann) = app.user("ann@example.com").await;
     let t = app.sign_in(&ann, AGENT, "laptop").await;
     assert_eq!(
@@ -736,7 +681,7 @@ async fn disabling_a_user_ends_their_sign_ins_for_good() {
 #[tokio::test]
 async fn narrowing_allowed_users_signs_out_the_users_left_out() {
     let app = spawn_app().await;
-    let admin = setup(&app).await;
+    let admin = two_agents(&app).await;
     let (_, ann) = app.user("ann@example.com").await;
     let (_, bob) = app.user("bob@example.com").await;
     let a = app.sign_in(&ann, AGENT, "laptop").await;
@@ -769,223 +714,9 @@ async fn narrowing_allowed_users_signs_out_the_users_left_out() {
 }
 
 #[tokio::test]
-async fn agent_changes_are_seen_by_agent_routes_at_once() {
-    let app = spawn_app().await;
-    let admin = setup(&app).await;
-    let (_, ann) = app.user("ann@example.com").await;
-    let t = app.sign_in(&ann, AGENT, "laptop").await;
-    let p: Value = app
-        .profile(AGENT, &s(&t, "access_token"))
-        .await
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(p["name"], format!("Agent {AGENT}"));
-    app.patch(
-        &format!("/api/admin/agents/{AGENT}"),
-        &admin,
-        &json!({"name": "Support"}),
-    )
-    .await;
-    let p: Value = app
-        .profile(AGENT, &s(&t, "access_token"))
-        .await
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(p["name"], "Support");
-}
-
-#[tokio::test]
-async fn admin_agent_crud_validates_every_field() {
-    let app = spawn_app().await;
-    let admin = setup(&app).await;
-    let create = |body: Value| {
-        let app = &app;
-        let admin = admin.clone();
-        async move { app.post("/api/admin/agents", &admin, &body).await }
-    };
-    // Address: 64 allowed characters pass, 65 or others do not.
-    let long = format!("a.b_c-d@{}", "x".repeat(56));
-    assert_eq!(long.len(), 64);
-    let r = create(json!({"address": long, "name": "Long", "model": "chat-1",
-        "default_tool_mode": "read_only", "tool_contract": ["search", "get-order"],
-        "pii": {"mode": "tokenize_reversible", "terms": ["Acme Corp"]},
-        "allow_local_mcp": true, "instructions": "Be brief.", "allowed_users": ["Ann@Example.com"]}))
-    .await;
-    assert_eq!(r.status(), StatusCode::CREATED);
-    let v: Value = r.json().await.unwrap();
-    assert_eq!(v["address"], long.as_str());
-    assert_eq!(v["default_tool_mode"], "read_only");
-    assert_eq!(v["tool_contract"], json!(["search", "get-order"]));
-    assert_eq!(
-        v["pii"],
-        json!({"mode": "tokenize_reversible", "user_choosable": false, "terms": ["Acme Corp"]})
-    );
-    assert_eq!(v["allow_local_mcp"], true);
-    assert_eq!(v["instructions"], "Be brief.");
-    assert_eq!(v["allowed_users"], json!(["ann@example.com"]));
-    assert!(v["created_at"].is_string() && v["updated_at"].is_string());
-    for bad in [
-        format!("{long}y"),
-        "Upper".to_string(),
-        "".to_string(),
-        "a b".to_string(),
-    ] {
-        let r = create(json!({"address": bad, "name": "x", "model": "chat-1"})).await;
-        let v: Value = r.json().await.unwrap();
-        assert_eq!(v["detail"]["code"], "validation_error", "{bad}");
-    }
-    // Every default filled.
-    let r = create(json!({"address": "plain", "name": "Plain", "model": "chat-1"})).await;
-    let v: Value = r.json().await.unwrap();
-    for (k, want) in [
-        ("default_tool_mode", json!("ask")),
-        ("tool_contract", json!([])),
-        (
-            "pii",
-            json!({"mode": "off", "user_choosable": false, "terms": []}),
-        ),
-        ("allow_local_mcp", json!(false)),
-        ("instructions", Value::Null),
-        ("allowed_users", Value::Null),
-    ] {
-        assert_eq!(v[k], want, "{k}");
-    }
-    // Model checks.
-    let r = create(json!({"address": "emb", "name": "x", "model": "emb-1"})).await;
-    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
-    let v: Value = r.json().await.unwrap();
-    assert_eq!(v["detail"]["code"], "model_kind_mismatch");
-    let msg = s(&v["detail"], "message");
-    assert!(msg.contains("send it to /v1/embeddings"), "{msg}");
-    assert_eq!(
-        api_code(create(json!({"address": "unk", "name": "x", "model": "nope"})).await).await,
-        (StatusCode::BAD_REQUEST, "validation_error".into())
-    );
-    // Other fields.
-    for bad in [
-        json!({"default_tool_mode": "sometimes"}),
-        json!({"tool_contract": ["has space"]}),
-        json!({"tool_contract": ["x".repeat(65)]}),
-        json!({"pii": {"mode": "scramble"}}),
-        json!({"pii": {"user_choosable": "yes"}}),
-        json!({"allowed_users": ["not-an-email"]}),
-        json!({"allow_local_mcp": "true"}),
-        json!({"name": ""}),
-    ] {
-        let mut body = json!({"address": "fields", "name": "x", "model": "chat-1"});
-        for (k, x) in bad.as_object().unwrap() {
-            body[k] = x.clone();
-        }
-        assert_eq!(
-            api_code(create(body).await).await,
-            (StatusCode::BAD_REQUEST, "validation_error".into()),
-            "{bad}"
-        );
-    }
-    // Taken.
-    assert_eq!(
-        api_code(create(json!({"address": AGENT, "name": "x", "model": "chat-1"})).await).await,
-        (StatusCode::CONFLICT, "agent_exists".into())
-    );
-    // Read, list, change.
-    let r = app.get(&format!("/api/admin/agents/{AGENT}"), &admin).await;
-    assert_eq!(r.status(), StatusCode::OK);
-    let list: Vec<Value> = app
-        .get("/api/admin/agents", &admin)
-        .await
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(list.len(), 4);
-    let r = app
-        .patch(
-            &format!("/api/admin/agents/{AGENT}"),
-            &admin,
-            &json!({"model": "emb-1"}),
-        )
-        .await;
-    assert_eq!(
-        api_code(r).await,
-        (StatusCode::BAD_REQUEST, "model_kind_mismatch".into())
-    );
-    let r = app
-        .patch(
-            &format!("/api/admin/agents/{AGENT}"),
-            &admin,
-            &json!({"name": null}),
-        )
-        .await;
-    assert_eq!(
-        api_code(r).await,
-        (StatusCode::BAD_REQUEST, "validation_error".into())
-    );
-    let r = app
-        .patch(
-            &format!("/api/admin/agents/{AGENT}"),
-            &admin,
-            &json!({"instructions": "Hello.", "tool_contract": ["a"], "allowed_users": ["x@y.zz"]}),
-        )
-        .await;
-    assert_eq!(r.status(), StatusCode::OK);
-    let v: Value = r.json().await.unwrap();
-    assert_eq!(v["instructions"], "Hello.");
-    assert_eq!(v["name"], format!("Agent {AGENT}"));
-    let v: Value = app
-        .patch(
-            &format!("/api/admin/agents/{AGENT}"),
-            &admin,
-            &json!({"instructions": null, "allowed_users": null}),
-        )
-        .await
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(v["instructions"], Value::Null);
-    assert_eq!(v["allowed_users"], Value::Null);
-    assert_eq!(v["tool_contract"], json!(["a"]));
-    // Unknown agents, non-admins.
-    assert_eq!(
-        api_code(app.get("/api/admin/agents/nope", &admin).await).await,
-        (StatusCode::NOT_FOUND, "agent_not_found".into())
-    );
-    assert_eq!(
-        api_code(
-            app.patch("/api/admin/agents/nope", &admin, &json!({"name": "x"}))
-                .await
-        )
-        .await,
-        (StatusCode::NOT_FOUND, "agent_not_found".into())
-    );
-    let (_, ann) = app.user("ann@example.com").await;
-    for r in [
-        app.get("/api/admin/agents", &ann).await,
-        app.post(
-            "/api/admin/agents",
-            &ann,
-            &json!({"address": "z", "name": "z", "model": "chat-1"}),
-        )
-        .await,
-        app.get(&format!("/api/admin/agents/{AGENT}"), &ann).await,
-        app.patch(
-            &format!("/api/admin/agents/{AGENT}"),
-            &ann,
-            &json!({"name": "z"}),
-        )
-        .await,
-    ] {
-        assert_eq!(
-            api_code(r).await,
-            (StatusCode::FORBIDDEN, "forbidden".into())
-        );
-    }
-}
-
-#[tokio::test]
 async fn only_hashes_of_refresh_tokens_and_access_token_ids_are_stored() {
     let app = spawn_app().await;
-    setup(&app).await;
+    two_agents(&app).await;
     let (_, ann) = app.user("ann@example.com").await;
     let t1 = app.sign_in(&ann, AGENT, "laptop").await;
     let t2 = app.refreshed(&s(&t1, "refresh_token")).await;
@@ -1043,7 +774,7 @@ async fn only_hashes_of_refresh_tokens_and_access_token_ids_are_stored() {
 #[tokio::test]
 async fn sign_ins_and_tokens_survive_a_restart() {
     let mut app = spawn_app().await;
-    setup(&app).await;
+    two_agents(&app).await;
     let (_, ann) = app.user("ann@example.com").await;
     let t = app.sign_in(&ann, AGENT, "laptop").await;
     let old = app.refreshed(&s(&t, "refresh_token")).await;
@@ -1085,130 +816,10 @@ async fn sign_ins_and_tokens_survive_a_restart() {
     assert_eq!(v["model"], "chat-1");
 }
 
-#[tokio::test]
-async fn agents_can_be_declared_in_the_config_file() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("gatehouse.toml");
-    std::fs::write(
-        &path,
-        r#"
-[[providers]]
-name = "local"
-type = "openai"
-base_url = "http://127.0.0.1:9/v1"
-
-[[models]]
-id = "chat-1"
-kind = "chat"
-provider = "local"
-upstream_model = "up"
-
-[[agents]]
-address = "helpdesk"
-name = "Helpdesk"
-model = "chat-1"
-default_tool_mode = "read_only"
-tool_contract = ["search"]
-allowed_users = ["Ann@Example.com"]
-pii = { mode = "redact", user_choosable = true }
-"#,
-    )
-    .unwrap();
-    let p = path.clone();
-    let mut app = spawn_app_with(move |s| s.config_file = Some(p)).await;
-    let admin = app.admin_token().await;
-    let v: Value = app
-        .get("/api/admin/agents/helpdesk", &admin)
-        .await
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(v["name"], "Helpdesk");
-    assert_eq!(v["default_tool_mode"], "read_only");
-    assert_eq!(v["tool_contract"], json!(["search"]));
-    assert_eq!(v["allowed_users"], json!(["ann@example.com"]));
-    assert_eq!(
-        v["pii"],
-        json!({"mode": "redact", "user_choosable": true, "terms": []})
-    );
-    let (_, ann) = app.user("ann@example.com").await;
-    let t = app.sign_in(&ann, "helpdesk", "laptop").await;
-    // The file wins on the next start: an upsert, and the narrowed list applies.
-    std::fs::write(
-        &path,
-        std::fs::read_to_string(&path)
-            .unwrap()
-            .replace("Ann@Example.com", "bob@example.com")
-            .replace("Helpdesk\"", "Help desk\""),
-    )
-    .unwrap();
-    app.restart().await;
-    let v: Value = app
-        .get("/api/admin/agents/helpdesk", &admin)
-        .await
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(v["name"], "Help desk");
-    assert_eq!(
-        api_code(app.refresh(&s(&t, "refresh_token")).await).await,
-        (StatusCode::UNAUTHORIZED, "sign_in_ended".into())
-    );
-}
-
-#[tokio::test]
-async fn a_bad_agent_in_the_config_file_stops_the_start_with_its_reason() {
-    for (table, want) in [
-        ("model = \"missing\"", "model"),
-        (
-            "model = \"missing\"\ntool_contracts = [\"x\"]",
-            "unknown field `tool_contracts`",
-        ),
-    ] {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("gatehouse.toml");
-        std::fs::write(
-            &path,
-            format!("[[agents]]\naddress = \"helpdesk\"\nname = \"H\"\n{table}\n"),
-        )
-        .unwrap();
-        let (db, _db_dir) = fresh_database().await;
-        let mut settings = gatehouse::config::Settings::for_database(&db);
-        settings.config_file = Some(path);
-        let err = match gatehouse::start(settings).await {
-            Ok(_) => panic!("the start must fail"),
-            Err(e) => e.to_string(),
-        };
-        assert!(
-            err.contains("agent helpdesk") && err.contains(want),
-            "{err}"
-        );
-    }
-}
-
-#[tokio::test]
-async fn openapi_lists_the_agent_and_sign_in_routes() {
-    let app = spawn_app().await;
-    let v = app.openapi().await;
-    for p in [
-        "/api/agent-tokens",
-        "/api/agent-tokens/refresh",
-        "/api/agent-tokens/mine",
-        "/api/agent-tokens/{device_id}",
-        "/api/admin/agents",
-        "/api/admin/agents/{address}",
-        "/api/admin/sign-ins",
-        "/api/admin/sign-ins/{device_id}",
-        "/v1/agents/{agent}/profile",
-    ] {
-        assert!(v["paths"].get(p).is_some(), "{p}");
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn renewal_races_across_two_servers_on_one_database_have_one_winner() {
     let app = spawn_app().await;
-    setup(&app).await;
+    two_agents(&app).await;
     let second = gatehouse::start(app.settings.clone())
         .await
         .expect("second server");
@@ -1256,7 +867,7 @@ async fn an_ending_on_one_server_is_seen_by_another_servers_cache() {
     if app.app().store.backend != gatehouse::store::Backend::Postgres {
         return; // One SQLite file serves one server; there is nobody to tell.
     }
-    setup(&app).await;
+    two_agents(&app).await;
     let second = gatehouse::start(app.settings.clone())
         .await
         .expect("second server");

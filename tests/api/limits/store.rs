@@ -1,6 +1,6 @@
-//! Issue 14, the shared parts: limiters and login throttles of several
-//! "servers" (each with its own connection pool, as separate processes
-//! have) on one real database. SQLite by default; PostgreSQL when
+//! The limiters and login throttles of several "servers" (each with its own
+//! connection pool, as separate processes have) on one real database: shared
+//! counts, day budgets that survive a restart, and servers cut off from it. SQLite by default; PostgreSQL when
 //! GATEHOUSE_TEST_DATABASE_URL is a postgres:// URL.
 
 use crate::common;
