@@ -5,6 +5,7 @@
 
 use crate::common;
 
+use common::scene::Scene;
 use common::*;
 use reqwest::header::{CONTENT_SECURITY_POLICY, LOCATION, SET_COOKIE};
 use reqwest::{Client, StatusCode};
@@ -322,30 +323,17 @@ const EVIL: &str = "<script>alert('x')</script><img src=x onerror=alert(1)>";
 
 #[tokio::test]
 async fn what_a_device_sends_is_shown_as_text() {
-    let app = spawn_app().await;
-    app.add_model("openai", "http://127.0.0.1:9/v1", "chat-1", "chat", "up")
-        .await;
-    let admin = app.admin_token().await;
-    let r = app
-        .post(
-            "/api/admin/agents",
-            &admin,
-            &json!({"address": "evil-agent", "name": "Evil", "model": "chat-1", "tool_contract": ["known"]}),
+    let scene = Scene::new()
+        .with_model("chat-1", "up")
+        .with_agent(
+            "evil-agent",
+            json!({"name": "Evil", "tool_contract": ["known"]}),
         )
+        .user("ann@example.com", EVIL)
+        .signed_in()
         .await;
-    assert_eq!(r.status(), StatusCode::CREATED);
-    let (_, ann) = app.user("ann@example.com").await;
-    let signed: Value = app
-        .post(
-            "/api/agent-tokens",
-            &ann,
-            &json!({"agent": "evil-agent", "device_label": EVIL}),
-        )
-        .await
-        .json()
-        .await
-        .unwrap();
-    let access = signed["access_token"].as_str().unwrap();
+    let app = &scene.app;
+    let access = scene.access.as_str();
     let r = app
         .put(
             "/v1/agents/evil-agent/manifest",
@@ -364,13 +352,13 @@ async fn what_a_device_sends_is_shown_as_text() {
         )
         .await;
     assert_eq!(r.status(), StatusCode::ACCEPTED);
-    let s = console_sign_in(&app, ADMIN_EMAIL, ADMIN_PASSWORD).await;
+    let s = console_sign_in(app, ADMIN_EMAIL, ADMIN_PASSWORD).await;
     for path in [
         "/console/admin/agents/evil-agent",
         "/console/admin/agents/evil-agent/events",
         "/console/admin/sign-ins",
     ] {
-        let (status, page) = get_page(&app, &s.cookie, path).await;
+        let (status, page) = get_page(app, &s.cookie, path).await;
         assert_eq!(status, StatusCode::OK, "{path}");
         assert!(
             !page.contains("<script>alert"),
@@ -484,34 +472,19 @@ async fn admin_sign_ins_list_every_live_one_newest_first_and_filters_by_user_and
 
 #[tokio::test]
 async fn ending_a_sign_in_in_the_console_refuses_its_token() {
-    let app = spawn_app().await;
-    app.add_model("openai", "http://127.0.0.1:9/v1", "chat-1", "chat", "up")
+    let scene = Scene::new()
+        .with_model("chat-1", "up")
+        .with_agent("agent-a", json!({"name": "A"}))
+        .user("ann@example.com", "laptop")
+        .signed_in()
         .await;
-    let admin = app.admin_token().await;
-    app.post(
-        "/api/admin/agents",
-        &admin,
-        &json!({"address": "agent-a", "name": "A", "model": "chat-1"}),
-    )
-    .await;
-    let (_, ann) = app.user("ann@example.com").await;
-    let v: Value = app
-        .post(
-            "/api/agent-tokens",
-            &ann,
-            &json!({"agent": "agent-a", "device_label": "laptop"}),
-        )
-        .await
-        .json()
-        .await
-        .unwrap();
-    let access = v["access_token"].as_str().unwrap();
-    let device = v["device_id"].as_str().unwrap();
-    let s = console_sign_in(&app, "ann@example.com", "user-password-1").await;
-    let (_, page) = get_page(&app, &s.cookie, "/console/sign-ins").await;
+    let app = &scene.app;
+    let (access, device) = (scene.access.as_str(), scene.device_id.as_str());
+    let s = console_sign_in(app, "ann@example.com", "user-password-1").await;
+    let (_, page) = get_page(app, &s.cookie, "/console/sign-ins").await;
     assert!(page.contains("laptop"));
     let r = post_form(
-        &app,
+        app,
         &s,
         &format!("/console/sign-ins/{device}/end"),
         None,

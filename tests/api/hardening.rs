@@ -8,8 +8,9 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::agent_chat::{agent, chat, sign_in};
-use common::models::{env, env_with, v1_error, Env};
+use common::agent_chat::{agent_scene, chat};
+use common::models::{env, env_with, v1_error};
+use common::scene::Scene;
 use common::{api_code, client};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -26,19 +27,22 @@ fn body_with_tools(tools: Value) -> Value {
     json!({"model": "x", "messages": [{"role": "user", "content": "hi"}], "tools": tools})
 }
 
-async fn held_agent(env: &Env, address: &str, upstream: &str) -> String {
-    agent(
-        env,
+/// The common scene with agent `address` holding every tool but `known`
+/// (auto tool mode) on `upstream`; the user's access token.
+async fn held_agent(address: &str, upstream: &str) -> (Scene, String) {
+    let env = agent_scene(
         address,
         upstream,
         json!({"tool_contract": ["known"], "default_tool_mode": "auto"}),
+        &format!("u@{address}.test"),
     )
     .await;
-    sign_in(env, &format!("u@{address}.test"), address).await
+    let token = env.access.clone();
+    (env, token)
 }
 
 /// The tools the admin list shows as held.
-async fn admin_tools(env: &Env, address: &str) -> Vec<Value> {
+async fn admin_tools(env: &Scene, address: &str) -> Vec<Value> {
     let r = env
         .app
         .get(&format!("/api/admin/agents/{address}/tools"), &env.admin)
@@ -50,8 +54,7 @@ async fn admin_tools(env: &Env, address: &str) -> Vec<Value> {
 
 #[tokio::test]
 async fn a_request_at_the_tool_cap_is_served_and_one_past_it_is_refused_without_effects() {
-    let env = env().await;
-    let token = held_agent(&env, "cap", "up-cap").await;
+    let (env, token) = held_agent("cap", "up-cap").await;
 
     let at = chat(&env, "cap", &token, &body_with_tools(tools(128, "t")), &[]).await;
     assert_eq!(at.status(), StatusCode::OK);
@@ -75,8 +78,7 @@ async fn a_request_at_the_tool_cap_is_served_and_one_past_it_is_refused_without_
 
 #[tokio::test]
 async fn ten_thousand_tools_are_refused_at_once() {
-    let env = env().await;
-    let token = held_agent(&env, "flood", "up-flood").await;
+    let (env, token) = held_agent("flood", "up-flood").await;
     let start = Instant::now();
     let r = chat(
         &env,
@@ -100,8 +102,7 @@ async fn ten_thousand_tools_are_refused_at_once() {
 
 #[tokio::test]
 async fn a_tool_name_outside_the_rule_is_refused_and_nothing_is_held() {
-    let env = env().await;
-    let token = held_agent(&env, "names", "up-names").await;
+    let (env, token) = held_agent("names", "up-names").await;
     for bad in ["<img src=x>", "", "a b", &"n".repeat(65)] {
         let body = body_with_tools(json!([{"type": "function", "function": {"name": bad}}]));
         let (status, err) = v1_error(chat(&env, "names", &token, &body, &[]).await).await;
@@ -115,8 +116,7 @@ async fn a_tool_name_outside_the_rule_is_refused_and_nothing_is_held() {
 
 #[tokio::test]
 async fn legacy_functions_are_refused_on_agent_chat() {
-    let env = env().await;
-    let token = held_agent(&env, "legacy", "up-legacy").await;
+    let (env, token) = held_agent("legacy", "up-legacy").await;
     let cases = [
         (
             json!({"messages": [{"role": "user", "content": "hi"}], "functions": [{"name": "f", "parameters": {}}]}),
@@ -265,12 +265,14 @@ async fn with_gatehouse_secret_the_database_holds_no_provider_key_and_no_signing
 
 #[tokio::test]
 async fn a_password_change_ends_login_tokens_and_sign_ins_issued_before_it() {
-    let env = env().await;
-    agent(&env, "pw", "up-pw", json!({})).await;
-    let (id, login) = env.app.user("pw@example.com").await;
-    let signed = env.app.sign_in(&login, "pw", "laptop").await;
-    let access = signed["access_token"].as_str().unwrap().to_string();
-    let refresh = signed["refresh_token"].as_str().unwrap().to_string();
+    let env = Scene::new()
+        .with_model("m-pw", "up-pw")
+        .with_agent("pw", json!({}))
+        .user("pw@example.com", "laptop")
+        .signed_in()
+        .await;
+    let (id, login) = (env.user_id.clone(), env.login.clone());
+    let (access, refresh) = (env.access.clone(), env.refresh.clone());
     assert_eq!(
         env.app.get("/api/users/me", &login).await.status(),
         StatusCode::OK
@@ -319,10 +321,14 @@ async fn a_password_change_ends_login_tokens_and_sign_ins_issued_before_it() {
 
 #[tokio::test]
 async fn a_sign_in_lives_at_most_its_maximum_age_however_often_renewed() {
-    let env = env_with(|s| s.sign_in_max_age = 8).await;
-    agent(&env, "aged", "up-aged", json!({})).await;
-    let (_, login) = env.app.user("aged@example.com").await;
-    let first = env.app.sign_in(&login, "aged", "phone").await;
+    let env = Scene::new()
+        .settings(|s| s.sign_in_max_age = 8)
+        .with_model("m-aged", "up-aged")
+        .with_agent("aged", json!({}))
+        .user("aged@example.com", "phone")
+        .signed_in()
+        .await;
+    let first = &env.tokens;
     assert!(first["expires_in"].as_i64().unwrap() <= 8);
     assert!(first["refresh_expires_in"].as_i64().unwrap() <= 8);
     let mut refresh = first["refresh_token"].as_str().unwrap().to_string();
@@ -461,15 +467,14 @@ async fn login_fields_are_bounded_before_any_hashing() {
 
 #[tokio::test]
 async fn pii_is_scanned_in_every_text_field_that_goes_upstream() {
-    let env = env().await;
-    agent(
-        &env,
+    let env = agent_scene(
         "scan",
         "up-scan",
         json!({"pii": {"mode": "redact"}, "default_tool_mode": "auto"}),
+        "scan@example.com",
     )
     .await;
-    let token = sign_in(&env, "scan@example.com", "scan").await;
+    let token = env.access.clone();
     let mail = "carol.secret@example.org";
     let body = json!({
         "messages": [

@@ -36,8 +36,8 @@ fn user(text: &str) -> Value {
 }
 
 /// What the gateway sent upstream for `upstream`, as raw text, one per request.
-fn sent(env: &Env, upstream: &str) -> Vec<String> {
-    env.stub
+fn sent(env: &impl Gateway, upstream: &str) -> Vec<String> {
+    env.stub()
         .requests_for_model(upstream)
         .into_iter()
         .map(|r| r.raw_body)
@@ -51,7 +51,7 @@ fn assert_absent(haystack: &str, what: &str) {
 }
 
 /// Waits for `n` usage records, then checks no found value is stored anywhere.
-async fn assert_nothing_stored(env: &Env, n: i64) {
+async fn assert_nothing_stored(env: &impl Gateway, n: i64) {
     poll(10, || async { (usage_count(env).await >= n).then_some(()) }).await;
     assert_absent(&stored_text(env).await, "the database");
 }
@@ -75,9 +75,14 @@ fn everywhere_body() -> Value {
 
 #[tokio::test]
 async fn redact_replaces_every_kind_in_every_place_and_nothing_comes_back() {
-    let env = env().await;
-    agent(&env, "redactor", "up-redact", pii("redact", false)).await;
-    let token = sign_in(&env, "ann@example.com", "redactor").await;
+    let env = agent_scene(
+        "redactor",
+        "up-redact",
+        pii("redact", false),
+        "ann@example.com",
+    )
+    .await;
+    let token = env.access.clone();
     let answer = chat_json(&env, "redactor", &token, &everywhere_body(), &[]).await;
 
     let up = &env.stub.requests_for_model("up-redact")[0];
@@ -121,9 +126,14 @@ async fn redact_replaces_every_kind_in_every_place_and_nothing_comes_back() {
 
 #[tokio::test]
 async fn redact_applies_to_streams_too() {
-    let env = env().await;
-    agent(&env, "redactor", "up-redact-s", pii("redact", false)).await;
-    let token = sign_in(&env, "ann@example.com", "redactor").await;
+    let env = agent_scene(
+        "redactor",
+        "up-redact-s",
+        pii("redact", false),
+        "ann@example.com",
+    )
+    .await;
+    let token = env.access.clone();
     let events = chat_stream(&env, "redactor", &token, &everywhere_body(), &[]).await;
     let chunks = data_messages(&events);
     assert_eq!(chunks.last(), Some(&json!("[DONE]")));
@@ -137,9 +147,14 @@ async fn redact_applies_to_streams_too() {
 
 #[tokio::test]
 async fn tokenize_sends_numbered_tokens_with_the_note_and_restores_the_answer() {
-    let env = env().await;
-    agent(&env, "tok", "up-tok", pii("tokenize_reversible", false)).await;
-    let token = sign_in(&env, "ann@example.com", "tok").await;
+    let env = agent_scene(
+        "tok",
+        "up-tok",
+        pii("tokenize_reversible", false),
+        "ann@example.com",
+    )
+    .await;
+    let token = env.access.clone();
     let text = format!(
         "Mail {EMAIL} and {EMAIL2}, then {EMAIL} again; call {PHONE}; card {CARD}; iban {IBAN}; ip {IP}; ssn {SSN}; key {GITHUB}; {TERM}."
     );
@@ -166,11 +181,10 @@ async fn tokenize_sends_numbered_tokens_with_the_note_and_restores_the_answer() 
 
 #[tokio::test]
 async fn the_note_follows_the_agents_instructions() {
-    let env = env().await;
     let mut extra = pii("tokenize_reversible", false);
     extra["instructions"] = json!("You help with billing.");
-    agent(&env, "tok", "up-tok-i", extra).await;
-    let token = sign_in(&env, "ann@example.com", "tok").await;
+    let env = agent_scene("tok", "up-tok-i", extra, "ann@example.com").await;
+    let token = env.access.clone();
     // No value found: no note.
     chat_json(&env, "tok", &token, &user("nothing personal here"), &[]).await;
     chat_json(&env, "tok", &token, &user(&format!("mail {EMAIL}")), &[]).await;
@@ -266,15 +280,14 @@ fn restored_mail_args() -> Vec<Value> {
 
 #[tokio::test]
 async fn tool_call_arguments_come_back_restored_plain_and_streamed() {
-    let env = env().await;
-    agent(
-        &env,
+    let env = agent_scene(
         "tok",
         "up-tok-tools",
         pii("tokenize_reversible", false),
+        "ann@example.com",
     )
     .await;
-    let token = sign_in(&env, "ann@example.com", "tok").await;
+    let token = env.access.clone();
     let text = format!("Mail {EMAIL} cc {EMAIL2}, card {CARD}, text {PHONE}");
     let auto = [("X-Service-Tool-Mode", "auto")];
 
@@ -335,9 +348,14 @@ async fn tool_call_arguments_come_back_restored_plain_and_streamed() {
 
 #[tokio::test]
 async fn approvals_keep_the_tokens_in_the_database_and_show_the_values_to_the_user() {
-    let env = env().await;
-    agent(&env, "tok", "up-tok-ask", pii("tokenize_reversible", false)).await;
-    let token = sign_in(&env, "ann@example.com", "tok").await;
+    let env = agent_scene(
+        "tok",
+        "up-tok-ask",
+        pii("tokenize_reversible", false),
+        "ann@example.com",
+    )
+    .await;
+    let token = env.access.clone();
     let text = format!("Mail {EMAIL} cc {EMAIL2}, card {CARD}, text {PHONE}");
     let ask = [("X-Service-Tool-Mode", "ask")];
     env.stub.script(
@@ -379,15 +397,14 @@ async fn approvals_keep_the_tokens_in_the_database_and_show_the_values_to_the_us
 
 #[tokio::test]
 async fn one_value_keeps_its_token_through_a_conversation_and_the_vault_is_sealed() {
-    let env = env().await;
-    agent(
-        &env,
+    let env = agent_scene(
         "tok",
         "up-tok-conv",
         pii("tokenize_reversible", false),
+        "ann@example.com",
     )
     .await;
-    let token = sign_in(&env, "ann@example.com", "tok").await;
+    let token = env.access.clone();
     let conv = |c: &'static str| [("X-Service-Conversation-Id", c)];
 
     let a = chat_json(
@@ -477,15 +494,14 @@ async fn one_value_keeps_its_token_through_a_conversation_and_the_vault_is_seale
 
 #[tokio::test]
 async fn another_user_in_the_same_conversation_id_gets_another_vault() {
-    let env = env().await;
-    agent(
-        &env,
+    let env = agent_scene(
         "tok",
         "up-tok-users",
         pii("tokenize_reversible", false),
+        "ann@example.com",
     )
     .await;
-    let ann = sign_in(&env, "ann@example.com", "tok").await;
+    let ann = env.access.clone();
     let bob = sign_in(&env, "bob@example.com", "tok").await;
     let conv = [("X-Service-Conversation-Id", "shared-id")];
     chat_json(&env, "tok", &ann, &user(&format!("mail {EMAIL}")), &conv).await;

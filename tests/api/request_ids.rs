@@ -5,7 +5,7 @@
 
 use crate::common;
 
-use common::agent_chat as agent_chat_support;
+use common::agent_chat::{self as agent_chat_support, Gateway};
 use common::models::*;
 use reqwest::Response;
 use serde_json::{json, Value};
@@ -30,8 +30,8 @@ fn answered_id(r: &Response) -> String {
 }
 
 /// The ids the stub received for requests naming `model`, in order.
-fn upstream_ids(env: &Env, model: &str) -> Vec<Option<String>> {
-    env.stub
+fn upstream_ids(env: &impl Gateway, model: &str) -> Vec<Option<String>> {
+    env.stub()
         .requests_for_model(model)
         .iter()
         .map(|r| r.header("x-request-id").map(str::to_string))
@@ -120,9 +120,10 @@ async fn without_a_client_id_the_upstream_gets_the_id_the_client_is_answered() {
 
 #[tokio::test]
 async fn agent_chat_sends_the_request_id_upstream() {
-    let env = env().await;
-    agent_chat_support::agent(&env, "rid-agent", "rid-up-agent", json!({})).await;
-    let token = agent_chat_support::sign_in(&env, "rid@example.com", "rid-agent").await;
+    let env =
+        agent_chat_support::agent_scene("rid-agent", "rid-up-agent", json!({}), "rid@example.com")
+            .await;
+    let token = env.access.clone();
     let body = json!({"messages": [{"role": "user", "content": "hello"}]});
     let r = agent_chat_support::chat(
         &env,

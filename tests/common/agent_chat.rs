@@ -1,12 +1,55 @@
 //! Support for the agent-chat tests (PII, AG-UI): an agent on the stub
 //! upstream, a signed-in user, chat requests with the agent headers, and the
-//! SSE stream split into OpenAI chunks and AG-UI events.
+//! SSE stream split into OpenAI chunks and AG-UI events. The helpers take the
+//! common [`Scene`] or, where a test also needs the model routes' providers
+//! and API key, the model-route [`Env`].
 
 use gatehouse::wire::sse::SseEvent;
+use gatehouse_stub_upstream::Stub;
 use reqwest::{Response, StatusCode};
 use serde_json::{json, Value};
 
 use super::models::{payloads, sse_events, Env};
+use super::scene::Scene;
+use super::TestApp;
+
+/// A gateway and its stub upstream: the common [`Scene`] or the model-route
+/// [`Env`], so the helpers below serve both.
+pub trait Gateway {
+    fn gateway(&self) -> &TestApp;
+    fn stub(&self) -> &Stub;
+}
+
+impl Gateway for Scene {
+    fn gateway(&self) -> &TestApp {
+        &self.app
+    }
+    fn stub(&self) -> &Stub {
+        &self.stub
+    }
+}
+
+impl Gateway for Env {
+    fn gateway(&self) -> &TestApp {
+        &self.app
+    }
+    fn stub(&self) -> &Stub {
+        &self.stub
+    }
+}
+
+/// The common scene as the agent-chat tests make it: chat model
+/// `m-<address>` on the stub's `upstream` model, the agent with `extra`
+/// fields (pii, tool_contract, default_tool_mode, ...), and `email` signed
+/// in to it on a "test device" (its access token is `scene.access`).
+pub async fn agent_scene(address: &str, upstream: &str, extra: Value, email: &str) -> Scene {
+    Scene::new()
+        .with_model(&format!("m-{address}"), upstream)
+        .with_agent(address, extra)
+        .user(email, "test device")
+        .signed_in()
+        .await
+}
 
 /// Creates chat model `m-<address>` on the stub's `upstream` model and the
 /// agent with `extra` fields (pii, tool_contract, default_tool_mode, ...).
@@ -17,28 +60,31 @@ pub async fn agent(env: &Env, address: &str, upstream: &str, extra: Value) {
 }
 
 /// A new user signed in to `address`; returns the agent access token.
-pub async fn sign_in(env: &Env, email: &str, address: &str) -> String {
-    let (_, login) = env.app.user(email).await;
+pub async fn sign_in(env: &impl Gateway, email: &str, address: &str) -> String {
+    let (_, login) = env.gateway().user(email).await;
     sign_in_as(env, &login, address).await
 }
 
-pub async fn sign_in_as(env: &Env, login: &str, address: &str) -> String {
-    let (access, _) = env.app.sign_in_access(login, address, "test device").await;
+pub async fn sign_in_as(env: &impl Gateway, login: &str, address: &str) -> String {
+    let (access, _) = env
+        .gateway()
+        .sign_in_access(login, address, "test device")
+        .await;
     access
 }
 
 /// POST /v1/agents/{address}/chat/completions with extra headers.
 pub async fn chat(
-    env: &Env,
+    env: &impl Gateway,
     address: &str,
     token: &str,
     body: &Value,
     headers: &[(&str, &str)],
 ) -> Response {
-    let mut req = env
-        .app
+    let app = env.gateway();
+    let mut req = app
         .client
-        .post(env.app.u(&format!("/v1/agents/{address}/chat/completions")))
+        .post(app.u(&format!("/v1/agents/{address}/chat/completions")))
         .bearer_auth(token)
         .json(body);
     for (k, v) in headers {
@@ -49,7 +95,7 @@ pub async fn chat(
 
 /// A chat answered with 200 and JSON.
 pub async fn chat_json(
-    env: &Env,
+    env: &impl Gateway,
     address: &str,
     token: &str,
     body: &Value,
@@ -64,7 +110,7 @@ pub async fn chat_json(
 
 /// A streamed chat: every SSE message.
 pub async fn chat_stream(
-    env: &Env,
+    env: &impl Gateway,
     address: &str,
     token: &str,
     body: &Value,
@@ -137,8 +183,8 @@ pub fn tool_calls_of(chunks: &[Value]) -> Vec<(String, String, String)> {
 
 /// Every text column the gateway writes about a chat, as one string:
 /// usage records, approvals, events, and the sealed vaults.
-pub async fn stored_text(env: &Env) -> String {
-    let pool = &env.app.app().store.pool;
+pub async fn stored_text(env: &impl Gateway) -> String {
+    let pool = &env.gateway().app().store.pool;
     let mut out = String::new();
     for q in [
         "SELECT COALESCE(user_id,'') || ' ' || COALESCE(agent,'') || ' ' || COALESCE(device_id,'') || ' ' || model || ' ' || kind || ' ' || COALESCE(conversation_id,'') || ' ' || COALESCE(turn_id,'') FROM usage_records",
@@ -159,9 +205,9 @@ pub async fn stored_text(env: &Env) -> String {
 }
 
 /// Number of usage records (the writer flushes in the background).
-pub async fn usage_count(env: &Env) -> i64 {
+pub async fn usage_count(env: &impl Gateway) -> i64 {
     sqlx::query_scalar("SELECT COUNT(*) FROM usage_records")
-        .fetch_one(&env.app.app().store.pool)
+        .fetch_one(&env.gateway().app().store.pool)
         .await
         .expect("count")
 }

@@ -2,16 +2,20 @@
 //! test (SQLite by default; PostgreSQL when GATEHOUSE_TEST_DATABASE_URL is a
 //! postgres:// URL of a server we may create databases on).
 //!
-//! Every test file declares `mod common;` and takes what it needs:
+//! Each test binary (`tests/api`, `tests/processes`, `tests/timing`) takes it
+//! in with `#[path = "../common/mod.rs"] mod common;` and uses what it needs:
 //! - here: starting a server in the test process ([`TestApp`]), users, login,
 //!   API keys, models, and reading the two error shapes;
+//! - [`scene`]: the common scene of agent tests in one line (an admin, a
+//!   model on the stub upstream, an agent, a user signed in on a device);
 //! - [`agents`]: agents and agent sign-in (tokens, renewal, profile);
 //! - [`procs`]: `gatehouse serve` processes and setup through their HTTP API;
 //! - [`models`]: a gateway with providers on the stub upstream, SSE reading;
 //! - [`agent_chat`]: agent chats on the stub upstream (PII, AG-UI);
 //! - [`stub`]: scripts for the stub upstream;
-//! - [`captured`]: a `gatehouse serve` process with its output captured.
-// Each test file uses a different part of this module.
+//! - [`captured`]: a `gatehouse serve` process with its output captured;
+//! - [`oidc`]: a real OpenID Connect provider and a browser stand-in (SSO).
+// Each test binary uses a different part of this module.
 #![allow(dead_code)]
 
 pub mod agent_chat;
@@ -20,6 +24,7 @@ pub mod captured;
 pub mod models;
 pub mod oidc;
 pub mod procs;
+pub mod scene;
 pub mod stub;
 
 use std::time::Duration;

@@ -6,7 +6,7 @@ use super::*;
 
 /// An env in ask mode whose upstream answers with calls of write_file,
 /// read_file and run.
-async fn approvals_env(tag: &str, f: impl FnOnce(&mut gatehouse::config::Settings)) -> Env {
+async fn approvals_env(tag: &str, f: impl FnOnce(&mut gatehouse::config::Settings)) -> Scene {
     let env = env_with(tag, json!({"default_tool_mode": "ask"}), f).await;
     env.manifest_ok(&std_manifest()).await;
     script_calls(
@@ -21,7 +21,7 @@ async fn approvals_env(tag: &str, f: impl FnOnce(&mut gatehouse::config::Setting
 }
 
 /// Asks once and returns the approvals of the answer by tool name.
-async fn ask(env: &Env) -> Vec<Value> {
+async fn ask(env: &Scene) -> Vec<Value> {
     let (v, _) = env
         .chat_ok(
             "ask",

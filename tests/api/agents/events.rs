@@ -214,7 +214,7 @@ async fn admin_event_listing_pages_with_a_cursor_and_filters_by_device() {
 }
 
 /// A page of events after `after`: (ids, cursors, next).
-async fn events_page(env: &Env, after: &str) -> (Vec<String>, Vec<i64>, Option<String>) {
+async fn events_page(env: &Scene, after: &str) -> (Vec<String>, Vec<i64>, Option<String>) {
     let v = env
         .admin_get(&format!("events?limit=7&after={after}"))
         .await;

@@ -1,6 +1,6 @@
-//! Agents and the routes of a signed-in agent app, by area. Here: the scene
-//! the agent-route tests share (a gateway, a stub upstream, one agent and a
-//! user signed in to it) and the bodies they send.
+//! Agents and the routes of a signed-in agent app, by area. Here: the common
+//! scene as the agent-route tests name it, what they do on it, and the bodies
+//! they send.
 
 mod admin;
 mod approvals;
@@ -15,73 +15,41 @@ use crate::common;
 use std::time::Duration;
 
 use common::models::{payloads, poll, sse_events};
+use common::scene::Scene;
 use common::stub::{calling, tool_call as call};
-use common::*;
-use gatehouse_stub_upstream::{Script, ScriptToolCall, Stub};
+use gatehouse_stub_upstream::{Script, ScriptToolCall};
 use reqwest::{Response, StatusCode};
 use serde_json::{json, Value};
 
 const DENIED_TEXT: &str = "The user denied this tool call.";
 
-/// A gateway, a stub upstream, a chat model on it, one agent and one user
-/// signed in to it on one device.
-struct Env {
-    app: TestApp,
-    stub: Stub,
-    admin: String,
-    address: String,
-    model_id: String,
-    upstream: String,
-    login: String,
-    access: String,
-    device_id: String,
-}
-
-async fn env(tag: &str, agent: Value) -> Env {
+/// The common scene (`common::scene`), named after `tag`: model `chat-<tag>`
+/// (upstream `Up/<tag>-7B`), agent `<tag>@acme` named `Agent <tag>`, with the
+/// fields of `agent`, and alice@example.com signed in on a laptop.
+async fn env(tag: &str, agent: Value) -> Scene {
     env_with(tag, agent, |_| {}).await
 }
 
-/// `tag` names the model, upstream model and agent; `agent` adds agent fields.
+/// [`env`] on a server with these settings.
 async fn env_with(
     tag: &str,
     agent: Value,
     f: impl FnOnce(&mut gatehouse::config::Settings),
-) -> Env {
-    let app = spawn_app_with(f).await;
-    let stub = Stub::start().await;
-    let model_id = format!("chat-{tag}");
-    let upstream = format!("Up/{tag}-7B");
-    app.add_model(
-        "openai",
-        &stub.openai_base_url(),
-        &model_id,
-        "chat",
-        &upstream,
-    )
-    .await;
-    let admin = app.admin_token().await;
-    let address = format!("{tag}@acme");
+) -> Scene {
     let mut fields = json!({"name": format!("Agent {tag}")});
     for (k, v) in agent.as_object().expect("agent fields").iter() {
         fields[k] = v.clone();
     }
-    app.add_agent(&admin, &address, &model_id, fields).await;
-    let (_, login) = app.user("alice@example.com").await;
-    let (access, device_id) = app.sign_in_access(&login, &address, "laptop").await;
-    Env {
-        app,
-        stub,
-        admin,
-        address,
-        model_id,
-        upstream,
-        login,
-        access,
-        device_id,
-    }
+    Scene::new()
+        .settings(f)
+        .with_model(&format!("chat-{tag}"), &format!("Up/{tag}-7B"))
+        .with_agent(&format!("{tag}@acme"), fields)
+        .signed_in()
+        .await
 }
 
-impl Env {
+/// What the agent-route tests do on the scene.
+impl Scene {
     /// Creates agent other@acme on the same model and signs the user in to
     /// it on a laptop; returns that access token.
     async fn other_agent(&self) -> String {
@@ -98,31 +66,6 @@ impl Env {
             .sign_in_access(&self.login, "other@acme", "laptop")
             .await;
         access
-    }
-
-    fn path(&self, rest: &str) -> String {
-        format!("/v1/agents/{}/{rest}", self.address)
-    }
-
-    fn admin_path(&self, rest: &str) -> String {
-        format!("/api/admin/agents/{}/{rest}", self.address)
-    }
-
-    async fn chat_as(&self, access: &str, headers: &[(&str, &str)], body: &Value) -> Response {
-        let mut req = self
-            .app
-            .client
-            .post(self.app.u(&self.path("chat/completions")))
-            .bearer_auth(access)
-            .json(body);
-        for (k, v) in headers {
-            req = req.header(*k, *v);
-        }
-        req.send().await.expect("chat")
-    }
-
-    async fn chat(&self, headers: &[(&str, &str)], body: &Value) -> Response {
-        self.chat_as(&self.access, headers, body).await
     }
 
     /// A chat in this tool mode that must succeed; returns the answer and
@@ -175,28 +118,6 @@ impl Env {
         self.app
             .post(&self.path(&format!("approvals/{id}")), access, body)
             .await
-    }
-
-    /// Bodies of the chat requests that reached the stub, in order.
-    fn sent(&self) -> Vec<Value> {
-        self.stub
-            .requests_for_model(&self.upstream)
-            .into_iter()
-            .map(|r| r.body)
-            .collect()
-    }
-
-    fn last_sent(&self) -> Value {
-        self.sent().pop().expect("a request reached the upstream")
-    }
-
-    /// The bytes of the last request the upstream got, as text.
-    fn last_sent_text(&self) -> String {
-        self.stub
-            .requests_for_model(&self.upstream)
-            .pop()
-            .expect("a request reached the upstream")
-            .raw_body
     }
 
     async fn admin_get(&self, rest: &str) -> Value {
@@ -311,7 +232,7 @@ async fn expect_error(r: Response, status: u16, code: &str) -> Value {
     e
 }
 
-fn script_calls(env: &Env, calls: Vec<ScriptToolCall>) {
+fn script_calls(env: &Scene, calls: Vec<ScriptToolCall>) {
     env.stub.script(&env.upstream, calling(calls));
 }
 
@@ -352,7 +273,7 @@ fn events(n: usize, prefix: &str) -> Value {
 const ALL_OFFERED: [&str; 4] = ["read_file", "write_file", "run", "undeclared"];
 
 /// A chat whose body is this exact text.
-async fn chat_raw(env: &Env, mode: &str, text: &str) -> Response {
+async fn chat_raw(env: &Scene, mode: &str, text: &str) -> Response {
     env.app
         .client
         .post(env.app.u(&env.path("chat/completions")))

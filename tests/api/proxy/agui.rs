@@ -12,6 +12,7 @@ use std::sync::Mutex;
 
 use common::agent_chat::*;
 use common::models::*;
+use common::scene::Scene;
 use common::stub::tool_call;
 use gatehouse::wire::sse::SseEvent;
 use gatehouse_stub_upstream::{Script, ScriptToolCall};
@@ -170,14 +171,15 @@ fn shape(sse: &[SseEvent]) -> Vec<Value> {
         .collect()
 }
 
-async fn setup(extra: Value) -> (Env, String) {
-    let env = env().await;
+/// The common scene with agent `helper` (auto tool mode unless `extra` says
+/// otherwise) on upstream `up-agui`, and ann@example.com's access token.
+async fn setup(extra: Value) -> (Scene, String) {
     let mut extra = extra;
     if extra.get("default_tool_mode").is_none() {
         extra["default_tool_mode"] = json!("auto");
     }
-    agent(&env, "helper", "up-agui", extra).await;
-    let token = sign_in(&env, "ann@example.com", "helper").await;
+    let env = agent_scene("helper", "up-agui", extra, "ann@example.com").await;
+    let token = env.access.clone();
     (env, token)
 }
 
