@@ -1,5 +1,5 @@
 //! Entry points for the `cargo fuzz` targets in `fuzz/` and for
-//! `tests/fuzz_corpora.rs`, which replays their corpora on stable Rust.
+//! `tests/api/fuzzing.rs`, which replays their corpora on stable Rust.
 //!
 //! Each function takes arbitrary bytes, runs the code that reads hostile
 //! input (the same public functions the server calls, in the same order),

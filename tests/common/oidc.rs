@@ -1,7 +1,6 @@
 //! A real OpenID Connect provider for the tests (tests/oidc/server.mjs, around
 //! the `oidc-provider` package), and a browser stand-in that keeps cookies and
 //! follows redirects by hand so a test can stop where it wants.
-#![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};

@@ -7,13 +7,12 @@
 //! OpenID Connect provider; scripts/test.sh does it).
 
 use crate::common;
-use crate::common::oidc as sso_support;
 
 use common::captured::{serve, stop, Api};
+use common::oidc::{pkce_pair, query_param, Browser, OidcProvider};
 use common::{ADMIN_EMAIL, ADMIN_PASSWORD};
 use gatehouse_stub_upstream::Stub;
 use serde_json::{json, Value};
-use sso_support::{pkce_pair, query_param, Browser, OidcProvider};
 
 const GATEHOUSE_SECRET: &str = "deployment-secret-7f3a9c2e5b8d1f4a6c0e9b2d";
 const PROVIDER_KEY: &str = "sk-provider-key-51c8e2a7d94b3f60";

@@ -319,7 +319,7 @@ def test_public_sso_routes_validate(check, gateway):
 
 
 # Routes not exercised above: the SSO admin routes need a reachable OpenID
-# Connect provider (tests/sso_flow.rs drives them), the callback a real
+# Connect provider (tests/api/sso/flow.rs drives them), the callback a real
 # authorization round trip.
 NOT_EXERCISED = {
     ("post", "/api/admin/sso"),

@@ -4,15 +4,14 @@
 //! hands the provider's answer to `Sso::callback` as the route will.
 
 use crate::common;
-use crate::common::oidc as sso_support;
 
 use std::time::Duration;
 
+use common::oidc::{pkce_pair, query_param, Browser, OidcProvider, CLIENT_ID, CLIENT_SECRET};
 use gatehouse::config::Settings;
 use gatehouse::secrets::Keyring;
 use gatehouse::sso::{AppRequest, CallbackParams, NewSsoProvider, SignedIn, Sso, SsoError};
 use gatehouse::store::Store;
-use sso_support::{pkce_pair, query_param, Browser, OidcProvider, CLIENT_ID, CLIENT_SECRET};
 
 const CALLBACK: &str = "http://127.0.0.1:1/api/auth/sso/corp/callback";
 

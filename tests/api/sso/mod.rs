@@ -7,12 +7,11 @@
 mod flow;
 
 use crate::common;
-use crate::common::oidc as sso_support;
 
+use common::oidc::{pkce_pair, query_param, Browser, OidcProvider, Stop, CLIENT_ID, CLIENT_SECRET};
 use common::*;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use sso_support::{pkce_pair, query_param, Browser, OidcProvider, Stop, CLIENT_ID, CLIENT_SECRET};
 
 const APP_REDIRECT: &str = "http://127.0.0.1:53682/callback";
 const AGENT: &str = "desk@corp";
