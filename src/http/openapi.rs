@@ -6,7 +6,7 @@
 //! schemas (JSON Schema 2020-12) and who needs a credential are written
 //! here, in one table, from the contract: most answers are built as JSON
 //! values, not typed structs, so there is nothing to derive them from.
-//! `tests/api/openapi.rs` checks that every route has its entry here, and
+//! `tests/api/http/openapi.rs` checks that every route has its entry here, and
 //! `tests/python/test_openapi.py` validates the document with
 //! `openapi-spec-validator` and real requests and answers against it.
 

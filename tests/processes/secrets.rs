@@ -1,6 +1,6 @@
 //! `GATEHOUSE_SECRET` as the binary reads it at start: 32 characters are
 //! enough, fewer stop it before it opens the database. (What the secret
-//! seals: `tests/api/hardening.rs`.)
+//! seals: `tests/api/http/hardening.rs`.)
 
 #[test]
 fn a_secret_of_exactly_32_characters_is_accepted() {

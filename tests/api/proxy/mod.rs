@@ -1,2 +1,3 @@
-mod agui;
+//! The chat relay: `/v1/chat/completions` to the upstream and back.
+
 mod chat;
