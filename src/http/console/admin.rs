@@ -705,10 +705,21 @@ pub async fn sign_ins(
         .filter(|s| !s.is_empty())
         .map(str::to_lowercase);
     let agent = q.agent.as_deref().map(str::trim).filter(|s| !s.is_empty());
+    // No e-mail holds a control character (and PostgreSQL refuses a NUL
+    // in text): such a filter finds no one, without asking the database.
     let found = match &email {
+        Some(e) if e.chars().any(char::is_control) => Some(None),
         Some(e) => Some(app.store.user_by_email(e).await?),
         None => None,
     };
+    if agent.is_some_and(|a| a.chars().any(char::is_control)) {
+        return Ok(page(
+            &user,
+            "Sign-ins",
+            "/console/admin/sign-ins",
+            html! { h1 { "Sign-ins" } p.error { "There is no agent with this address." } },
+        ));
+    }
     let body = match found {
         Some(None) => html! { h1 { "Sign-ins" } p.error { "There is no user with this e-mail." } },
         _ => {

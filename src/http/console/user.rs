@@ -315,6 +315,11 @@ pub async fn delete_key(
 /// A sign-ins page cursor: `created_at.device_id` of the last row shown.
 pub fn parse_cursor(s: Option<&str>) -> Option<(i64, String)> {
     let (t, d) = s?.split_once('.')?;
+    // A device id is plain text; anything else is no cursor (and a NUL would
+    // be refused by PostgreSQL).
+    if d.chars().any(char::is_control) {
+        return None;
+    }
     Some((t.parse().ok()?, d.to_string()))
 }
 
