@@ -243,22 +243,16 @@ async fn embeddings(
     auth: ApiKeyAuth,
     req: Request,
 ) -> Result<Response> {
-    let mut ticket = UsageTicket::new(&app.usage, key_context(&auth), "embeddings");
-    let prepared = async {
-        let (model, body) =
-            model_request(&app, &auth, req, ModelKind::Embeddings, &mut ticket).await?;
-        Ok::<_, Error>((model, EmbedRequest::from_body(body)?))
-    }
-    .await;
-    let (model, req) = recorded(&mut ticket, prepared)?;
     let app = &app;
-    Ok(
-        admitted(app, &key_subjects(&auth), ticket, |mut ticket| async move {
-            let result = retrieval::embed(&app.http, &model, req).await;
-            routed_response(&mut ticket, result)
-        })
-        .await,
+    retrieval_route(
+        app,
+        &auth,
+        req,
+        ModelKind::Embeddings,
+        EmbedRequest::from_body,
+        |model, req| async move { retrieval::embed(&app.http, &model, req).await },
     )
+    .await
 }
 
 /// Documents sorted by relevance to a query.
@@ -273,18 +267,44 @@ async fn embeddings(
         (status = 502, description = "upstream_unavailable, upstream_error"),
         (status = 504, description = "upstream_timeout")))]
 async fn rerank(State(app): State<AppState>, auth: ApiKeyAuth, req: Request) -> Result<Response> {
-    let mut ticket = UsageTicket::new(&app.usage, key_context(&auth), "scoring");
+    let app = &app;
+    retrieval_route(
+        app,
+        &auth,
+        req,
+        ModelKind::Scoring,
+        RerankRequest::from_body,
+        |model, req| async move { retrieval::rerank(&app.http, &model, req).await },
+    )
+    .await
+}
+
+/// An embeddings or rerank request, once for both: the ticket opened first,
+/// the body read and checked for `kind` (`parse`), admission, then `call`
+/// upstream and the answer recorded with who answered.
+async fn retrieval_route<B, T, F, Fut>(
+    app: &App,
+    auth: &ApiKeyAuth,
+    req: Request,
+    kind: ModelKind,
+    parse: fn(Map<String, Value>) -> Result<B>,
+    call: F,
+) -> Result<Response>
+where
+    T: serde::Serialize,
+    F: FnOnce(Arc<Model>, B) -> Fut,
+    Fut: std::future::Future<Output = Result<(T, Tokens, Answered)>>,
+{
+    let mut ticket = UsageTicket::new(&app.usage, key_context(auth), kind.as_str());
     let prepared = async {
-        let (model, body) =
-            model_request(&app, &auth, req, ModelKind::Scoring, &mut ticket).await?;
-        Ok::<_, Error>((model, RerankRequest::from_body(body)?))
+        let (model, body) = model_request(app, auth, req, kind, &mut ticket).await?;
+        Ok::<_, Error>((model, parse(body)?))
     }
     .await;
-    let (model, req) = recorded(&mut ticket, prepared)?;
-    let app = &app;
+    let (model, body) = recorded(&mut ticket, prepared)?;
     Ok(
-        admitted(app, &key_subjects(&auth), ticket, |mut ticket| async move {
-            let result = retrieval::rerank(&app.http, &model, req).await;
+        admitted(app, &key_subjects(auth), ticket, |mut ticket| async move {
+            let result = call(model, body).await;
             routed_response(&mut ticket, result)
         })
         .await,
