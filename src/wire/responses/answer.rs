@@ -1,0 +1,289 @@
+//! A chat answer made into a Responses answer (contract, "Bridge: chat
+//! answer → Responses answer"), and the pieces the stream shares with it:
+//! the response object, output items, usage.
+
+use serde_json::{json, Map, Value};
+
+use crate::usage::{estimate_tokens, Tokens};
+use crate::wire::chat::completion_chars;
+use crate::wire::responses::new_id;
+
+/// What the answer echoes of the request, and what the bridge needs to
+/// shape the answer (the custom tools, the prompt estimate).
+#[derive(Clone, Debug, Default)]
+pub struct Echo {
+    fields: Map<String, Value>,
+    /// Names of the request's custom tools.
+    pub custom: Vec<String>,
+    /// The usage record's prompt estimate, for an upstream without usage.
+    pub prompt_estimate: i64,
+}
+
+impl Echo {
+    /// `body`: the Responses request (as it went upstream); `prompt_chars`:
+    /// the characters of the chat prompt (the usage record's estimate).
+    pub fn of(body: &Map<String, Value>, custom: Vec<String>, prompt_chars: usize) -> Echo {
+        let mut fields = Map::new();
+        let defaults = [
+            ("instructions", Value::Null),
+            ("tools", json!([])),
+            ("tool_choice", json!("auto")),
+            ("parallel_tool_calls", json!(true)),
+            ("temperature", Value::Null),
+            ("top_p", Value::Null),
+            ("max_output_tokens", Value::Null),
+            ("metadata", json!({})),
+            ("text", json!({"format": {"type": "text"}})),
+            ("reasoning", Value::Null),
+        ];
+        for (k, default) in defaults {
+            let v = body
+                .get(k)
+                .filter(|v| !v.is_null())
+                .cloned()
+                .unwrap_or(default);
+            fields.insert(k.into(), v);
+        }
+        Echo {
+            fields,
+            custom,
+            prompt_estimate: estimate_tokens(prompt_chars),
+        }
+    }
+
+    pub fn is_custom(&self, name: &str) -> bool {
+        self.custom.iter().any(|c| c == name)
+    }
+}
+
+/// The id, creation time and model of one response (the same in every
+/// event of a stream and in its final object).
+#[derive(Clone, Debug)]
+pub struct ResponseMeta {
+    pub id: String,
+    pub created_at: i64,
+    pub model: String,
+}
+
+impl ResponseMeta {
+    pub fn new(model: &str) -> ResponseMeta {
+        ResponseMeta {
+            id: new_id("resp_"),
+            created_at: crate::store::now_ms() / 1000,
+            model: model.to_string(),
+        }
+    }
+}
+
+/// The status and `incomplete_details` for a chat `finish_reason`.
+pub fn status_of(finish_reason: Option<&str>) -> (&'static str, Value) {
+    match finish_reason {
+        Some("length") => ("incomplete", json!({"reason": "max_output_tokens"})),
+        Some("content_filter") => ("incomplete", json!({"reason": "content_filter"})),
+        _ => ("completed", Value::Null),
+    }
+}
+
+/// Responses usage from a chat `usage` object, else from the estimate.
+pub fn usage_of(chat_usage: Option<&Value>, estimate: Tokens) -> Value {
+    let get = |path: &str| {
+        chat_usage
+            .and_then(|u| u.pointer(path))
+            .and_then(Value::as_i64)
+    };
+    let (input, output) = match (get("/prompt_tokens"), get("/completion_tokens")) {
+        (None, None) => (estimate.prompt, estimate.completion),
+        (p, c) => (p.unwrap_or(0), c.unwrap_or(0)),
+    };
+    json!({
+        "input_tokens": input,
+        "input_tokens_details": {"cached_tokens": get("/prompt_tokens_details/cached_tokens").unwrap_or(0)},
+        "output_tokens": output,
+        "output_tokens_details": {"reasoning_tokens": get("/completion_tokens_details/reasoning_tokens").unwrap_or(0)},
+        "total_tokens": input + output,
+    })
+}
+
+/// The whole response object.
+pub fn response_object(
+    meta: &ResponseMeta,
+    echo: &Echo,
+    status: &str,
+    output: Vec<Value>,
+    usage: Value,
+    incomplete_details: Value,
+    error: Value,
+) -> Value {
+    let mut o = Map::new();
+    o.insert("id".into(), json!(meta.id));
+    o.insert("object".into(), json!("response"));
+    o.insert("created_at".into(), json!(meta.created_at));
+    o.insert("status".into(), json!(status));
+    o.insert("model".into(), json!(meta.model));
+    o.insert("output".into(), Value::Array(output));
+    o.insert("usage".into(), usage);
+    o.insert("incomplete_details".into(), incomplete_details);
+    o.insert("error".into(), error);
+    o.insert("store".into(), json!(false));
+    o.insert("previous_response_id".into(), Value::Null);
+    for (k, v) in &echo.fields {
+        o.insert(k.clone(), v.clone());
+    }
+    Value::Object(o)
+}
+
+/// A finished text item.
+pub fn message_item(id: &str, text: &str, status: &str) -> Value {
+    json!({"type": "message", "id": id, "status": status, "role": "assistant",
+           "content": [{"type": "output_text", "text": text, "annotations": []}]})
+}
+
+/// The `input` string of a custom tool's arguments (`{"input": ...}`), else
+/// the raw arguments.
+pub fn custom_input(arguments: &str) -> String {
+    serde_json::from_str::<Value>(arguments)
+        .ok()
+        .and_then(|v| v.get("input").and_then(Value::as_str).map(str::to_string))
+        .unwrap_or_else(|| arguments.to_string())
+}
+
+/// A finished tool-call item: a `custom_tool_call` when `name` is a custom
+/// tool of the request, else a `function_call`.
+pub fn call_item(
+    echo: &Echo,
+    item_id: Option<&str>,
+    call_id: &str,
+    name: &str,
+    arguments: &str,
+) -> Value {
+    if echo.is_custom(name) {
+        let id = item_id.map_or_else(|| new_id("ctc_"), str::to_string);
+        json!({"type": "custom_tool_call", "id": id, "call_id": call_id, "name": name,
+               "input": custom_input(arguments), "status": "completed"})
+    } else {
+        let id = item_id.map_or_else(|| new_id("fc_"), str::to_string);
+        json!({"type": "function_call", "id": id, "call_id": call_id, "name": name,
+               "arguments": arguments, "status": "completed"})
+    }
+}
+
+/// A plain chat answer (its `model` already the alias) as a Responses
+/// answer.
+pub fn from_chat(chat: &Value, meta: &ResponseMeta, echo: &Echo) -> Value {
+    let choice = chat.pointer("/choices/0");
+    let message = choice.and_then(|c| c.get("message"));
+    let mut output = Vec::new();
+    if let Some(text) = message
+        .and_then(|m| m.get("content"))
+        .and_then(Value::as_str)
+        .filter(|t| !t.is_empty())
+    {
+        output.push(message_item(&new_id("msg_"), text, "completed"));
+    }
+    for call in message
+        .and_then(|m| m.get("tool_calls"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let s = |p: &str| call.pointer(p).and_then(Value::as_str).unwrap_or("");
+        output.push(call_item(
+            echo,
+            None,
+            s("/id"),
+            s("/function/name"),
+            s("/function/arguments"),
+        ));
+    }
+    let finish = choice
+        .and_then(|c| c.get("finish_reason"))
+        .and_then(Value::as_str);
+    let (status, incomplete) = status_of(finish);
+    let completion = chat
+        .as_object()
+        .map(|o| completion_chars(o, "message"))
+        .unwrap_or(0);
+    let estimate = Tokens {
+        prompt: echo.prompt_estimate,
+        completion: estimate_tokens(completion),
+    };
+    let usage = usage_of(chat.get("usage"), estimate);
+    response_object(meta, echo, status, output, usage, incomplete, Value::Null)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn echo() -> Echo {
+        let body =
+            json!({"tools": [{"type": "custom", "name": "apply_patch"}], "temperature": 0.1});
+        Echo::of(body.as_object().unwrap(), vec!["apply_patch".into()], 40)
+    }
+
+    fn meta() -> ResponseMeta {
+        ResponseMeta {
+            id: "resp_1".into(),
+            created_at: 7,
+            model: "alias".into(),
+        }
+    }
+
+    #[test]
+    fn text_and_calls_become_output_items_in_order() {
+        let chat = json!({"model": "alias", "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+            "role": "assistant", "content": "let me",
+            "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "exec", "arguments": "{\"a\":1}"}},
+                {"id": "call_2", "type": "function", "function": {"name": "apply_patch", "arguments": "{\"input\":\"*** Begin\"}"}}
+            ]}}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 2}}});
+        let r = from_chat(&chat, &meta(), &echo());
+        assert_eq!(r["id"], "resp_1");
+        assert_eq!(r["object"], "response");
+        assert_eq!(r["status"], "completed");
+        assert_eq!(r["model"], "alias");
+        assert_eq!(r["output"][0]["content"][0]["text"], "let me");
+        assert_eq!(r["output"][1]["type"], "function_call");
+        assert_eq!(r["output"][1]["call_id"], "call_1");
+        assert!(r["output"][1]["id"].as_str().unwrap().starts_with("fc_"));
+        assert_eq!(r["output"][2]["type"], "custom_tool_call");
+        assert_eq!(r["output"][2]["input"], "*** Begin");
+        assert_eq!(
+            r["usage"],
+            json!({"input_tokens": 5, "input_tokens_details": {"cached_tokens": 2}, "output_tokens": 3,
+                   "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 8})
+        );
+        assert_eq!(r["temperature"], 0.1);
+        assert_eq!(r["tool_choice"], "auto");
+        assert_eq!(r["parallel_tool_calls"], true);
+        assert_eq!(r["text"], json!({"format": {"type": "text"}}));
+        assert_eq!(r["store"], false);
+        assert_eq!(r["error"], Value::Null);
+    }
+
+    #[test]
+    fn length_and_filter_are_incomplete_and_no_usage_is_estimated() {
+        for (reason, why) in [
+            ("length", "max_output_tokens"),
+            ("content_filter", "content_filter"),
+        ] {
+            let chat =
+                json!({"choices": [{"finish_reason": reason, "message": {"content": "abcdefgh"}}]});
+            let r = from_chat(&chat, &meta(), &echo());
+            assert_eq!(r["status"], "incomplete");
+            assert_eq!(r["incomplete_details"]["reason"], why);
+            assert_eq!(r["usage"]["input_tokens"], 10);
+            assert_eq!(r["usage"]["output_tokens"], 2);
+        }
+        let empty = json!({"choices": [{"finish_reason": "stop", "message": {"content": ""}}]});
+        assert_eq!(from_chat(&empty, &meta(), &echo())["output"], json!([]));
+    }
+
+    #[test]
+    fn custom_input_falls_back_to_the_raw_arguments() {
+        assert_eq!(custom_input("{\"input\":\"x\"}"), "x");
+        assert_eq!(custom_input("not json"), "not json");
+        assert_eq!(custom_input("{\"other\":1}"), "{\"other\":1}");
+    }
+}
