@@ -546,6 +546,7 @@ mod tests {
             api_key: None,
             timeout_s: 5,
             created_at: 0,
+            responses: "bridge".into(),
         };
         let m = |id: &str, kind: &str| ModelRow {
             id: id.into(),

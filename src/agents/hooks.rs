@@ -53,6 +53,9 @@ pub struct AgentHooks {
     agui: Option<AgUi>,
     started: bool,
     meta: Map<String, Value>,
+    /// Tools whose calls carry `{"input": ...}` (Responses custom tools):
+    /// their approvals show the input.
+    custom: Vec<String>,
 }
 
 fn agui_frame(ev: Value) -> SseFrame {
@@ -73,7 +76,15 @@ impl AgentHooks {
             agui,
             started: false,
             meta: Map::new(),
+            custom: Vec::new(),
         }
+    }
+
+    /// Names the request's custom tools (Responses): an approval for a call
+    /// of one carries its `input` as its arguments.
+    pub fn with_custom_tools(mut self, names: Vec<String>) -> AgentHooks {
+        self.custom = names;
+        self
     }
 
     fn needs_approval(&self, tool: &str) -> bool {
@@ -103,7 +114,11 @@ impl AgentHooks {
                 device_id: self.ctx.device_id.clone(),
                 tool_call_id: c.id.clone(),
                 tool: c.name.clone(),
-                arguments: c.arguments.clone(),
+                arguments: if self.custom.contains(&c.name) {
+                    crate::wire::responses::answer::custom_input(&c.arguments)
+                } else {
+                    c.arguments.clone()
+                },
                 status: "pending".into(),
                 reason: None,
                 conversation_id: self.ctx.conversation_id.clone(),

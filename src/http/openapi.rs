@@ -221,7 +221,15 @@ fn schemas() -> Map<String, Value> {
     let provider_props = json!({
         "name": string(), "type": one_of(&["openai", "tei", "cohere"]), "base_url": string(),
         "timeout_s": {"type": "integer", "minimum": 1},
+        "responses": one_of(&["bridge", "native"]),
     });
+    let mut provider_patch = json!({"type": "object", "description": "Any fields of a provider but name and type.",
+        "properties": provider_props.clone()});
+    if let Some(p) = provider_patch["properties"].as_object_mut() {
+        p.remove("name");
+        p.remove("type");
+        p.insert("api_key".into(), or_null(string()));
+    }
     let mut new_provider = object(&["name", "type", "base_url"], provider_props.clone());
     new_provider["properties"]["api_key"] = or_null(string());
     let mut provider = object(&["name", "type", "base_url"], provider_props);
@@ -375,6 +383,7 @@ fn schemas() -> Map<String, Value> {
         ("ApiKey", api_key),
         ("NewApiKeyAnswer", new_api_key),
         ("NewProvider", new_provider),
+        ("ProviderPatch", provider_patch),
         ("Provider", provider),
         ("Target", target),
         ("TargetState", target_state),
@@ -555,6 +564,32 @@ fn schemas() -> Map<String, Value> {
             }),
         ),
         (
+            "ResponsesRequest",
+            json!({
+                "type": "object", "required": ["input"],
+                "description": "The OpenAI Responses body (stateless: the whole conversation in `input`); see the contract's section for what the bridge reads, native providers get it unchanged but `model`.",
+                "properties": {"model": string(), "input": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "object"}}]},
+                    "instructions": or_null(string()), "stream": or_null(boolean()), "tools": array(json!({"type": "object"})),
+                    "tool_choice": {"anyOf": [{"type": "string"}, {"type": "object"}]}, "parallel_tool_calls": or_null(boolean()),
+                    "max_output_tokens": or_null(json!({"type": "integer", "minimum": 1})), "temperature": or_null(json!({"type": "number"})),
+                    "top_p": or_null(json!({"type": "number"})), "reasoning": or_null(json!({"type": "object"})),
+                    "text": or_null(json!({"type": "object"})), "user": or_null(string()), "safety_identifier": or_null(string()),
+                    "store": or_null(boolean())},
+            }),
+        ),
+        (
+            "Response",
+            json!({
+                "type": "object", "required": ["id", "object", "status", "model", "output"],
+                "properties": {"id": string(), "object": one_of(&["response"]), "created_at": int(),
+                    "status": one_of(&["completed", "incomplete", "failed", "in_progress"]), "model": string(),
+                    "output": array(json!({"type": "object"})),
+                    "usage": or_null(json!({"type": "object", "properties": {"input_tokens": int(), "output_tokens": int(), "total_tokens": int()}})),
+                    "incomplete_details": or_null(json!({"type": "object"})), "error": or_null(json!({"type": "object"})),
+                    "approvals": array(r("Approval"))},
+            }),
+        ),
+        (
             "EmbeddingsRequest",
             json!({
                 "type": "object", "required": ["model", "input"],
@@ -654,6 +689,15 @@ fn bodies(method: &str, path: &str) -> Option<Bodies> {
         ("get", "/api/admin/providers") => b(None, list("Provider")),
         ("get", "/api/admin/providers/{name}") => b(None, ok("Provider")),
         ("delete", "/api/admin/providers/{name}") => b(None, none()),
+        ("patch", "/api/admin/providers/{name}") => b(req("ProviderPatch"), ok("Provider")),
+        ("post", "/v1/responses") | ("post", "/v1/agents/{agent}/responses") => {
+            b(req("ResponsesRequest"), ok("Response"))
+        }
+        // Nothing is stored: these answer 404 response_not_found only.
+        ("get", "/v1/responses/{id}")
+        | ("delete", "/v1/responses/{id}")
+        | ("get", "/v1/responses/{id}/input_items")
+        | ("post", "/v1/responses/{id}/cancel") => b(None, None),
         ("post", "/api/admin/models") => b(req("NewModel"), created("Model")),
         ("get", "/api/admin/models") => b(None, list("Model")),
         ("get", "/api/admin/models/{id}") => b(None, ok("Model")),

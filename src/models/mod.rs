@@ -90,8 +90,36 @@ pub struct Provider {
     pub base_url: String,
     pub api_key: Option<String>,
     pub timeout_s: u64,
+    /// How Responses requests reach it (`openai` providers).
+    pub responses: ResponsesMode,
     /// What every request to it carries, made once instead of per request.
     pub wire: Wire,
+}
+
+/// How a provider answers Responses requests (`/v1/responses`): translated
+/// to chat completions (`bridge`, the default) or passed to its own
+/// `/responses` (`native`). Only `openai` providers take `native`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ResponsesMode {
+    #[default]
+    Bridge,
+    Native,
+}
+
+impl ResponsesMode {
+    pub fn parse(s: &str) -> Option<ResponsesMode> {
+        match s {
+            "bridge" => Some(ResponsesMode::Bridge),
+            "native" => Some(ResponsesMode::Native),
+            _ => None,
+        }
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResponsesMode::Bridge => "bridge",
+            ResponsesMode::Native => "native",
+        }
+    }
 }
 
 /// A provider's upstream URLs (parsed once each: parsing a URL with its host
@@ -221,6 +249,7 @@ impl CatalogSnapshot {
                     base_url: p.base_url.trim_end_matches('/').to_string(),
                     api_key: p.api_key,
                     timeout_s: p.timeout_s.max(1) as u64,
+                    responses: ResponsesMode::parse(&p.responses).unwrap_or_default(),
                     name: p.name,
                     wire: Wire::default(),
                 }))
@@ -433,6 +462,10 @@ pub struct NewProvider {
     pub api_key: Option<String>,
     #[serde(default)]
     pub timeout_s: Option<i64>,
+    /// `bridge` (default) or `native`: how Responses requests reach an
+    /// `openai` provider; refused on other types.
+    #[serde(default)]
+    pub responses: Option<String>,
 }
 
 pub const DEFAULT_TIMEOUT_S: i64 = 120;
@@ -474,6 +507,21 @@ impl NewProvider {
                 "'timeout_s' must be between 1 and 3600 seconds.",
             ));
         }
+        let responses = match (&self.responses, kind) {
+            (None, _) => ResponsesMode::Bridge,
+            (Some(r), ProviderType::Openai) => ResponsesMode::parse(r).ok_or_else(|| {
+                Error::validation("responses", "'responses' must be bridge or native.")
+            })?,
+            (Some(_), _) => {
+                return Err(Error::validation(
+                    "responses",
+                    format!(
+                    "'responses' is a setting of openai providers; a {} provider does not take it.",
+                    kind.as_str()
+                ),
+                ))
+            }
+        };
         Ok(ProviderRow {
             name: self.name.clone(),
             kind: kind.as_str().to_string(),
@@ -481,6 +529,7 @@ impl NewProvider {
             api_key: self.api_key.clone().filter(|k| !k.is_empty()),
             timeout_s: timeout,
             created_at: 0,
+            responses: responses.as_str().to_string(),
         })
     }
 }

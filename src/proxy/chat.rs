@@ -144,6 +144,53 @@ pub trait ChatHooks: Send + 'static {
         let _ = error;
         Vec::new()
     }
+
+    // The inbound-dialect seam: hooks that answer the client in another
+    // dialect than chat (`crate::proxy::responses`) end streams themselves,
+    // and may send some targets the client's own dialect (native mode).
+
+    /// Whether a stream ends in the chat grammar: `data: [DONE]`, and after
+    /// a failure an OpenAI error message. Hooks of another dialect say no
+    /// and write their dialect's end in `on_stream_end`/`on_stream_error`.
+    const CHAT_STREAM_END: bool = true;
+
+    /// This attempt's request in the client's own dialect, when its target
+    /// speaks it (a path under `base_url` and the body for
+    /// `upstream_model`; `alias` names the answering model), else None: the
+    /// attempt sends chat. The answer then goes through `on_native_answer`
+    /// or `on_native_event` instead of the chat hooks.
+    fn native_request(
+        &mut self,
+        provider: &Provider,
+        upstream_model: &str,
+        alias: &str,
+    ) -> Option<Result<(&'static str, Bytes), Error>> {
+        let _ = (provider, upstream_model, alias);
+        None
+    }
+
+    /// A plain native answer: what goes to the client and its tokens (None:
+    /// estimated); `Err` says what was wrong with it.
+    fn on_native_answer(&mut self, answer: &[u8]) -> Result<(Bytes, Option<Tokens>), String> {
+        let _ = answer;
+        Err("no native dialect".into())
+    }
+
+    /// One native stream event: what goes to the client (None: nothing);
+    /// `Err` says what was wrong with it.
+    fn on_native_event(&mut self, event: &SseEvent) -> Result<Option<NativeEvent>, String> {
+        let _ = event;
+        Err("no native dialect".into())
+    }
+}
+
+/// One relayed event of a native stream (see [`ChatHooks::on_native_event`]).
+pub struct NativeEvent {
+    pub frame: SseFrame,
+    /// The event ends the answer.
+    pub terminal: bool,
+    /// Tokens the event reports.
+    pub tokens: Option<Tokens>,
 }
 
 /// No extra behaviour (`/v1/chat/completions`).
@@ -244,19 +291,20 @@ pub async fn relay<H: ChatHooks>(
             attempts: attempts.made(),
         };
         let deadline = upstream::deadline(&target.provider);
-        let bytes = match adapter.chat_request(template.for_model(&target.upstream_model)) {
-            Ok(b) => b,
+        let native = hooks.native_request(&target.provider, &target.upstream_model, &answering.id);
+        let is_native = native.is_some();
+        let sent = match native {
+            Some(n) => n,
+            None => adapter
+                .chat_request(template.for_model(&target.upstream_model))
+                .map(|b| (adapter.chat_path(), b)),
+        };
+        let (path, bytes) = match sent {
+            Ok(s) => s,
             Err(e) => return failed(ticket, answered.mark(e)),
         };
         let mut attempt = Attempt::start("chat", &target.provider, &target.upstream_model);
-        let sent = upstream::post(
-            client,
-            &target.provider,
-            adapter.chat_path(),
-            bytes,
-            stream,
-            deadline,
-        );
+        let sent = upstream::post(client, &target.provider, path, bytes, stream, deadline);
         let resp = match attempt.scope(sent).await {
             Ok(r) => {
                 attempt.status(r.status());
@@ -276,8 +324,16 @@ pub async fn relay<H: ChatHooks>(
             // Hooks that edit answers get a JSON tree; otherwise the bytes pass
             // with `model` spliced in.
             let read = upstream::read_body(&target.provider, resp, deadline).await;
-            let answer = match read.and_then(|b| in_chat(adapter, b)) {
+            // A native answer is in the client's dialect already.
+            let read = if is_native {
+                read
+            } else {
+                read.and_then(|b| in_chat(adapter, b))
+            };
+            let answer = match read {
                 Err(e) => Err(e),
+                Ok(bytes) if is_native => native_answer(&mut hooks, &bytes, prompt_estimate)
+                    .map(|(b, tokens)| (RelayedBody::Raw(b), tokens)),
                 Ok(bytes) if hooks.edits_answer(&bytes) => {
                     answer_tree(&bytes, &answering.id, prompt_estimate, &mut attempt)
                         .map(|(v, tokens)| (RelayedBody::Answer(v), tokens))
@@ -334,6 +390,7 @@ pub async fn relay<H: ChatHooks>(
             phase: Phase::Streaming,
             ticket: Some(ticket),
             attempt,
+            native: is_native,
         };
         // Named before the first step, which may already end the stream.
         if let Some(t) = relay.ticket.as_mut() {
@@ -400,6 +457,22 @@ pub async fn relay<H: ChatHooks>(
         ticket,
         last.unwrap_or_else(|| Error::internal("the model has no target")),
     )
+}
+
+/// A plain native answer through the hooks; tokens estimated when it has none.
+fn native_answer<H: ChatHooks>(
+    hooks: &mut H,
+    bytes: &[u8],
+    prompt_estimate: i64,
+) -> Result<(Bytes, Tokens), AttemptError> {
+    let (b, tokens) = hooks
+        .on_native_answer(bytes)
+        .map_err(|what| AttemptError::new(Failure::BadAnswer, upstream::bad_answer(what)))?;
+    let tokens = tokens.unwrap_or(Tokens {
+        prompt: prompt_estimate,
+        completion: 0,
+    });
+    Ok((b, tokens))
 }
 
 /// A plain answer of the upstream in chat terms (its adapter's translation).
@@ -550,6 +623,9 @@ struct StreamRelay<H> {
     /// Always Some while the relay runs (see `hooks`).
     ticket: Option<UsageTicket>,
     attempt: Attempt,
+    /// The upstream speaks the client's dialect: events go through
+    /// [`ChatHooks::on_native_event`].
+    native: bool,
 }
 
 impl<H> StreamRelay<H> {
@@ -654,8 +730,10 @@ impl<H> StreamRelay<H> {
                 f.write_to(&mut out);
             }
         }
-        SseFrame::json(&e.openai_body()).write_to(&mut out);
-        out.extend_from_slice(DONE);
+        if H::CHAT_STREAM_END {
+            SseFrame::json(&e.openai_body()).write_to(&mut out);
+            out.extend_from_slice(DONE);
+        }
         self.finish(e.status());
         self.phase = Phase::Done;
         self.upstream = Box::pin(futures_util::stream::empty());
@@ -720,6 +798,28 @@ impl<H: ChatHooks> StreamRelay<H> {
                 Next::End if self.saw_finish => return Ok(Step::Out(self.end().await)),
                 Next::End => return Err(self.fault(Failure::CutOff, cut_off())),
             };
+            if self.native {
+                self.read_event = true;
+                let relayed = match self.hooks.as_mut() {
+                    Some(h) => h.on_native_event(&ev),
+                    None => Ok(None),
+                };
+                match relayed {
+                    Err(what) => {
+                        let e = upstream::bad_answer(what);
+                        return Err(self.fault(Failure::BadAnswer, e));
+                    }
+                    Ok(None) => continue,
+                    Ok(Some(n)) => {
+                        self.saw_finish |= n.terminal;
+                        if let Some(t) = n.tokens {
+                            self.usage = Some(serde_json::json!({
+                                "prompt_tokens": t.prompt, "completion_tokens": t.completion}));
+                        }
+                        return Ok(Step::Out(n.frame.to_bytes()));
+                    }
+                }
+            }
             if let Some(name) = ev.event.as_deref() {
                 if name == "error" {
                     let v: Value = serde_json::from_str(&ev.data).unwrap_or(Value::Null);
@@ -823,7 +923,9 @@ impl<H: ChatHooks> StreamRelay<H> {
                 f.write_to(&mut out);
             }
         }
-        out.extend_from_slice(DONE);
+        if H::CHAT_STREAM_END {
+            out.extend_from_slice(DONE);
+        }
         self.finish(200);
         self.phase = Phase::Draining;
         Bytes::from(out)

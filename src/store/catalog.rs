@@ -11,6 +11,8 @@ pub struct ProviderRow {
     pub api_key: Option<String>,
     pub timeout_s: i64,
     pub created_at: i64,
+    /// `bridge` or `native` (Responses requests; `openai` providers).
+    pub responses: String,
 }
 
 /// A model. `provider` and `upstream_model` repeat its first target, so
@@ -44,7 +46,7 @@ const MODEL_COLS: &str =
 impl Store {
     pub async fn list_providers(&self) -> Result<Vec<ProviderRow>, sqlx::Error> {
         sqlx::query_as::<_, ProviderRow>(
-            "SELECT name, type, base_url, api_key, timeout_s, created_at FROM providers ORDER BY name",
+            "SELECT name, type, base_url, api_key, timeout_s, created_at, responses FROM providers ORDER BY name",
         )
         .fetch_all(&self.pool)
         .await
@@ -86,10 +88,10 @@ impl Store {
     /// Inserts or (with `replace`) overwrites a provider. Returns false when it exists and `replace` is off.
     pub async fn put_provider(&self, p: &ProviderRow, replace: bool) -> Result<bool, sqlx::Error> {
         let sql = if replace {
-            "INSERT INTO providers (name, type, base_url, api_key, timeout_s, created_at) VALUES ($1,$2,$3,$4,$5,$6)
-             ON CONFLICT (name) DO UPDATE SET type = $2, base_url = $3, api_key = $4, timeout_s = $5"
+            "INSERT INTO providers (name, type, base_url, api_key, timeout_s, created_at, responses) VALUES ($1,$2,$3,$4,$5,$6,$7)
+             ON CONFLICT (name) DO UPDATE SET type = $2, base_url = $3, api_key = $4, timeout_s = $5, responses = $7"
         } else {
-            "INSERT INTO providers (name, type, base_url, api_key, timeout_s, created_at) VALUES ($1,$2,$3,$4,$5,$6)
+            "INSERT INTO providers (name, type, base_url, api_key, timeout_s, created_at, responses) VALUES ($1,$2,$3,$4,$5,$6,$7)
              ON CONFLICT (name) DO NOTHING"
         };
         let n = sqlx::query(sql)
@@ -99,6 +101,7 @@ impl Store {
             .bind(&p.api_key)
             .bind(p.timeout_s)
             .bind(now_ms())
+            .bind(&p.responses)
             .execute(&self.pool)
             .await?
             .rows_affected();

@@ -16,6 +16,7 @@ mod limits;
 mod models;
 mod pii;
 mod proxy;
+mod responses;
 mod sso;
 mod users;
 mod wire;

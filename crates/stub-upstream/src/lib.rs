@@ -44,6 +44,7 @@ mod chat;
 mod conn;
 mod det;
 mod reply;
+mod responses;
 mod retrieval;
 mod server;
 

@@ -38,6 +38,7 @@ pub(crate) async fn serve(
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Route {
     Chat,
+    Responses,
     Embeddings,
     OpenAiRerank,
     Models,
@@ -52,6 +53,7 @@ impl Route {
     fn find(path: &str) -> Option<(Route, Method)> {
         Some(match path {
             "/v1/chat/completions" => (Route::Chat, Method::POST),
+            "/v1/responses" => (Route::Responses, Method::POST),
             "/v1/embeddings" => (Route::Embeddings, Method::POST),
             "/v1/rerank" => (Route::OpenAiRerank, Method::POST),
             "/v1/models" => (Route::Models, Method::GET),
@@ -162,8 +164,8 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
         );
     }
 
-    let streaming =
-        route == Route::Chat && body.get("stream").and_then(Value::as_bool) == Some(true);
+    let streaming = matches!(route, Route::Chat | Route::Responses)
+        && body.get("stream").and_then(Value::as_bool) == Some(true);
     let scripted_error = script.status.is_some();
     if script.delay_ms > 0
         && (!streaming || scripted_error)
@@ -195,6 +197,7 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
                 .map(|c| c.0.clone());
             crate::chat::chat(&shared, &body, script, streaming, hold)
         }
+        Route::Responses => crate::responses::responses(&shared, &body, script, streaming),
         Route::Embeddings => crate::retrieval::openai_embeddings(&shared, &body),
         Route::OpenAiRerank => crate::retrieval::openai_rerank(&shared, &body),
         Route::TeiEmbed => crate::retrieval::tei_embed(&body),

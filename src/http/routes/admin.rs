@@ -24,7 +24,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(create_user, list_users))
         .routes(routes!(update_user))
         .routes(routes!(create_provider, list_providers))
-        .routes(routes!(get_provider, delete_provider))
+        .routes(routes!(get_provider, delete_provider, patch_provider))
         .routes(routes!(v1_models))
 }
 
@@ -133,11 +133,16 @@ pub(crate) async fn store_user_limits(
     Ok(())
 }
 
-fn provider_view(p: &ProviderRow) -> serde_json::Value {
-    json!({
+pub(crate) fn provider_view(p: &ProviderRow) -> serde_json::Value {
+    let mut v = json!({
         "name": p.name, "type": p.kind, "base_url": p.base_url, "timeout_s": p.timeout_s,
         "has_api_key": p.api_key.is_some(), "created_at": rfc3339(p.created_at),
-    })
+    });
+    // A setting of openai providers only (the other types refuse it).
+    if p.kind == "openai" {
+        v["responses"] = json!(p.responses);
+    }
+    v
 }
 
 /// Add a provider (an upstream model server).
@@ -189,6 +194,86 @@ async fn delete_provider(
 ) -> Result<StatusCode> {
     remove_provider(&app, &name).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// Change a provider: any of its fields but `name` and `type` (those not
+/// given keep their values; `api_key: null` removes the key).
+#[utoipa::path(patch, path = "/api/admin/providers/{name}", tag = "admin", params(("name" = String, Path)),
+    request_body(content = Object, description = "Any fields of a provider but name and type, e.g. {\"responses\": \"native\"}"),
+    responses((status = 200, description = "The provider"), (status = 400, description = "validation_error"),
+              (status = 404, description = "provider_not_found")))]
+async fn patch_provider(
+    State(app): State<AppState>,
+    _admin: AdminUser,
+    Path(name): Path<String>,
+    ApiJson(patch): ApiJson<serde_json::Map<String, serde_json::Value>>,
+) -> Result<impl IntoResponse> {
+    let row = change_provider(&app, &name, patch).await?;
+    Ok(Json(provider_view(&row)))
+}
+
+/// The fields a provider PATCH may carry, and whether each is a string
+/// (else an integer); a field added to [`NewProvider`] is added here.
+const PROVIDER_FIELDS: [(&str, bool); 4] = [
+    ("base_url", true),
+    ("api_key", true),
+    ("timeout_s", false),
+    ("responses", true),
+];
+
+/// Applies a PATCH to a provider: the stored fields with the patch's over
+/// them, validated as a new provider would be, then stored.
+pub(crate) async fn change_provider(
+    app: &AppState,
+    name: &str,
+    patch: serde_json::Map<String, serde_json::Value>,
+) -> Result<ProviderRow> {
+    let rows = app.store.list_providers().await?;
+    let Some(old) = rows.into_iter().find(|p| p.name == name) else {
+        return Err(Error::not_found(
+            "provider_not_found",
+            "There is no provider with this name.",
+        ));
+    };
+    for (k, v) in &patch {
+        let Some((_, is_text)) = PROVIDER_FIELDS.iter().find(|(f, _)| f == k) else {
+            return Err(Error::validation(
+                k.clone(),
+                format!("'{k}' cannot be changed (a provider's name and type are fixed: create a new one)."),
+            ));
+        };
+        let ok = v.is_null() || if *is_text { v.is_string() } else { v.is_i64() };
+        if !ok {
+            let what = if *is_text { "a string" } else { "an integer" };
+            return Err(Error::validation(
+                k.clone(),
+                format!("'{k}' must be {what}."),
+            ));
+        }
+    }
+    let mut merged = json!({"name": old.name, "type": old.kind, "base_url": old.base_url,
+                            "timeout_s": old.timeout_s});
+    if old.kind == "openai" {
+        merged["responses"] = json!(old.responses);
+    }
+    for (k, v) in &patch {
+        merged[k.as_str()] = v.clone();
+    }
+    let new: NewProvider = serde_json::from_value(merged)
+        .map_err(|e| Error::validation("body", format!("The provider is not valid: {e}")))?;
+    let mut row = new.validate()?;
+    row.api_key = match patch.get("api_key") {
+        // The stored key is sealed already.
+        None => old.api_key,
+        Some(_) => row
+            .api_key
+            .map(|k| app.keyring.seal(crate::secrets::Use::ProviderKey, &k))
+            .transpose()?,
+    };
+    row.created_at = old.created_at;
+    app.store.put_provider(&row, true).await?;
+    app.invalidate(Invalidation::Catalog).await;
+    Ok(row)
 }
 
 #[derive(Deserialize, utoipa::IntoParams)]

@@ -187,6 +187,7 @@ mod tests {
                 base_url: format!("http://{name}"),
                 api_key: None,
                 timeout_s: 5,
+                responses: Default::default(),
                 wire: Default::default(),
             }),
             upstream_model: "m".into(),

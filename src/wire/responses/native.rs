@@ -77,6 +77,11 @@ impl NativeStream {
         }
     }
 
+    /// The name the answer is for.
+    pub fn alias(&self) -> &str {
+        &self.alias
+    }
+
     /// One upstream event, rewritten; `Err` says what was wrong with it.
     pub fn on_event(&mut self, ev: &SseEvent) -> Result<Option<Relayed>, String> {
         if ev.data.trim() == "[DONE]" {

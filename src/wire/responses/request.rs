@@ -163,6 +163,9 @@ fn dropped_name(tool: &Value) -> String {
         .to_string()
 }
 
+/// A field, what it must be, and the test of that.
+type FieldCheck = (&'static str, &'static str, fn(&Value) -> bool);
+
 /// The checks of the contract's "Request", in order: stored state first,
 /// then `input` and its items, then the other fields the gateway reads.
 /// Nothing goes upstream when one fails.
@@ -190,7 +193,7 @@ pub fn check(body: &Map<String, Value>) -> Result<(), Error> {
         }
         Some(_) => return Err(bad_type("input", "a string or a list of items")),
     }
-    let checks: [(&str, &str, fn(&Value) -> bool); 12] = [
+    let checks: [FieldCheck; 12] = [
         ("instructions", "a string", Value::is_string),
         ("stream", "a boolean", Value::is_boolean),
         ("tools", "a list of tools", |v| {
@@ -398,6 +401,32 @@ impl ResponsesRequest {
     pub fn parse(body: Map<String, Value>) -> Result<ResponsesRequest, Error> {
         check(&body)?;
         Ok(ResponsesRequest::new(body))
+    }
+
+    /// Reads and checks a body for the agent route, which removes the
+    /// tools that are neither function nor custom tools (and a
+    /// `tool_choice` naming one) before anything else; the names removed.
+    pub fn parse_for_agent(
+        mut body: Map<String, Value>,
+    ) -> Result<(ResponsesRequest, Vec<String>), Error> {
+        let mut dropped = Vec::new();
+        if let Some(Value::Array(tools)) = body.get_mut("tools") {
+            dropped = tools
+                .iter()
+                .filter(|t| !is_passed_tool(t))
+                .map(dropped_name)
+                .collect();
+            tools.retain(is_passed_tool);
+        }
+        if let Some(Value::Object(o)) = body.get("tool_choice") {
+            if !matches!(
+                o.get("type").and_then(Value::as_str),
+                Some("function" | "custom")
+            ) {
+                body.remove("tool_choice");
+            }
+        }
+        Ok((ResponsesRequest::parse(body)?, dropped))
     }
 
     pub fn is_stream(&self) -> bool {

@@ -35,6 +35,7 @@ const CONTRACT_ROUTES: &[(&str, &str)] = &[
     ("get", "/api/admin/providers"),
     ("get", "/api/admin/providers/{name}"),
     ("delete", "/api/admin/providers/{name}"),
+    ("patch", "/api/admin/providers/{name}"),
     ("post", "/api/admin/models"),
     ("get", "/api/admin/models"),
     ("get", "/api/admin/models/{id}"),
@@ -74,6 +75,12 @@ const CONTRACT_ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/chat/completions"),
     ("post", "/v1/embeddings"),
     ("post", "/v1/rerank"),
+    ("post", "/v1/responses"),
+    ("get", "/v1/responses/{id}"),
+    ("delete", "/v1/responses/{id}"),
+    ("get", "/v1/responses/{id}/input_items"),
+    ("post", "/v1/responses/{id}/cancel"),
+    ("post", "/v1/agents/{agent}/responses"),
 ];
 
 /// The routes the contract lists as taking no credential.
@@ -301,8 +308,10 @@ async fn every_json_body_and_success_answer_has_a_schema_naming_the_contract_fie
             }
         }
         let responses = op["responses"].as_object().unwrap();
+        // Gatehouse stores no responses: those routes only answer 404.
+        let never_succeeds = path.starts_with("/v1/responses/");
         assert!(
-            responses.keys().any(|s| s.starts_with('2') || s == "302"),
+            never_succeeds || responses.keys().any(|s| s.starts_with('2') || s == "302"),
             "{method} {path} has no success answer"
         );
         for (status, resp) in responses {

@@ -1,0 +1,341 @@
+//! The OpenAI Responses API: `POST /v1/responses` (API key) and
+//! `POST /v1/agents/{agent}/responses` (agent access token), plain and
+//! streamed, stateless; every other path under `/v1/responses/` answers 404
+//! `response_not_found`. Thin: read and check the body
+//! (`crate::wire::responses`), the agent turn for the agent route
+//! (`crate::agents::turn`), then the relay with the Responses hooks
+//! (`crate::proxy::responses`).
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue};
+use axum::response::Response;
+use gatehouse_pii::Mode as PiiMode;
+use serde_json::{Map, Value};
+use utoipa::ToSchema;
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+use crate::agents::chat::{parse_headers, ChatHeaders};
+use crate::agents::ids::is_conversation_id;
+use crate::agents::turn::{self, Caller};
+use crate::app::{App, AppState};
+use crate::error::{Error, ErrorKind, Result};
+use crate::http::admission::{admitted, recorded};
+use crate::http::answers::relayed_response;
+use crate::http::edge::access::AccessNote;
+use crate::http::extract::agent::AgentAccess;
+use crate::http::extract::{parse_json, read_body, ApiKeyAuth};
+use crate::http::routes::agent_chat::turn_context;
+use crate::http::routes::v1::{key_context, key_subjects, named_model};
+use crate::limits::Subject;
+use crate::models::{requested_model, resolve, Model, ModelKind};
+use crate::pii::choose_mode;
+use crate::proxy::chat::{relay, ChatCall, ChatHooks, NoHooks};
+use crate::proxy::responses::ResponsesHooks;
+use crate::usage::{EndHook, UsageContext, UsageTicket};
+use crate::wire::chat::body::ChatInput;
+use crate::wire::chat::prompt_chars;
+use crate::wire::responses::headers::codex_ids;
+use crate::wire::responses::{Echo, ResponsesRequest};
+
+pub fn routes() -> OpenApiRouter<AppState> {
+    use axum::routing::{any, post};
+    OpenApiRouter::new()
+        .routes(routes!(create_response))
+        .routes(routes!(get_response, delete_response))
+        .routes(routes!(response_input_items))
+        .routes(routes!(cancel_response))
+        .routes(routes!(agent_responses))
+        // Every other method and path under /v1/responses/ (compact,
+        // input_tokens, ...): the same 404, after the key.
+        .route(
+            "/v1/responses/{id}",
+            post(not_stored).put(not_stored).patch(not_stored),
+        )
+        .route("/v1/responses/{id}/{*rest}", any(not_stored))
+}
+
+/// `POST /v1/responses` (OpenAI Responses shape; fields not listed are read
+/// as the contract says, or passed to a native upstream unchanged).
+#[derive(ToSchema)]
+#[allow(dead_code)]
+struct CreateResponseRequest {
+    /// A chat model's id (ignored on the agent route).
+    model: String,
+    /// A string, or the whole conversation as a list of items.
+    #[schema(value_type = Object)]
+    input: Value,
+    instructions: Option<String>,
+    stream: Option<bool>,
+    #[schema(value_type = Option<Vec<Object>>)]
+    tools: Option<Vec<Value>>,
+    #[schema(value_type = Option<Object>)]
+    tool_choice: Option<Value>,
+    parallel_tool_calls: Option<bool>,
+    max_output_tokens: Option<u64>,
+    temperature: Option<f64>,
+    top_p: Option<f64>,
+    #[schema(value_type = Option<Object>)]
+    reasoning: Option<Value>,
+    #[schema(value_type = Option<Object>)]
+    text: Option<Value>,
+    user: Option<String>,
+    store: Option<bool>,
+}
+
+/// The conversation and turn ids of a Responses request: the
+/// `X-Service-*` headers, else Codex's (`session-id`, `thread-id`,
+/// `x-codex-turn-metadata`). On the key route a value that is not an id is
+/// ignored.
+fn conversation_ids(h: &HeaderMap) -> (Option<String>, Option<String>) {
+    let get = |name: &str| h.get(name).map(|v| v.as_bytes());
+    let ours = |name: &str| {
+        get(name)
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .filter(|v| is_conversation_id(v))
+            .map(str::to_string)
+    };
+    let (conversation, turn) = codex_ids(get);
+    (
+        ours("X-Service-Conversation-Id").or(conversation),
+        ours("X-Service-Turn-Id").or(turn),
+    )
+}
+
+/// The response header naming the tools the gateway did not pass on.
+fn dropped_tools_header(resp: &mut Response, dropped: &[String]) {
+    if dropped.is_empty() {
+        return;
+    }
+    if let Ok(v) = HeaderValue::from_str(&dropped.join(",")) {
+        resp.headers_mut().insert("x-gatehouse-dropped-tools", v);
+    }
+}
+
+/// The relay with the Responses hooks around `inner`: the body translated to
+/// chat (a native target gets the Responses body instead).
+/// `dropped`: the built-in tools of the request, named in a header when the
+/// answering attempt was bridged (a native upstream gets them).
+async fn respond<H: ChatHooks>(
+    app: &App,
+    model: Arc<Model>,
+    request: ResponsesRequest,
+    inner: H,
+    usage: UsageContext,
+    dropped: &[String],
+) -> Result<Response> {
+    let chat = request.to_chat();
+    let echo = Echo::of(&request.body, request.custom_tools(), prompt_chars(&chat));
+    let hooks = ResponsesHooks::new(inner, Arc::new(request), echo);
+    let bridged = hooks.bridged();
+    let call = ChatCall {
+        model,
+        body: ChatInput::Tree(chat),
+        tools: None,
+        usage,
+    };
+    let mut resp = relayed_response(relay(&app.http, &app.usage, call, hooks).await?);
+    if bridged.load(std::sync::atomic::Ordering::Relaxed) {
+        dropped_tools_header(&mut resp, dropped);
+    }
+    Ok(resp)
+}
+
+/// A Responses request read and checked for the key route, in the order of
+/// chat: the body, `model`, the key's list, the catalog and kind, then the
+/// Responses fields.
+async fn key_request(
+    app: &App,
+    auth: &ApiKeyAuth,
+    req: Request,
+    ticket: &mut UsageTicket,
+) -> Result<(Arc<Model>, ResponsesRequest)> {
+    let note = AccessNote::of(req.extensions());
+    let bytes = read_body(req).await?;
+    let body: Map<String, Value> = parse_json(&bytes)?;
+    let name = requested_model(&body)?.to_string();
+    let model = named_model(app, auth, &name, ModelKind::Chat, ticket, &note)?;
+    Ok((model, ResponsesRequest::parse(body)?))
+}
+
+/// A model response through the model's upstream (bridged to chat
+/// completions, or natively), plain or streamed (SSE). Stateless.
+#[utoipa::path(post, path = "/v1/responses", tag = "v1",
+    request_body = CreateResponseRequest,
+    responses(
+        (status = 200, description = "A Responses answer (`object: response`) with `model` naming the alias; with `stream: true` an event stream (`response.created` ... exactly one of `response.completed`, `response.incomplete`, `response.failed`). Header x-gatehouse-dropped-tools names built-in tools not passed on."),
+        (status = 400, description = "validation_error, unsupported_input, previous_response_unsupported, model_kind_mismatch"),
+        (status = 401, description = "invalid_api_key"),
+        (status = 403, description = "model_not_allowed"),
+        (status = 404, description = "model_not_found"),
+        (status = 413, description = "payload_too_large"),
+        (status = 429, description = "rate_limited, budget_exhausted"),
+        (status = 502, description = "upstream_unavailable, upstream_error"),
+        (status = 504, description = "upstream_timeout")))]
+async fn create_response(
+    State(app): State<AppState>,
+    auth: ApiKeyAuth,
+    req: Request,
+) -> Result<Response> {
+    let (conversation_id, turn_id) = conversation_ids(req.headers());
+    let usage = UsageContext {
+        conversation_id,
+        turn_id,
+        ..key_context(&auth)
+    };
+    let mut ticket = UsageTicket::new(&app.usage, usage, "chat");
+    let prepared = key_request(&app, &auth, req, &mut ticket).await;
+    let (model, request) = recorded(&mut ticket, prepared)?;
+    let dropped = request.dropped_tools();
+    let app = &app;
+    Ok(
+        admitted(app, &key_subjects(&auth), ticket, |mut ticket| async move {
+            let usage = ticket.hand_over();
+            respond(app, model, request, NoHooks, usage, &dropped).await
+        })
+        .await,
+    )
+}
+
+fn not_found() -> Error {
+    Error::not_found(
+        "response_not_found",
+        "Gatehouse does not store responses; send the whole conversation in `input`.",
+    )
+}
+
+/// Gatehouse stores no responses: always 404 `response_not_found`.
+#[utoipa::path(get, path = "/v1/responses/{id}", tag = "v1", params(("id" = String, Path)),
+    responses((status = 401, description = "invalid_api_key"), (status = 404, description = "response_not_found")))]
+async fn get_response(_auth: ApiKeyAuth) -> Error {
+    not_found()
+}
+
+/// Gatehouse stores no responses: always 404 `response_not_found`.
+#[utoipa::path(delete, path = "/v1/responses/{id}", tag = "v1", params(("id" = String, Path)),
+    responses((status = 401, description = "invalid_api_key"), (status = 404, description = "response_not_found")))]
+async fn delete_response(_auth: ApiKeyAuth) -> Error {
+    not_found()
+}
+
+/// Gatehouse stores no responses: always 404 `response_not_found`.
+#[utoipa::path(get, path = "/v1/responses/{id}/input_items", tag = "v1", params(("id" = String, Path)),
+    responses((status = 401, description = "invalid_api_key"), (status = 404, description = "response_not_found")))]
+async fn response_input_items(_auth: ApiKeyAuth) -> Error {
+    not_found()
+}
+
+/// Gatehouse stores no responses: always 404 `response_not_found`.
+#[utoipa::path(post, path = "/v1/responses/{id}/cancel", tag = "v1", params(("id" = String, Path)),
+    responses((status = 401, description = "invalid_api_key"), (status = 404, description = "response_not_found")))]
+async fn cancel_response(_auth: ApiKeyAuth) -> Error {
+    not_found()
+}
+
+async fn not_stored(_auth: ApiKeyAuth) -> Error {
+    not_found()
+}
+
+/// A model response through the agent's own model under the agent's tool
+/// rules, approvals and PII protection, as agent chat.
+#[utoipa::path(post, path = "/v1/agents/{agent}/responses", tag = "agent", params(("agent" = String, Path),
+    ("X-Service-Tool-Mode" = Option<String>, Header, description = "off, read_only, ask or auto"),
+    ("X-Service-Conversation-Id" = Option<String>, Header), ("X-Service-Turn-Id" = Option<String>, Header),
+    ("X-Service-PII-Mode" = Option<String>, Header, description = "redact or tokenize_reversible, where the agent lets the user choose")),
+    request_body = CreateResponseRequest,
+    responses((status = 200, description = "A Responses answer (or an SSE stream), with `approvals` when some are needed; headers X-Service-Held-Tools, x-gatehouse-dropped-tools"),
+              (status = 400, description = "invalid_header, pii_mode_not_allowed, validation_error, unsupported_input, previous_response_unsupported, too_many_tools"),
+              (status = 409, description = "approval_pending")))]
+async fn agent_responses(
+    State(app): State<AppState>,
+    access: AgentAccess,
+    req: Request,
+) -> Result<Response> {
+    let caller = Caller {
+        agent: Arc::clone(&access.agent),
+        user_id: access.user.id.clone(),
+        device_id: access.sign_in.device_id.clone(),
+    };
+    // AG-UI events are not offered on this route: the header is ignored.
+    let h = parse_headers(|name| {
+        if name.eq_ignore_ascii_case("X-Service-Events") {
+            return None;
+        }
+        req.headers().get(name).map(|v| v.as_bytes())
+    })
+    .map(|mut h| {
+        let (conversation, turn) = codex_ids(|name| req.headers().get(name).map(|v| v.as_bytes()));
+        h.conversation_id = h.conversation_id.or(conversation);
+        h.turn_id = h.turn_id.or(turn);
+        h
+    });
+    let usage = caller.usage(h.as_ref().ok(), EndHook::default());
+    let mut ticket = UsageTicket::new(&app.usage, usage, "chat");
+    ticket.set_model(&caller.agent.model);
+    let prepared = agent_request(&app, &caller, h, req).await;
+    let (h, pii_mode, mut request, dropped, model) = recorded(&mut ticket, prepared)?;
+    let offered = match recorded(&mut ticket, turn::check(&request)) {
+        Ok(o) => o,
+        Err(e) => return Err(e),
+    };
+    let subjects = [
+        Subject::user(&caller.user_id, access.user.limits),
+        Subject::agent(caller.agent.address.as_str(), caller.agent.limits),
+    ];
+    let app = &app;
+    Ok(admitted(app, &subjects, ticket, |mut ticket| async move {
+        let cx = turn_context(app);
+        let prepared = turn::prepare(&cx, &caller, &h, pii_mode, &mut request, &offered).await;
+        let prepared = recorded(&mut ticket, prepared)?;
+        let held = prepared.held.join(",");
+        let hooks = prepared
+            .hooks(&cx, &caller, &h, &model.id, request.is_stream())
+            .with_custom_tools(request.custom_tools());
+        let usage = ticket.hand_over();
+        let mut resp = respond(app, model, request, hooks, usage, &[]).await?;
+        // The agent route removes built-in tools in both modes.
+        dropped_tools_header(&mut resp, &dropped);
+        if let (false, Ok(v)) = (held.is_empty(), HeaderValue::from_str(&held)) {
+            resp.headers_mut().insert("x-service-held-tools", v);
+        }
+        Ok(resp)
+    })
+    .await)
+}
+
+/// An agent Responses request read and checked, before the limits: its
+/// headers, PII mode, body (built-in tools removed, named) and the agent's
+/// model.
+async fn agent_request(
+    app: &App,
+    caller: &Caller,
+    headers: Result<ChatHeaders>,
+    req: Request,
+) -> Result<(
+    ChatHeaders,
+    PiiMode,
+    ResponsesRequest,
+    Vec<String>,
+    Arc<Model>,
+)> {
+    let h = headers?;
+    let agent = &caller.agent;
+    let pii_mode = choose_mode(
+        agent.pii.mode,
+        agent.pii.user_choosable,
+        h.pii_mode.as_deref(),
+    )?;
+    AccessNote::of(req.extensions()).set(|f| f.model = Some(agent.model.clone()));
+    let bytes = read_body(req).await?;
+    let body: Map<String, Value> = parse_json(&bytes)?;
+    let (request, dropped) = ResponsesRequest::parse_for_agent(body)?;
+    let model = resolve(&app.catalog(), &agent.model, ModelKind::Chat).map_err(|_| {
+        Error::new(
+            ErrorKind::Unavailable,
+            "agent_model_unavailable",
+            "The agent's model is not configured; ask an administrator.",
+        )
+    })?;
+    Ok((h, pii_mode, request, dropped, model))
+}

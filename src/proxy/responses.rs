@@ -1,0 +1,200 @@
+//! The Responses dialect on the relay's inbound seam: hooks that wrap a
+//! route's chat hooks ([`crate::proxy::NoHooks`] for the key route, the
+//! agent's for the agent route) and answer the client in the Responses
+//! shape. On a bridged attempt the wrapped hooks see chat (PII restore,
+//! approvals), and the result is translated; on a native attempt (a target
+//! whose provider says `responses = "native"`) the client's body goes to the
+//! upstream's `/responses` and its answer is relayed with `model` rewritten.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde_json::Value;
+
+use crate::error::Error;
+use crate::models::{Provider, ProviderType, ResponsesMode};
+use crate::proxy::chat::{ChatHooks, ChunkAction, NativeEvent};
+use crate::usage::Tokens;
+use crate::wire::chat::body::ChatBody;
+use crate::wire::responses::answer::from_chat;
+use crate::wire::responses::native::{self, NativeStream};
+use crate::wire::responses::{Echo, ResponseMeta, ResponsesRequest, ResponsesStream};
+use crate::wire::sse::{SseEvent, SseFrame};
+
+/// Whether a Responses request goes to this provider natively.
+pub fn is_native(provider: &Provider) -> bool {
+    provider.kind == ProviderType::Openai && provider.responses == ResponsesMode::Native
+}
+
+/// See the module documentation.
+pub struct ResponsesHooks<H> {
+    inner: H,
+    echo: Echo,
+    /// The request, for a native attempt's body (made on the first one).
+    request: Arc<ResponsesRequest>,
+    native_body: Option<ChatBody>,
+    /// The current attempt is native (then `native_stream` relays).
+    native: Option<NativeStream>,
+    stream: Option<ResponsesStream>,
+    /// Approvals the wrapped hooks put on the stream's end.
+    approvals: Vec<Value>,
+    /// Whether the latest attempt was bridged (read by the route once the
+    /// relay answers: built-in tools are named as dropped only then).
+    bridged: Arc<AtomicBool>,
+}
+
+impl<H: ChatHooks> ResponsesHooks<H> {
+    pub fn new(inner: H, request: Arc<ResponsesRequest>, echo: Echo) -> ResponsesHooks<H> {
+        ResponsesHooks {
+            inner,
+            echo,
+            request,
+            native_body: None,
+            native: None,
+            stream: None,
+            approvals: Vec::new(),
+            bridged: Arc::new(AtomicBool::new(true)),
+        }
+    }
+
+    /// Reads, after the relay answered, whether the answering attempt was
+    /// bridged (true) or native.
+    pub fn bridged(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.bridged)
+    }
+
+    fn stream_for(&mut self, chunk: &Value) -> &mut ResponsesStream {
+        let echo = &self.echo;
+        self.stream.get_or_insert_with(|| {
+            // The chunk names the model that answers (the relay rewrote it).
+            let model = chunk.get("model").and_then(Value::as_str).unwrap_or("");
+            ResponsesStream::new(ResponseMeta::new(model), echo.clone())
+        })
+    }
+
+    /// Frames the wrapped hooks made (chat chunks: text a PII restorer still
+    /// held, approvals; an error), in the Responses grammar.
+    fn translate_frames(&mut self, frames: Vec<SseFrame>) -> Vec<SseFrame> {
+        let mut out = Vec::new();
+        for f in frames {
+            let SseFrame::Data(data) = f else { continue };
+            let Ok(v) = serde_json::from_str::<Value>(&data) else {
+                continue;
+            };
+            if let Some(Value::Array(a)) = v.get("approvals") {
+                self.approvals.extend(a.iter().cloned());
+            } else if let Some(e) = v.get("error") {
+                let code = e
+                    .get("code")
+                    .and_then(Value::as_str)
+                    .unwrap_or("internal_error");
+                let message = e.get("message").and_then(Value::as_str).unwrap_or("");
+                out.extend(self.stream_for(&v).fail(code, message));
+            } else {
+                out.extend(self.stream_for(&v).on_chunk(&v));
+            }
+        }
+        out
+    }
+}
+
+impl<H: ChatHooks> ChatHooks for ResponsesHooks<H> {
+    const EDITS_ANSWERS: bool = true;
+    const CHAT_STREAM_END: bool = false;
+
+    fn edits_answer(&self, _answer: &[u8]) -> bool {
+        true
+    }
+
+    async fn on_response(&mut self, response: &mut Value) -> Result<(), Error> {
+        self.inner.on_response(response).await?;
+        let model = response.get("model").and_then(Value::as_str).unwrap_or("");
+        let mut r = from_chat(response, &ResponseMeta::new(model), &self.echo);
+        if let Some(a) = response.get("approvals").filter(|a| a.is_array()) {
+            r["approvals"] = a.clone();
+        }
+        *response = r;
+        Ok(())
+    }
+
+    fn on_chunk(&mut self, chunk: &mut Value, before: &mut Vec<SseFrame>) -> ChunkAction {
+        let mut inner_before = Vec::new();
+        let action = self.inner.on_chunk(chunk, &mut inner_before);
+        before.extend(self.translate_frames(inner_before));
+        if action == ChunkAction::Send {
+            before.extend(self.stream_for(chunk).on_chunk(chunk));
+        }
+        ChunkAction::Drop
+    }
+
+    async fn on_stream_end(&mut self, usage: Option<&Value>) -> Vec<SseFrame> {
+        if self.native.is_some() {
+            return Vec::new();
+        }
+        let frames = self.inner.on_stream_end(usage).await;
+        let mut out = self.translate_frames(frames);
+        let approvals = std::mem::take(&mut self.approvals);
+        let stream = self.stream_for(&Value::Null);
+        out.extend(stream.finish(usage, approvals));
+        out
+    }
+
+    fn on_stream_error(&mut self, error: &Error) -> Vec<SseFrame> {
+        if let Some(n) = self.native.as_mut() {
+            return n.fail(&error.code, &error.message);
+        }
+        let frames = self.inner.on_stream_error(error);
+        let mut out = self.translate_frames(frames);
+        out.extend(
+            self.stream_for(&Value::Null)
+                .fail(&error.code, &error.message),
+        );
+        out
+    }
+
+    fn native_request(
+        &mut self,
+        provider: &Provider,
+        upstream_model: &str,
+        alias: &str,
+    ) -> Option<Result<(&'static str, Bytes), Error>> {
+        let native = is_native(provider);
+        self.bridged.store(!native, Ordering::Relaxed);
+        if !native {
+            self.native = None;
+            return None;
+        }
+        self.native = Some(NativeStream::new(alias));
+        if self.native_body.is_none() {
+            match ChatBody::new(&self.request.to_native(), None) {
+                Ok(b) => self.native_body = Some(b),
+                Err(e) => return Some(Err(Error::internal(e))),
+            }
+        }
+        let body = self.native_body.as_mut()?.for_model(upstream_model);
+        Some(Ok(("/responses", body)))
+    }
+
+    fn on_native_answer(&mut self, answer: &[u8]) -> Result<(Bytes, Option<Tokens>), String> {
+        let alias = self
+            .native
+            .as_ref()
+            .map(|n| n.alias().to_string())
+            .unwrap_or_default();
+        let (v, tokens) = native::answer(answer, &alias)?;
+        let bytes = serde_json::to_vec(&v).map_err(|e| e.to_string())?;
+        Ok((Bytes::from(bytes), tokens))
+    }
+
+    fn on_native_event(&mut self, event: &SseEvent) -> Result<Option<NativeEvent>, String> {
+        let Some(n) = self.native.as_mut() else {
+            return Err("no native attempt".into());
+        };
+        Ok(n.on_event(event)?.map(|r| NativeEvent {
+            frame: r.frame,
+            terminal: r.terminal,
+            tokens: r.tokens,
+        }))
+    }
+}
