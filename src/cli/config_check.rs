@@ -281,6 +281,30 @@ colour = "blue"
     }
 
     #[test]
+    fn the_responses_mode_is_checked_naming_the_provider() {
+        let native = GOOD.replace(
+            "type = \"openai\"",
+            "type = \"openai\"\nresponses = \"native\"",
+        );
+        assert!(check_text(&native).is_ok());
+        let sideways = GOOD.replace(
+            "type = \"openai\"",
+            "type = \"openai\"\nresponses = \"sideways\"",
+        );
+        let problems = check_text(&sideways).unwrap_err();
+        assert!(
+            problems[0].starts_with("provider p: ") && problems[0].contains("'responses'"),
+            "{problems:?}"
+        );
+        let tei = "[[providers]]\nname = \"t\"\ntype = \"tei\"\nbase_url = \"http://x\"\nresponses = \"bridge\"\n";
+        let problems = check_text(tei).unwrap_err();
+        assert!(
+            problems[0].starts_with("provider t: ") && problems[0].contains("'responses'"),
+            "{problems:?}"
+        );
+    }
+
+    #[test]
     fn a_wrong_entry_is_one_problem_not_one_per_reference_to_it() {
         let text = GOOD.replace("type = \"openai\"", "type = \"grpc\"");
         let problems = check_text(&text).unwrap_err();

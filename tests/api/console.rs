@@ -1543,3 +1543,63 @@ async fn a_fresh_install_shows_the_next_steps_and_its_empty_charts_say_no_reques
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }
+
+#[tokio::test]
+async fn the_provider_list_shows_and_sets_how_responses_requests_reach_it() {
+    let app = spawn_app().await;
+    let s = console_sign_in(&app, ADMIN_EMAIL, ADMIN_PASSWORD).await;
+    let r = post_form(
+        &app,
+        &s,
+        "/console/admin/providers",
+        None,
+        &[
+            ("csrf", &s.csrf),
+            ("name", "up"),
+            ("type", "openai"),
+            ("base_url", "http://127.0.0.1:9/v1"),
+            ("timeout_s", "5"),
+            ("responses", "native"),
+        ],
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let (_, page) = get_page(&app, &s.cookie, "/console/admin/models").await;
+    assert!(
+        page.contains("<option value=\"native\" selected>native</option>"),
+        "{page}"
+    );
+    let r = post_form(
+        &app,
+        &s,
+        "/console/admin/providers/up/responses",
+        None,
+        &[("csrf", &s.csrf), ("responses", "bridge")],
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let admin = app.admin_token().await;
+    let p: serde_json::Value = app
+        .get("/api/admin/providers/up", &admin)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(p["responses"], "bridge");
+    let r = post_form(
+        &app,
+        &s,
+        "/console/admin/providers/up/responses",
+        None,
+        &[("csrf", &s.csrf), ("responses", "sideways")],
+    )
+    .await;
+    assert_ne!(r.status(), StatusCode::SEE_OTHER, "a bad mode is refused");
+    let p: serde_json::Value = app
+        .get("/api/admin/providers/up", &admin)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(p["responses"], "bridge");
+}

@@ -69,6 +69,10 @@ pub fn router() -> Router<AppState> {
         )
         .route("/console/admin/providers", post(models::create_provider))
         .route(
+            "/console/admin/providers/{name}/responses",
+            post(models::set_provider_responses),
+        )
+        .route(
             "/console/admin/providers/{name}/delete",
             post(models::delete_provider),
         )

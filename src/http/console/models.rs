@@ -128,13 +128,27 @@ pub async fn models(
         h2 #providers { "Providers" }
         p.muted { "Attempts and failures since this server started (all its models)." }
         table {
-            thead { tr { th { "Name" } th { "Type" } th { "Base URL" } th { "Timeout" } th { "API key" } th { "Attempts" } th { "Failures" } th {} } }
+            thead { tr { th { "Name" } th { "Type" } th { "Base URL" } th { "Timeout" } th { "Responses" } th { "API key" } th { "Attempts" } th { "Failures" } th {} } }
             tbody {
                 @for p in &providers {
                     @let stats = app.routing.stats.get(&p.name);
                     @let failures: Vec<(Cause, u64)> = Cause::ALL.iter().map(|c| (*c, stats.failures(*c))).filter(|(_, n)| *n > 0).collect();
                     tr data-provider=(p.name) {
                         td { (p.name) } td { (p.kind) } td { code { (p.base_url) } } td { (p.timeout_s) " s" }
+                        td.responses {
+                            // How Responses requests reach it: an openai provider's setting.
+                            @if p.kind == "openai" {
+                                form.inline method="post" action=(format!("/console/admin/providers/{}/responses", enc(&p.name))) {
+                                    (csrf(&user))
+                                    select name="responses" {
+                                        @for mode in ["bridge", "native"] {
+                                            option value=(mode) selected[p.responses == mode] { (mode) }
+                                        }
+                                    }
+                                    button type="submit" { "Set" }
+                                }
+                            } @else { "—" }
+                        }
                         td { @if p.api_key.is_some() { "set" } @else { "—" } }
                         td { (stats.attempts()) }
                         td.failures {
@@ -157,6 +171,7 @@ pub async fn models(
             label { "Base URL" input name="base_url" placeholder="http://127.0.0.1:8000/v1" required; }
             label { "API key (optional)" input type="password" name="api_key" autocomplete="off"; }
             label { "Timeout (s)" input type="number" name="timeout_s" min="1" max="3600" value="120"; }
+            label { "Responses (openai)" select name="responses" { option value="" { "default (bridge)" } option value="bridge" { "bridge" } option value="native" { "native" } } }
             button type="submit" { "Add provider" }
         }
         h2 { "Models" }
@@ -360,9 +375,23 @@ pub async fn create_provider(State(app): State<AppState>, posted: Posted) -> Out
     let body: NewProvider = body_of(json!({
         "name": posted.get("name").trim(), "type": posted.get("type"), "base_url": posted.get("base_url"),
         "api_key": posted.opt("api_key"), "timeout_s": number_or_text(posted.get("timeout_s")),
+        "responses": posted.opt("responses"),
     }))?;
     crate::http::routes::admin::add_provider(&app, &body).await?;
     redirect("/console/admin/models?done=created")
+}
+
+/// Sets how Responses requests reach a provider (the API's PATCH).
+pub async fn set_provider_responses(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+    posted: Posted,
+) -> Out {
+    admin_only(&posted)?;
+    let mut patch = serde_json::Map::new();
+    patch.insert("responses".into(), json!(posted.get("responses")));
+    crate::http::routes::admin::change_provider(&app, &name, patch).await?;
+    redirect("/console/admin/models?done=updated")
 }
 
 pub async fn delete_provider(
