@@ -15,7 +15,10 @@
 # embeddings (8 inputs), rerank (8 documents), and agent-chat (the agent chat
 # route with a device's access token: an agent with a tool contract, tool mode
 # `ask`, conversation and turn headers, a manifest of 20 tools, 20 tools
-# offered; direct and nginx get the same body on /v1/chat/completions); each
+# offered; direct and nginx get the same body on /v1/chat/completions),
+# responses and responses-stream (POST /v1/responses as Codex sends it, bridged
+# by the gateway to chat completions; direct and nginx send the same body to the
+# stub's own /v1/responses); each
 # at concurrency 1 and 32, one keep-alive connection per concurrent client. Prints Markdown tables and writes raw JSON
 # lines to bench/results/latest.jsonl.
 #
@@ -27,7 +30,7 @@
 #                          add `hyper` for the floor of a hop built as the gateway
 #                          is (examples/hyper_floor.rs: hyper server and client,
 #                          one runtime per core, nothing else)
-#   BENCH_WORKLOADS="chat chat-stream chat-stream-paced embeddings rerank agent-chat"
+#   BENCH_WORKLOADS="chat chat-stream chat-stream-paced embeddings rerank agent-chat responses responses-stream"
 #   BENCH_NGINX_WORKERS=1  nginx worker_processes
 #   BENCH_LOADGEN_THREADS=1  load generator runtime threads
 #   BENCH_LOADGEN=wrk      a second load generator: wrk (Debian's package) instead of
@@ -66,7 +69,7 @@ DURATION=${BENCH_DURATION:-10}
 WARMUP=${BENCH_WARMUP:-2}
 CONCURRENCY=${BENCH_CONCURRENCY:-"1 32"}
 TARGETS=${BENCH_TARGETS:-"direct nginx gatehouse"}
-WORKLOADS=${BENCH_WORKLOADS:-"chat chat-stream chat-stream-paced embeddings rerank agent-chat"}
+WORKLOADS=${BENCH_WORKLOADS:-"chat chat-stream chat-stream-paced embeddings rerank agent-chat responses responses-stream"}
 NGINX_WORKERS=${BENCH_NGINX_WORKERS:-1}
 LOADGEN_THREADS=${BENCH_LOADGEN_THREADS:-1}
 LOADGEN=${BENCH_LOADGEN:-loadgen}
@@ -311,6 +314,14 @@ jq -nc '{model:"bench-rerank",query:"which animal jumps?",documents:[range(8)|"p
 jq -nc --arg p "$PROMPT" '{model:"bench-chat",messages:[{role:"system",content:"You are terse."},{role:"user",content:$p}],
     tools:[range(20)|{type:"function",function:{name:"tool_\(.)",description:"Does one thing to a file in the workspace.",
            parameters:{type:"object",properties:{path:{type:"string"}}}}}]}' >"$TMP/agent-chat.json"
+# The Responses API as Codex sends it (instructions as a developer message,
+# store false, include): the gateway bridges it to the stub's chat
+# completions; direct and nginx get the same body on the stub's own
+# /v1/responses (a Responses answer of the same text).
+jq -nc --arg p "$PROMPT" '{model:"bench-chat",store:false,include:["reasoning.encrypted_content"],
+    input:[{type:"message",role:"developer",content:[{type:"input_text",text:"You are terse."}]},
+           {type:"message",role:"user",content:[{type:"input_text",text:$p}]}]}' >"$TMP/responses.json"
+jq -c '. + {stream:true}' "$TMP/responses.json" >"$TMP/responses-stream.json"
 
 base_url() {
     case $1 in
@@ -325,6 +336,7 @@ path_of() {
     chat | chat-stream | chat-stream-paced) echo /v1/chat/completions ;;
     embeddings) echo /v1/embeddings ;;
     rerank) echo /v1/rerank ;;
+    responses | responses-stream) echo /v1/responses ;;
     agent-chat) if [ "$2" = gatehouse ]; then echo /v1/agents/bench-agent/chat/completions; else echo /v1/chat/completions; fi ;;
     esac
 }
@@ -513,6 +525,7 @@ for w in $WORKLOADS; do
                     [ "$w" = agent-chat ] && args+=(--header "X-Service-Conversation-Id: bench-conversation"
                         --header "X-Service-Turn-Id: bench-turn-1")
                     [ "$w" = chat-stream ] || [ "$w" = chat-stream-paced ] && args+=(--stream --expect-suffix '[DONE]')
+                    [ "$w" = responses-stream ] && args+=(--stream)
                     timeout $((WARMUP + DURATION + 60)) "$BIN/loadgen" "${args[@]}" >"$TMP/loadgen.out" 2>"$TMP/loadgen.err" &
                     settle=$WARMUP
                     ;;

@@ -48,6 +48,14 @@
 //!   `data: [DONE]`; async; gets the upstream's usage object if it sent one.
 //! * `on_stream_error`: the stream failed after it began; frames to send
 //!   before the error message.
+//!
+//! The inbound-dialect seam (also `ChatHooks`, defaults for chat): hooks of
+//! another client dialect (Responses: `crate::proxy::responses`) translate
+//! chat answers in the hooks above, end streams themselves
+//! (`CHAT_STREAM_END = false`: no `[DONE]` nor OpenAI error message), and may
+//! send a target its own dialect (`native_request`: another path and body; the
+//! answer then goes through `on_native_answer` / `on_native_event`, events
+//! relayed as they come, retries and usage as for chat).
 
 use std::future::Future;
 use std::pin::Pin;
