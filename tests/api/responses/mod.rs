@@ -838,3 +838,96 @@ async fn a_model_may_mix_native_and_bridged_targets_through_a_fallback() {
         "/v1/responses"
     );
 }
+
+#[tokio::test]
+async fn a_responses_request_counts_as_one_request_against_the_keys_limit() {
+    let env = env().await;
+    env.model("gpt-lim", "chat", "openai", "up-lim").await;
+    let r = env
+        .app
+        .post(
+            "/api/api-keys",
+            &env.admin,
+            &json!({"name": "limited", "limits": {"requests_per_minute": 2}}),
+        )
+        .await;
+    let key = r.json::<Value>().await.unwrap()["key"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let body = json!({"model": "gpt-lim", "input": "x"});
+    for remaining in ["1", "0"] {
+        let r = post_responses(&env, "/v1/responses", &key, &body, &[]).await;
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(r.headers()["x-ratelimit-remaining-requests"], remaining);
+    }
+    let r = post_responses(&env, "/v1/responses", &key, &body, &[]).await;
+    assert!(r.headers().get("retry-after").is_some());
+    let (s, e) = v1_error(r).await;
+    assert_eq!(
+        (s, e["code"].as_str()),
+        (StatusCode::TOO_MANY_REQUESTS, Some("rate_limited"))
+    );
+    assert_eq!(env.stub.requests_for_model("up-lim").len(), 2);
+}
+
+#[tokio::test]
+async fn metrics_name_the_responses_route_templates() {
+    let env = env().await;
+    env.model("gpt-m", "chat", "openai", "up-m").await;
+    json_ok(create(&env, &json!({"model": "gpt-m", "input": "x"})).await).await;
+    let r = env
+        .app
+        .client
+        .get(env.app.u("/v1/responses/resp_9"))
+        .bearer_auth(&env.key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    let metrics = env
+        .app
+        .client
+        .get(env.app.u("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(r#"route="/v1/responses",status="200""#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"route="/v1/responses/{id}",status="404""#),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn an_upstream_gone_quiet_mid_stream_ends_it_with_response_failed_upstream_timeout() {
+    let env = env().await;
+    env.provider("slow", "openai", &env.stub.openai_base_url(), None, 1)
+        .await;
+    env.model("gpt-q", "chat", "slow", "up-q").await;
+    env.stub.script(
+        "up-q",
+        Script {
+            content: Some("one two three four".into()),
+            chunk_interval_ms: 1500,
+            ..Script::default()
+        },
+    );
+    let evs = stream_of(
+        create(
+            &env,
+            &json!({"model": "gpt-q", "input": "x", "stream": true}),
+        )
+        .await,
+    )
+    .await;
+    let last = evs.last().unwrap();
+    assert_eq!(last["type"], "response.failed");
+    assert_eq!(last["response"]["error"]["code"], "upstream_timeout");
+}
