@@ -858,6 +858,10 @@ pub fn complete(doc: &mut Value) {
                 resp["content"]["text/event-stream"] = json!({"schema": {"type": "string",
                     "description": "With `stream: true`: `data: {chunk}` messages, then `data: [DONE]`."}});
             }
+            if path.ends_with("/responses") {
+                resp["content"]["text/event-stream"] = json!({"schema": {"type": "string",
+                    "description": "With `stream: true`: `event: <type>` + `data: {type, sequence_number, ...}` messages, from `response.created` to exactly one of `response.completed`, `response.incomplete`, `response.failed`."}});
+            }
         }
     }
 }

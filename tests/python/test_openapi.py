@@ -318,6 +318,34 @@ def test_public_sso_routes_validate(check, gateway):
                body={"code": "gtc_nothing", "code_verifier": "v" * 43, "redirect_uri": "http://127.0.0.1:9/cb"})
 
 
+def test_responses_routes_validate(check, gateway, stub):
+    key, admin = gateway.key, gateway.admin
+    _, ans = check.call("POST", "/v1/responses", token=key, expect=200,
+                        body={"model": "py-chat", "input": "hello", "store": False, "x_extra": 1})
+    assert ans["output"][0]["content"][0]["text"] == "echo: hello"
+    _, stream = check.call("POST", "/v1/responses", token=key, expect=200,
+                           body={"model": "py-chat", "input": [{"role": "user", "content": "s"}], "stream": True})
+    assert "event: response.completed" in stream
+    check.call("POST", "/v1/responses", token=key, expect=400,
+               body={"model": "py-chat", "input": "x", "previous_response_id": "resp_1"})
+    for method, template in [("GET", "/v1/responses/{id}"), ("DELETE", "/v1/responses/{id}"),
+                             ("GET", "/v1/responses/{id}/input_items"), ("POST", "/v1/responses/{id}/cancel")]:
+        check.call(method, template, params={"id": "resp_1"}, token=key, expect=404)
+    check.call("POST", "/api/admin/providers", token=admin, expect=201,
+               body={"name": "openapi-native", "type": "openai", "base_url": f"{stub.url}/v1", "responses": "bridge"})
+    _, prov = check.call("PATCH", "/api/admin/providers/{name}", params={"name": "openapi-native"}, token=admin,
+                         expect=200, body={"responses": "native", "timeout_s": 30})
+    assert prov["responses"] == "native"
+    check.call("DELETE", "/api/admin/providers/{name}", params={"name": "openapi-native"}, token=admin, expect=204)
+    _, login = check.call("POST", "/api/auth/jwt/login", form={"username": ADMIN_EMAIL, "password": ADMIN_PASSWORD})
+    _, tokens = check.call("POST", "/api/agent-tokens", token=login["access_token"], expect=201,
+                           body={"agent": AGENT, "device_label": "responses laptop"})
+    _, ans = check.call("POST", "/v1/agents/{agent}/responses", params={"agent": AGENT},
+                        token=tokens["access_token"], expect=200,
+                        headers={"X-Service-Tool-Mode": "auto"}, body={"input": "hi agent"})
+    assert ans["model"] == "py-openapi-agent-chat"
+
+
 # Routes not exercised above: the SSO admin routes need a reachable OpenID
 # Connect provider (tests/api/sso/flow.rs drives them), the callback a real
 # authorization round trip.
