@@ -42,6 +42,9 @@ pub struct ResponsesHooks<H> {
     /// Whether the latest attempt was bridged (read by the route once the
     /// relay answers: built-in tools are named as dropped only then).
     bridged: Arc<AtomicBool>,
+    /// Whether native targets get the Responses body (off: every attempt is
+    /// bridged, so the wrapped hooks see every answer).
+    allow_native: bool,
 }
 
 impl<H: ChatHooks> ResponsesHooks<H> {
@@ -55,7 +58,16 @@ impl<H: ChatHooks> ResponsesHooks<H> {
             stream: None,
             approvals: Vec::new(),
             bridged: Arc::new(AtomicBool::new(true)),
+            allow_native: true,
         }
+    }
+
+    /// Bridges every attempt, native providers included: for wrapped hooks
+    /// that must see the answer (the agent route's approvals and PII
+    /// restore work on chat answers).
+    pub fn bridge_only(mut self) -> ResponsesHooks<H> {
+        self.allow_native = false;
+        self
     }
 
     /// Reads, after the relay answered, whether the answering attempt was
@@ -159,7 +171,7 @@ impl<H: ChatHooks> ChatHooks for ResponsesHooks<H> {
         upstream_model: &str,
         alias: &str,
     ) -> Option<Result<(&'static str, Bytes), Error>> {
-        let native = is_native(provider);
+        let native = self.allow_native && is_native(provider);
         self.bridged.store(!native, Ordering::Relaxed);
         if !native {
             self.native = None;

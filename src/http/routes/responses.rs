@@ -116,7 +116,8 @@ fn dropped_tools_header(resp: &mut Response, dropped: &[String]) {
 /// The relay with the Responses hooks around `inner`: the body translated to
 /// chat (a native target gets the Responses body instead).
 /// `dropped`: the built-in tools of the request, named in a header when the
-/// answering attempt was bridged (a native upstream gets them).
+/// answering attempt was bridged (a native upstream gets them). Without
+/// `native`, native providers are bridged too.
 async fn respond<H: ChatHooks>(
     app: &App,
     model: Arc<Model>,
@@ -124,10 +125,14 @@ async fn respond<H: ChatHooks>(
     inner: H,
     usage: UsageContext,
     dropped: &[String],
+    native: bool,
 ) -> Result<Response> {
     let chat = request.to_chat();
     let echo = Echo::of(&request.body, request.custom_tools(), prompt_chars(&chat));
-    let hooks = ResponsesHooks::new(inner, Arc::new(request), echo);
+    let mut hooks = ResponsesHooks::new(inner, Arc::new(request), echo);
+    if !native {
+        hooks = hooks.bridge_only();
+    }
     let bridged = hooks.bridged();
     let call = ChatCall {
         model,
@@ -192,7 +197,7 @@ async fn create_response(
     Ok(
         admitted(app, &key_subjects(&auth), ticket, |mut ticket| async move {
             let usage = ticket.hand_over();
-            respond(app, model, request, NoHooks, usage, &dropped).await
+            respond(app, model, request, NoHooks, usage, &dropped, true).await
         })
         .await,
     )
@@ -293,7 +298,10 @@ async fn agent_responses(
             .hooks(&cx, &caller, &h, &model.id, request.is_stream())
             .with_custom_tools(request.custom_tools());
         let usage = ticket.hand_over();
-        let mut resp = respond(app, model, request, hooks, usage, &[]).await?;
+        // Approvals and PII restore read chat answers: this route bridges
+        // native providers too (their answer side in the Responses shape is
+        // not built yet).
+        let mut resp = respond(app, model, request, hooks, usage, &[], false).await?;
         // The agent route removes built-in tools in both modes.
         dropped_tools_header(&mut resp, &dropped);
         if let (false, Ok(v)) = (held.is_empty(), HeaderValue::from_str(&held)) {

@@ -288,3 +288,43 @@ async fn tokenized_pii_never_goes_upstream_and_comes_back_restored_plain_and_str
         assert!(sent.raw_body.contains("[EMAIL_1]"));
     }
 }
+
+#[tokio::test]
+async fn the_agent_route_bridges_a_native_provider_so_its_rules_see_every_answer() {
+    let env = env().await;
+    let r = env
+        .app
+        .patch(
+            "/api/admin/providers/openai",
+            &env.admin,
+            &json!({"responses": "native"}),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    agent(
+        &env,
+        "natbot",
+        "up-natbot",
+        json!({"default_tool_mode": "ask"}),
+    )
+    .await;
+    let token = sign_in(&env, "ann@example.com", "natbot").await;
+    env.stub
+        .script("up-natbot", calling(vec![tool_call("call_x", "run", "{}")]));
+    let v = json_ok(
+        post_responses(
+            &env,
+            &path("natbot"),
+            &token,
+            &json!({"input": "go", "tools": [{"type": "function", "name": "run"}]}),
+            &[],
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(v["approvals"][0]["tool_call_id"], "call_x");
+    assert_eq!(
+        env.stub.requests_for_model("up-natbot")[0].path,
+        "/v1/chat/completions"
+    );
+}
