@@ -45,6 +45,8 @@ pub struct ResponsesHooks<H> {
     /// Whether native targets get the Responses body (off: every attempt is
     /// bridged, so the wrapped hooks see every answer).
     allow_native: bool,
+    /// The model the current attempt answers for.
+    alias: String,
 }
 
 impl<H: ChatHooks> ResponsesHooks<H> {
@@ -59,6 +61,7 @@ impl<H: ChatHooks> ResponsesHooks<H> {
             approvals: Vec::new(),
             bridged: Arc::new(AtomicBool::new(true)),
             allow_native: true,
+            alias: String::new(),
         }
     }
 
@@ -77,10 +80,11 @@ impl<H: ChatHooks> ResponsesHooks<H> {
     }
 
     fn stream_for(&mut self, chunk: &Value) -> &mut ResponsesStream {
-        let echo = &self.echo;
+        let (echo, alias) = (&self.echo, &self.alias);
         self.stream.get_or_insert_with(|| {
-            // The chunk names the model that answers (the relay rewrote it).
-            let model = chunk.get("model").and_then(Value::as_str).unwrap_or("");
+            // The model that answers: the chunk names it (the relay rewrote
+            // it), else the attempt's.
+            let model = chunk.get("model").and_then(Value::as_str).unwrap_or(alias);
             ResponsesStream::new(ResponseMeta::new(model), echo.clone())
         })
     }
@@ -171,6 +175,7 @@ impl<H: ChatHooks> ChatHooks for ResponsesHooks<H> {
         upstream_model: &str,
         alias: &str,
     ) -> Option<Result<(&'static str, Bytes), Error>> {
+        alias.clone_into(&mut self.alias);
         let native = self.allow_native && is_native(provider);
         self.bridged.store(!native, Ordering::Relaxed);
         if !native {
