@@ -551,3 +551,62 @@ pub fn ids(data: &[u8]) {
         }
     }
 }
+
+/// `/v1/responses` (and the agent route): a body's checks, its bridge and
+/// native translations, and a chat answer and stream (the same bytes read
+/// as chunks, one JSON value a line) made into the Responses shapes.
+/// Invariants: a body the checks pass translates to a chat body with
+/// `messages`; every stream event is numbered one after the other, and
+/// exactly one terminal event ends the stream, with nothing after it.
+pub fn responses(data: &[u8]) {
+    use crate::wire::responses::answer::from_chat;
+    use crate::wire::responses::{Echo, ResponseMeta, ResponsesRequest, ResponsesStream};
+    if let Ok(body) = serde_json::from_slice::<Map<String, Value>>(data) {
+        let agent = ResponsesRequest::parse_for_agent(body.clone());
+        if let Ok(r) = ResponsesRequest::parse(body) {
+            let chat = r.to_chat();
+            assert!(chat.get("messages").is_some_and(Value::is_array));
+            let _ = serde_json::to_vec(&r.to_native()).expect("a tree serialises");
+            assert!(
+                agent.is_ok(),
+                "the agent route refuses less than the key route"
+            );
+            let echo = Echo::of(&r.body, r.custom_tools(), prompt_chars(&chat));
+            let _ = from_chat(&Value::Object(chat), &ResponseMeta::new("m"), &echo);
+        }
+    }
+    let body = serde_json::json!({"tools": [{"type": "custom", "name": "p"}]});
+    let echo = Echo::of(body.as_object().expect("an object"), vec!["p".into()], 4);
+    let mut stream = ResponsesStream::new(ResponseMeta::new("m"), echo);
+    let mut frames = Vec::new();
+    for line in data.split(|b| *b == b'\n') {
+        if let Ok(chunk) = serde_json::from_slice::<Value>(line) {
+            frames.extend(stream.on_chunk(&chunk));
+            let _ = from_chat(&chunk, &ResponseMeta::new("m"), &Echo::default());
+        }
+    }
+    let end = if data.first() == Some(&b'!') {
+        stream.fail("upstream_error", "cut")
+    } else {
+        stream.finish(None, Vec::new())
+    };
+    frames.extend(end);
+    assert!(
+        stream.finish(None, Vec::new()).is_empty(),
+        "nothing after the end"
+    );
+    let terminal = [
+        "response.completed",
+        "response.incomplete",
+        "response.failed",
+    ];
+    for (i, f) in frames.iter().enumerate() {
+        let SseFrame::Event { event, data } = f else {
+            panic!("an unnamed Responses event");
+        };
+        let v: Value = serde_json::from_str(data).expect("events are JSON");
+        assert_eq!(v["sequence_number"], Value::from(i));
+        assert_eq!(v["type"].as_str(), Some(event.as_str()));
+        assert_eq!(terminal.contains(&event.as_str()), i + 1 == frames.len());
+    }
+}
