@@ -931,3 +931,75 @@ async fn an_upstream_gone_quiet_mid_stream_ends_it_with_response_failed_upstream
     assert_eq!(last["type"], "response.failed");
     assert_eq!(last["response"]["error"]["code"], "upstream_timeout");
 }
+
+#[tokio::test]
+async fn a_client_that_leaves_a_stream_cancels_the_upstream_and_is_recorded_499() {
+    use futures_util::StreamExt;
+    let env = env().await;
+    env.model("gpt-c", "chat", "openai", "up-c").await;
+    env.stub.script(
+        "up-c",
+        Script {
+            content: Some("x".repeat(400)),
+            chunk_interval_ms: 100,
+            ..Script::default()
+        },
+    );
+    let r = create(
+        &env,
+        &json!({"model": "gpt-c", "input": "x", "stream": true}),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let mut stream = r.bytes_stream();
+    let first = stream.next().await.unwrap().unwrap();
+    assert!(
+        String::from_utf8_lossy(&first).starts_with("event: response.created\n"),
+        "{first:?}"
+    );
+    stream.next().await.unwrap().unwrap();
+    drop(stream);
+    poll(5, || async {
+        (env.stub.cancelled_streams() == 1).then_some(())
+    })
+    .await;
+    let rows = usage_rows(&env, 1).await;
+    assert_eq!(rows[0].3, 499);
+}
+
+#[tokio::test]
+async fn an_agent_call_with_pii_in_its_arguments_comes_back_restored_in_every_event() {
+    use common::agent_chat::{agent, sign_in};
+    let env = env().await;
+    agent(&env, "pargs", "up-pargs", json!({"default_tool_mode": "auto", "pii": {"mode": "tokenize_reversible", "user_choosable": false, "terms": []}})).await;
+    let token = sign_in(&env, "ann@example.com", "pargs").await;
+    // The model repeats the token it was given; the client sees the value.
+    env.stub.script(
+        "up-pargs",
+        calling(vec![tool_call(
+            "call_m",
+            "send_mail",
+            r#"{"to":"[EMAIL_1]"}"#,
+        )]),
+    );
+    let body = json!({"input": "mail jane.doe@example.com", "tools": [{"type": "function", "name": "send_mail"}], "stream": true});
+    let evs =
+        stream_of(post_responses(&env, "/v1/agents/pargs/responses", &token, &body, &[]).await)
+            .await;
+    let args: String = of_type(&evs, "response.function_call_arguments.delta")
+        .iter()
+        .map(|e| e["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(args, r#"{"to":"jane.doe@example.com"}"#);
+    assert_eq!(
+        of_type(&evs, "response.function_call_arguments.done")[0]["arguments"],
+        r#"{"to":"jane.doe@example.com"}"#
+    );
+    assert_eq!(
+        evs.last().unwrap()["response"]["output"][0]["arguments"],
+        r#"{"to":"jane.doe@example.com"}"#
+    );
+    assert!(!env.stub.requests_for_model("up-pargs")[0]
+        .raw_body
+        .contains("jane.doe@example.com"));
+}
