@@ -48,6 +48,8 @@
 //!   `data: [DONE]`; async; gets the upstream's usage object if it sent one.
 //! * `on_stream_error`: the stream failed after it began; frames to send
 //!   before the error message.
+//! * `openai_frames`: false when the hooks' frames are the whole answer
+//!   (no `[DONE]`, no error message, no foreign named events).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -146,6 +148,14 @@ pub trait ChatHooks: Send + 'static {
     fn on_stream_error(&mut self, error: &Error) -> Vec<SseFrame> {
         let _ = error;
         Vec::new()
+    }
+
+    /// Whether the stream speaks OpenAI: `data: [DONE]` at its end, the
+    /// error message after a failure, and the upstream's named events passed
+    /// on. False when the hooks' frames are the whole answer (the AG-UI
+    /// endpoint's events).
+    fn openai_frames(&self) -> bool {
+        true
     }
 }
 
@@ -659,13 +669,17 @@ impl<H> StreamRelay<H> {
             }
         }
         let mut out = Vec::new();
+        let mut openai = true;
         if let Some(h) = self.hooks.as_mut() {
             for f in h.on_stream_error(e) {
                 f.write_to(&mut out);
             }
+            openai = h.openai_frames();
         }
-        SseFrame::json(&e.openai_body()).write_to(&mut out);
-        out.extend_from_slice(DONE);
+        if openai {
+            SseFrame::json(&e.openai_body()).write_to(&mut out);
+            out.extend_from_slice(DONE);
+        }
         self.finish(e.status());
         self.phase = Phase::Done;
         self.upstream = Box::pin(futures_util::stream::empty());
@@ -737,6 +751,9 @@ impl<H: ChatHooks> StreamRelay<H> {
                     return Err(self.fault(Failure::BadAnswer, e));
                 }
                 if !name.is_empty() && name != "message" {
+                    if self.hooks.as_ref().is_some_and(|h| !h.openai_frames()) {
+                        continue;
+                    }
                     // Not an OpenAI event: passed on as it came.
                     return Ok(Step::Out(
                         SseFrame::Event {
@@ -828,12 +845,16 @@ impl<H: ChatHooks> StreamRelay<H> {
     /// Ends a stream that went well: hook frames, then `[DONE]`.
     async fn end(&mut self) -> Bytes {
         let mut out = Vec::new();
+        let mut openai = true;
         if let Some(h) = self.hooks.as_mut() {
             for f in h.on_stream_end(self.usage.as_ref()).await {
                 f.write_to(&mut out);
             }
+            openai = h.openai_frames();
         }
-        out.extend_from_slice(DONE);
+        if openai {
+            out.extend_from_slice(DONE);
+        }
         self.finish(200);
         self.phase = Phase::Draining;
         Bytes::from(out)

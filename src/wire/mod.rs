@@ -10,7 +10,8 @@
 //! - [`sse`]: the server-sent events parser and frames.
 //! - [`chat`]: OpenAI chat completions: request bodies read once (raw when
 //!   possible), answers and stream chunks rewritten by splicing.
-//! - [`agui`]: AG-UI protocol events made from a chat stream.
+//! - [`agui`]: AG-UI protocol events made from a chat stream, and AG-UI's
+//!   `RunAgentInput` read as a chat body.
 
 pub mod agui;
 pub mod chat;
