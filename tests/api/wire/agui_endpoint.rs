@@ -893,3 +893,42 @@ async fn http_agent_sees_a_run_the_model_server_cut_off_end_with_run_error() {
     assert_eq!(run["error"], Value::Null);
     assert_eq!(run["newMessages"][0]["content"], "half an ");
 }
+
+#[tokio::test]
+async fn a_run_input_of_the_body_limit_is_taken_and_one_byte_more_is_413() {
+    const LIMIT: usize = 4096;
+    let env = Scene::new()
+        .settings(|s| s.max_body_bytes = LIMIT)
+        .with_model("m-runner", UP)
+        .with_agent("runner", json!({"default_tool_mode": "auto"}))
+        .user("ann@example.com", "test device")
+        .signed_in()
+        .await;
+    // A body of exactly `size` bytes: the user text pads it.
+    let body_of = |size: usize| {
+        let mut b = input("t-size", "r-1", json!([user("u1", "")]));
+        let bare = serde_json::to_vec(&b).unwrap().len();
+        b["messages"][0]["content"] = json!("x".repeat(size - bare));
+        let bytes = serde_json::to_vec(&b).unwrap();
+        assert_eq!(bytes.len(), size);
+        bytes
+    };
+    let post = |bytes: Vec<u8>| {
+        env.app
+            .client
+            .post(env.app.u("/v1/agents/runner/ag-ui"))
+            .bearer_auth(&env.access)
+            .header("content-type", "application/json")
+            .body(bytes)
+            .send()
+    };
+    let events = events_of(post(body_of(LIMIT)).await.unwrap()).await;
+    assert_eq!(events.last().unwrap()["type"], "RUN_FINISHED");
+    let r = post(body_of(LIMIT + 1)).await.unwrap();
+    let (status, code, _) = refused(r).await;
+    assert_eq!(
+        (status, code.as_str()),
+        (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large")
+    );
+    assert_eq!(env.sent().len(), 1);
+}
