@@ -44,3 +44,8 @@ fn pii_scanner_corpus_replays_without_a_failure() {
 fn id_parsers_corpus_replays_without_a_failure() {
     replay("ids", gatehouse::fuzzing::ids);
 }
+
+#[test]
+fn agui_run_input_corpus_replays_without_a_failure() {
+    replay("agui_input", gatehouse::fuzzing::agui_input);
+}
