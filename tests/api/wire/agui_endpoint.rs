@@ -932,3 +932,25 @@ async fn a_run_input_of_the_body_limit_is_taken_and_one_byte_more_is_413() {
     );
     assert_eq!(env.sent().len(), 1);
 }
+
+#[tokio::test]
+async fn the_agents_rate_limit_admits_runs_up_to_it_and_refuses_the_next_before_any_event() {
+    let env = setup(json!({"limits": {"requests_per_minute": 2}})).await;
+    let body = input("t-limit", "r-1", json!([user("u1", "hi")]));
+    for _ in 0..2 {
+        let r = run(&env, &body, &[]).await;
+        assert_eq!(r.headers()["x-ratelimit-limit-requests"], "2");
+        // Routing headers as on agent chat.
+        assert_eq!(r.headers()["x-gatehouse-provider"], "p-m-runner");
+        assert_eq!(r.headers()["x-gatehouse-attempts"], "1");
+        events_of(r).await;
+    }
+    let r = run(&env, &body, &[]).await;
+    assert!(r.headers().get("retry-after").is_some());
+    let (status, code, _) = refused(r).await;
+    assert_eq!(
+        (status, code.as_str()),
+        (StatusCode::TOO_MANY_REQUESTS, "rate_limited")
+    );
+    assert_eq!(env.sent().len(), 2);
+}
