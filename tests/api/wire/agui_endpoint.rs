@@ -954,3 +954,41 @@ async fn the_agents_rate_limit_admits_runs_up_to_it_and_refuses_the_next_before_
     );
     assert_eq!(env.sent().len(), 2);
 }
+
+#[tokio::test]
+async fn http_agent_gets_the_restored_values_in_its_messages_with_tokenize_reversible() {
+    let email = "carol.king@example.com";
+    let env = setup(json!({"pii": {"mode": "tokenize_reversible"}})).await;
+    // The echo carries the token back, 3 characters an event.
+    env.stub.script(
+        UP,
+        Script {
+            chunk_size: 3,
+            ..Script::default()
+        },
+    );
+    let text = format!("Write to {email} today");
+    let plan = json!({
+        "url": env.app.u("/v1/agents/runner/ag-ui"),
+        "headers": {"Authorization": format!("Bearer {}", env.access)},
+        "threadId": "thread-pii",
+        "runs": [{"add": [user("u1", &text)]}]
+    });
+    let report = http_agent(&plan, |_| {}).await;
+    let run = &report["runs"][0];
+    assert_eq!(run["error"], Value::Null, "{run}");
+    assert_eq!(run["schemaErrors"], json!([]));
+    assert_eq!(
+        report["messages"][1]["content"],
+        format!("echo: {text}"),
+        "{report}"
+    );
+    let pii: Vec<&Value> = run["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"] == "service.pii")
+        .collect();
+    assert_eq!(pii[0]["value"], json!({"counts": {"email": 1}}));
+    assert!(!env.last_sent_text().contains(email));
+}
