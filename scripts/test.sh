@@ -3,7 +3,8 @@
 # (a private cluster started and stopped here), and the client tests with the
 # official openai Python SDK, and the web console's tests in a headless Chromium
 # (Playwright from PyPI). Needs: cargo, python3 with venv, chromium, node and npm
-# (the AG-UI events are checked with the protocol's own packages, tests/agui; the
+# (the AG-UI events are checked with the protocol's own packages, tests/agui, and
+# the AG-UI endpoint is driven by @ag-ui/client's HttpAgent from the Rust tests; the
 # single sign-on tests run a real OpenID Connect provider, tests/oidc),
 # PostgreSQL server binaries (apt-get install postgresql); .ci/run installs them.
 #

@@ -610,3 +610,51 @@ pub fn responses(data: &[u8]) {
         assert_eq!(terminal.contains(&event.as_str()), i + 1 == frames.len());
     }
 }
+
+/// The AG-UI endpoint's body: a `RunAgentInput` read, checked and mapped to
+/// the chat body agent chat then takes.
+pub fn agui_input(data: &[u8]) {
+    let run = match crate::wire::agui::input::read(data) {
+        Ok(run) => run,
+        Err(e) => {
+            // Every refusal is a 400 that names the field.
+            assert_eq!(e.code, "validation_error");
+            assert!(e.param.as_deref().is_some_and(|p| !p.is_empty()));
+            return;
+        }
+    };
+    assert!(is_conversation_id(&run.thread_id) && is_conversation_id(&run.run_id));
+    // Only chat's own fields, always a stream, each message in a chat role.
+    assert!(run
+        .chat
+        .keys()
+        .all(|k| ["messages", "tools", "stream"].contains(&k.as_str())));
+    assert!(is_stream(&run.chat));
+    let messages = run.chat["messages"].as_array().expect("messages");
+    for m in messages {
+        let role = m["role"].as_str().expect("a role");
+        assert!(["system", "user", "assistant", "tool"].contains(&role));
+        assert!(m.as_object().is_some_and(|o| o.keys().all(|k| [
+            "role",
+            "content",
+            "tool_calls",
+            "tool_call_id"
+        ]
+        .contains(&k.as_str()))));
+    }
+    // Agent chat reads it as it reads a client's body: the same tools, by name.
+    let bytes = bytes::Bytes::from(serde_json::to_vec(&run.chat).expect("a map serialises"));
+    let req = ChatRequest::parse(&bytes, true).expect("agent chat reads the mapped body");
+    let tools = run.chat.get("tools").and_then(Value::as_array);
+    if let Ok(offered) = turn::check(&req) {
+        let names: Vec<&str> = tools
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t["function"]["name"].as_str())
+            .collect();
+        assert_eq!(offered.names(), names);
+    } else {
+        // Refused only for the list (duplicates, too many) or no messages.
+        assert!(tools.is_some() || messages.is_empty());
+    }
+}

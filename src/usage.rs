@@ -167,6 +167,19 @@ impl UsageTicket {
         }
     }
 
+    /// The conversation and turn, when the route learns them from the body
+    /// (the AG-UI endpoint's `threadId` and `runId`).
+    pub fn set_turn(&mut self, conversation_id: Option<&str>, turn_id: Option<&str>) {
+        if let Some(r) = self.record.as_mut() {
+            if r.conversation_id.as_deref() != conversation_id {
+                r.conversation_id = conversation_id.map(str::to_string);
+            }
+            if r.turn_id.as_deref() != turn_id {
+                r.turn_id = turn_id.map(str::to_string);
+            }
+        }
+    }
+
     /// The provider that answered.
     pub fn set_provider(&mut self, provider: &str) {
         if let Some(r) = self.record.as_mut() {

@@ -547,6 +547,8 @@ mod tests {
             timeout_s: 5,
             created_at: 0,
             responses: "bridge".into(),
+            anthropic_version: None,
+            beta_headers: None,
         };
         let m = |id: &str, kind: &str| ModelRow {
             id: id.into(),
@@ -557,6 +559,8 @@ mod tests {
             routing: "weighted".into(),
             fallbacks: None,
             max_attempts: 3,
+            aliases: None,
+            max_tokens_default: 4096,
         };
         CatalogSnapshot::build(
             vec![p],

@@ -1,6 +1,11 @@
 //! What agent chat adds around the relay: PII restore (also across stream
 //! chunks), approvals for `write`/`execute` tool calls in `ask` mode, and
 //! AG-UI events. Plain answers and streams get the same treatment.
+//!
+//! The AG-UI endpoint uses the same hooks [`AgentHooks::events_only`]: its
+//! answer is the AG-UI events alone (plain `data:` messages), and there they
+//! describe the answer as the client gets it, PII values restored, since
+//! the events are the answer; `CUSTOM` events never carry values.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -56,12 +61,28 @@ pub struct AgentHooks {
     /// Tools whose calls carry `{"input": ...}` (Responses custom tools):
     /// their approvals show the input.
     custom: Vec<String>,
+    /// The answer is the AG-UI events alone (see the module documentation).
+    events_only: bool,
 }
 
 fn agui_frame(ev: Value) -> SseFrame {
     SseFrame::Event {
         event: "ag-ui".into(),
         data: ev.to_string(),
+    }
+}
+
+fn agui_data(ev: Value) -> SseFrame {
+    SseFrame::json(&ev)
+}
+
+/// How an AG-UI event is framed: `event: ag-ui` beside OpenAI chunks, a
+/// plain `data:` message when the events are the whole answer.
+fn framer(events_only: bool) -> fn(Value) -> SseFrame {
+    if events_only {
+        agui_data
+    } else {
+        agui_frame
     }
 }
 
@@ -77,6 +98,7 @@ impl AgentHooks {
             started: false,
             meta: Map::new(),
             custom: Vec::new(),
+            events_only: false,
         }
     }
 
@@ -84,6 +106,15 @@ impl AgentHooks {
     /// of one carries its `input` as its arguments.
     pub fn with_custom_tools(mut self, names: Vec<String>) -> AgentHooks {
         self.custom = names;
+        self
+    }
+
+    /// Answers with the AG-UI events alone (the AG-UI endpoint): no OpenAI
+    /// chunk, no approvals chunk, no error message, no `[DONE]`; the text
+    /// and tool-call events carry what the client would read in the chunks.
+    /// Needs AG-UI ids (`AgentChatContext::ag_ui`).
+    pub fn events_only(mut self) -> AgentHooks {
+        self.events_only = true;
         self
     }
 
@@ -233,14 +264,15 @@ impl AgentHooks {
         }
         self.started = true;
         let Some(agui) = &self.agui else { return };
-        before.push(agui_frame(agui.run_started()));
+        let frame = framer(self.events_only);
+        before.push(frame(agui.run_started()));
         if !self.ctx.held.is_empty() {
-            before.push(agui_frame(
+            before.push(frame(
                 agui.custom("service.held_tools", json!({"tools": self.ctx.held})),
             ));
         }
         if !self.ctx.pii_counts.is_empty() {
-            before.push(agui_frame(agui.custom(
+            before.push(frame(agui.custom(
                 "service.pii",
                 json!({"counts": crate::pii::counts_json(&self.ctx.pii_counts)}),
             )));
@@ -283,10 +315,11 @@ impl ChatHooks for AgentHooks {
                 }
             }
         }
-        // AG-UI events describe the chunk as the model sent it: in
-        // tokenize_reversible mode they carry tokens, never the values.
-        let as_sent = match (&self.agui, &self.ctx.vault) {
-            (Some(_), Some(_)) => Some(chunk.clone()),
+        // AG-UI events beside the chunks describe the chunk as the model
+        // sent it: in tokenize_reversible mode they carry tokens, never the
+        // values. Alone, they are the answer: restored.
+        let as_sent = match (&self.agui, &self.ctx.vault, self.events_only) {
+            (Some(_), Some(_), false) => Some(chunk.clone()),
             _ => None,
         };
         if let Some(Value::Array(choices)) = chunk.get_mut("choices") {
@@ -315,7 +348,11 @@ impl ChatHooks for AgentHooks {
         }
         if let Some(agui) = self.agui.as_mut() {
             let described = as_sent.as_ref().unwrap_or(chunk);
-            before.extend(agui.on_chunk(described).into_iter().map(agui_frame));
+            let frame = framer(self.events_only);
+            before.extend(agui.on_chunk(described).into_iter().map(frame));
+        }
+        if self.events_only {
+            return ChunkAction::Drop;
         }
         ChunkAction::Send
     }
@@ -323,12 +360,37 @@ impl ChatHooks for AgentHooks {
     async fn on_stream_end(&mut self, usage: Option<&Value>) -> Vec<SseFrame> {
         let mut frames = vec![];
         self.start_frames(&mut frames);
+        let frame = framer(self.events_only);
         // Text still held by a restorer (a stream that never sent finish_reason).
         let mut leftover = String::new();
         for r in self.content.values_mut() {
             leftover.push_str(&r.finish());
         }
-        if !leftover.is_empty() {
+        if self.events_only {
+            // The events are the answer: they take what the restorers held,
+            // text and arguments alike.
+            let mut delta = json!({});
+            if !leftover.is_empty() {
+                delta["content"] = json!(leftover);
+            }
+            let tails: Vec<Value> = self
+                .args
+                .iter_mut()
+                .filter(|((c, _), _)| *c == 0)
+                .filter_map(|((_, i), r)| {
+                    let rest = r.finish();
+                    (!rest.is_empty()).then(|| json!({"index": i, "function": {"arguments": rest}}))
+                })
+                .collect();
+            if !tails.is_empty() {
+                delta["tool_calls"] = Value::Array(tails);
+            }
+            if let (Some(agui), false) = (self.agui.as_mut(), delta == json!({})) {
+                let c =
+                    json!({"id": self.meta.get("id"), "choices": [{"index": 0, "delta": delta}]});
+                frames.extend(agui.on_chunk(&c).into_iter().map(frame));
+            }
+        } else if !leftover.is_empty() {
             let mut c = Value::Object(self.meta.clone());
             c["object"] = json!("chat.completion.chunk");
             c["choices"] =
@@ -349,9 +411,11 @@ impl ChatHooks for AgentHooks {
             Ok(a) => a,
             Err(e) => {
                 if let Some(agui) = self.agui.as_mut() {
-                    frames.extend(agui.error(&e.message, &e.code).into_iter().map(agui_frame));
+                    frames.extend(agui.error(&e.message, &e.code).into_iter().map(frame));
                 }
-                frames.push(SseFrame::json(&e.openai_body()));
+                if !self.events_only {
+                    frames.push(SseFrame::json(&e.openai_body()));
+                }
                 return frames;
             }
         };
@@ -363,10 +427,10 @@ impl ChatHooks for AgentHooks {
             frames.extend(
                 agui.finish(usage, &self.ctx.model_alias, extra)
                     .into_iter()
-                    .map(agui_frame),
+                    .map(frame),
             );
         }
-        if !approvals.is_empty() {
+        if !approvals.is_empty() && !self.events_only {
             let mut c = Value::Object(self.meta.clone());
             c["object"] = json!("chat.completion.chunk");
             c["choices"] = json!([]);
@@ -379,13 +443,18 @@ impl ChatHooks for AgentHooks {
     fn on_stream_error(&mut self, error: &Error) -> Vec<SseFrame> {
         let mut frames = vec![];
         self.start_frames(&mut frames);
+        let frame = framer(self.events_only);
         if let Some(agui) = self.agui.as_mut() {
             frames.extend(
                 agui.error(&error.message, &error.code)
                     .into_iter()
-                    .map(agui_frame),
+                    .map(frame),
             );
         }
         frames
+    }
+
+    fn openai_frames(&self) -> bool {
+        !self.events_only
     }
 }

@@ -51,6 +51,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .merge(routes::agent_data::routes())
         .merge(routes::agent_chat::routes())
         .merge(routes::responses::routes())
+        .merge(routes::agui::routes())
         .merge(routes::signins::routes())
         .merge(routes::limits::routes())
         .merge(routes::sso::routes())

@@ -544,6 +544,26 @@ fn schemas() -> Map<String, Value> {
         ("ChatMessage", message),
         ("ChatTool", tool),
         (
+            "RunAgentInput",
+            json!({
+                "type": "object", "required": ["threadId", "runId", "messages"],
+                "description": "AG-UI's RunAgentInput (@ag-ui/core 1.0.0); unknown members are ignored. `threadId` is the conversation, `runId` the turn; `state` and `forwardedProps` are not sent upstream.",
+                "properties": {
+                    "threadId": {"type": "string", "pattern": "^[A-Za-z0-9._:-]{1,128}$"},
+                    "runId": {"type": "string", "pattern": "^[A-Za-z0-9._:-]{1,128}$"},
+                    "parentRunId": string(), "protocolVersion": string(), "state": {},
+                    "messages": array(object(&["id", "role"], json!({"id": string(),
+                        "role": one_of(&["developer", "system", "assistant", "user", "tool", "activity", "reasoning"]),
+                        "content": {}, "toolCalls": array(object(&["id", "type", "function"], json!({"id": string(), "type": one_of(&["function"]),
+                            "function": object(&["name", "arguments"], json!({"name": string(), "arguments": string()}))}))),
+                        "toolCallId": string()}))),
+                    "tools": array(object(&["name", "description"], json!({"name": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
+                        "description": string(), "parameters": {}}))),
+                    "context": array(object(&["description", "value"], json!({"description": string(), "value": string()}))),
+                    "forwardedProps": {}},
+            }),
+        ),
+        (
             "ChatCompletionRequest",
             json!({
                 "type": "object", "required": ["messages"],
@@ -724,6 +744,15 @@ fn bodies(method: &str, path: &str) -> Option<Bodies> {
         ("post", "/v1/agents/{agent}/chat/completions") | ("post", "/v1/chat/completions") => {
             b(req("ChatCompletionRequest"), ok("ChatCompletion"))
         }
+        ("post", "/v1/agents/{agent}/ag-ui") => b(
+            req("RunAgentInput"),
+            Some((
+                "200",
+                "text/event-stream",
+                json!({"type": "string",
+                "description": "AG-UI events, each one `data: {event}` message: RUN_STARTED first, RUN_FINISHED or RUN_ERROR last."}),
+            )),
+        ),
         ("post", "/v1/agents/{agent}/approvals/{id}") => b(req("ApprovalAnswer"), ok("Approval")),
         ("post", "/v1/agents/{agent}/events") => b(
             req("EventsRequest"),

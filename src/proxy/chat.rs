@@ -48,14 +48,16 @@
 //!   `data: [DONE]`; async; gets the upstream's usage object if it sent one.
 //! * `on_stream_error`: the stream failed after it began; frames to send
 //!   before the error message.
+//! * `openai_frames`: false when the hooks' frames are the whole answer
+//!   (no `[DONE]`, no error message, no foreign named events).
 //!
 //! The inbound-dialect seam (also `ChatHooks`, defaults for chat): hooks of
 //! another client dialect (Responses: `crate::proxy::responses`) translate
-//! chat answers in the hooks above, end streams themselves
-//! (`CHAT_STREAM_END = false`: no `[DONE]` nor OpenAI error message), and may
-//! send a target its own dialect (`native_request`: another path and body; the
-//! answer then goes through `on_native_answer` / `on_native_event`, events
-//! relayed as they come, retries and usage as for chat).
+//! chat answers in the hooks above, end streams themselves (`openai_frames`
+//! false), and may send a target its own dialect (`native_request`: another
+//! path and body; the answer then goes through `on_native_answer` /
+//! `on_native_event`, events relayed as they come, retries and usage as for
+//! chat).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -99,6 +101,9 @@ pub struct ChatCall {
     /// kept them so (agent chat, with a tree body).
     pub tools: Option<crate::wire::chat::tools::KeptTools>,
     pub usage: UsageContext,
+    /// The name the client sent when it is one of the model's aliases: the
+    /// answer names it (a fallback's answer names the fallback).
+    pub requested: Option<String>,
 }
 
 /// What happens to a stream chunk after `on_chunk`.
@@ -153,14 +158,17 @@ pub trait ChatHooks: Send + 'static {
         Vec::new()
     }
 
+    /// Whether the stream speaks OpenAI: `data: [DONE]` at its end, the
+    /// error message after a failure, and the upstream's named events passed
+    /// on. False when the hooks' frames are the whole answer (the AG-UI
+    /// endpoint's events).
+    fn openai_frames(&self) -> bool {
+        true
+    }
+
     // The inbound-dialect seam: hooks that answer the client in another
     // dialect than chat (`crate::proxy::responses`) end streams themselves,
     // and may send some targets the client's own dialect (native mode).
-
-    /// Whether a stream ends in the chat grammar: `data: [DONE]`, and after
-    /// a failure an OpenAI error message. Hooks of another dialect say no
-    /// and write their dialect's end in `on_stream_end`/`on_stream_error`.
-    const CHAT_STREAM_END: bool = true;
 
     /// This attempt's request in the client's own dialect, when its target
     /// speaks it (a path under `base_url` and the body for
@@ -257,6 +265,7 @@ pub async fn relay<H: ChatHooks>(
         body,
         tools,
         usage,
+        requested,
     } = call;
     let mut ticket = UsageTicket::new(usage_sink, usage, "chat");
     ticket.set_model(&model.id);
@@ -289,6 +298,11 @@ pub async fn relay<H: ChatHooks>(
     }) = next_pick(&mut attempts)
     {
         let answering = chain[stage];
+        // The name the answer shows: the client's for the model it named.
+        let shown = match (&requested, stage) {
+            (Some(name), 0) => name.as_str(),
+            _ => answering.id.as_str(),
+        };
         let Some(adapter) = chat_adapter(target.provider.kind) else {
             return failed(ticket, unsupported_provider(answering, &target.provider));
         };
@@ -299,12 +313,12 @@ pub async fn relay<H: ChatHooks>(
             attempts: attempts.made(),
         };
         let deadline = upstream::deadline(&target.provider);
-        let native = hooks.native_request(&target.provider, &target.upstream_model, &answering.id);
+        let native = hooks.native_request(&target.provider, &target.upstream_model, shown);
         let is_native = native.is_some();
         let sent = match native {
             Some(n) => n,
             None => adapter
-                .chat_request(template.for_model(&target.upstream_model))
+                .chat_request(template.for_model(&target.upstream_model), answering)
                 .map(|b| (adapter.chat_path(), b)),
         };
         let (path, bytes) = match sent {
@@ -343,10 +357,10 @@ pub async fn relay<H: ChatHooks>(
                 Ok(bytes) if is_native => native_answer(&mut hooks, &bytes, prompt_estimate)
                     .map(|(b, tokens)| (RelayedBody::Raw(b), tokens)),
                 Ok(bytes) if hooks.edits_answer(&bytes) => {
-                    answer_tree(&bytes, &answering.id, prompt_estimate, &mut attempt)
+                    answer_tree(&bytes, shown, prompt_estimate, &mut attempt)
                         .map(|(v, tokens)| (RelayedBody::Answer(v), tokens))
                 }
-                Ok(bytes) => raw_answer(&bytes, &answering.id, prompt_estimate, &mut attempt)
+                Ok(bytes) => raw_answer(&bytes, shown, prompt_estimate, &mut attempt)
                     .map(|(b, tokens)| (RelayedBody::Raw(b), tokens)),
             };
             match answer {
@@ -381,8 +395,8 @@ pub async fn relay<H: ChatHooks>(
             translate: adapter.chat_events(),
             translated: std::collections::VecDeque::new(),
             hooks: Some(hooks),
-            alias: answering.id.clone(),
-            alias_json: serde_json::to_vec(&answering.id).unwrap_or_default(),
+            alias: shown.to_string(),
+            alias_json: serde_json::to_vec(shown).unwrap_or_default(),
             provider: Arc::clone(&target.provider),
             stats: Arc::clone(&target.stats),
             guard,
@@ -733,12 +747,14 @@ impl<H> StreamRelay<H> {
             }
         }
         let mut out = Vec::new();
+        let mut openai = true;
         if let Some(h) = self.hooks.as_mut() {
             for f in h.on_stream_error(e) {
                 f.write_to(&mut out);
             }
+            openai = h.openai_frames();
         }
-        if H::CHAT_STREAM_END {
+        if openai {
             SseFrame::json(&e.openai_body()).write_to(&mut out);
             out.extend_from_slice(DONE);
         }
@@ -835,6 +851,9 @@ impl<H: ChatHooks> StreamRelay<H> {
                     return Err(self.fault(Failure::BadAnswer, e));
                 }
                 if !name.is_empty() && name != "message" {
+                    if self.hooks.as_ref().is_some_and(|h| !h.openai_frames()) {
+                        continue;
+                    }
                     // Not an OpenAI event: passed on as it came.
                     return Ok(Step::Out(
                         SseFrame::Event {
@@ -926,12 +945,14 @@ impl<H: ChatHooks> StreamRelay<H> {
     /// Ends a stream that went well: hook frames, then `[DONE]`.
     async fn end(&mut self) -> Bytes {
         let mut out = Vec::new();
+        let mut openai = true;
         if let Some(h) = self.hooks.as_mut() {
             for f in h.on_stream_end(self.usage.as_ref()).await {
                 f.write_to(&mut out);
             }
+            openai = h.openai_frames();
         }
-        if H::CHAT_STREAM_END {
+        if openai {
             out.extend_from_slice(DONE);
         }
         self.finish(200);

@@ -117,7 +117,11 @@ impl<H: ChatHooks> ResponsesHooks<H> {
 
 impl<H: ChatHooks> ChatHooks for ResponsesHooks<H> {
     const EDITS_ANSWERS: bool = true;
-    const CHAT_STREAM_END: bool = false;
+
+    /// The Responses grammar ends the stream (`on_stream_end`, `on_stream_error`).
+    fn openai_frames(&self) -> bool {
+        false
+    }
 
     fn edits_answer(&self, _answer: &[u8]) -> bool {
         true

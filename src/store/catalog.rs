@@ -13,6 +13,10 @@ pub struct ProviderRow {
     pub created_at: i64,
     /// `bridge` or `native` (Responses requests; `openai` providers).
     pub responses: String,
+    /// `anthropic` providers: sent when the client sent none (None: 2023-06-01).
+    pub anthropic_version: Option<String>,
+    /// `anthropic` providers: `forward`, `drop` or a JSON array (None: forward).
+    pub beta_headers: Option<String>,
 }
 
 /// A model. `provider` and `upstream_model` repeat its first target, so
@@ -28,6 +32,9 @@ pub struct ModelRow {
     /// A JSON array of model ids; None: no fallbacks.
     pub fallbacks: Option<String>,
     pub max_attempts: i64,
+    /// A JSON array of alias names; None: none.
+    pub aliases: Option<String>,
+    pub max_tokens_default: i64,
 }
 
 /// One of a model's targets, in order (`ordinal` from 0).
@@ -40,13 +47,14 @@ pub struct TargetRow {
     pub weight: i64,
 }
 
-const MODEL_COLS: &str =
-    "id, kind, provider, upstream_model, created_at, routing, fallbacks, max_attempts";
+const MODEL_COLS: &str = "id, kind, provider, upstream_model, created_at, routing, fallbacks, max_attempts, aliases, max_tokens_default";
 
 impl Store {
     pub async fn list_providers(&self) -> Result<Vec<ProviderRow>, sqlx::Error> {
         sqlx::query_as::<_, ProviderRow>(
-            "SELECT name, type, base_url, api_key, timeout_s, created_at, responses FROM providers ORDER BY name",
+            "SELECT name, type, base_url, api_key, timeout_s, created_at, anthropic_version, beta_headers,
+                    responses
+             FROM providers ORDER BY name",
         )
         .fetch_all(&self.pool)
         .await
@@ -88,10 +96,15 @@ impl Store {
     /// Inserts or (with `replace`) overwrites a provider. Returns false when it exists and `replace` is off.
     pub async fn put_provider(&self, p: &ProviderRow, replace: bool) -> Result<bool, sqlx::Error> {
         let sql = if replace {
-            "INSERT INTO providers (name, type, base_url, api_key, timeout_s, created_at, responses) VALUES ($1,$2,$3,$4,$5,$6,$7)
-             ON CONFLICT (name) DO UPDATE SET type = $2, base_url = $3, api_key = $4, timeout_s = $5, responses = $7"
+            "INSERT INTO providers (name, type, base_url, api_key, timeout_s, created_at, anthropic_version, beta_headers,
+                                    responses)
+             VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9)
+             ON CONFLICT (name) DO UPDATE SET type = $2, base_url = $3, api_key = $4, timeout_s = $5,
+                anthropic_version = $7, beta_headers = $8, responses = $9"
         } else {
-            "INSERT INTO providers (name, type, base_url, api_key, timeout_s, created_at, responses) VALUES ($1,$2,$3,$4,$5,$6,$7)
+            "INSERT INTO providers (name, type, base_url, api_key, timeout_s, created_at, anthropic_version, beta_headers,
+                                    responses)
+             VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9)
              ON CONFLICT (name) DO NOTHING"
         };
         let n = sqlx::query(sql)
@@ -101,6 +114,8 @@ impl Store {
             .bind(&p.api_key)
             .bind(p.timeout_s)
             .bind(now_ms())
+            .bind(&p.anthropic_version)
+            .bind(&p.beta_headers)
             .bind(&p.responses)
             .execute(&self.pool)
             .await?
@@ -153,13 +168,15 @@ impl Store {
         replace: bool,
     ) -> Result<bool, sqlx::Error> {
         let sql = if replace {
-            "INSERT INTO models (id, kind, provider, upstream_model, created_at, routing, fallbacks, max_attempts)
-             VALUES ($1,$2,$3,$4,$5,$6,$7,$8)
+            "INSERT INTO models (id, kind, provider, upstream_model, created_at, routing, fallbacks, max_attempts,
+                aliases, max_tokens_default)
+             VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10)
              ON CONFLICT (id) DO UPDATE SET kind = $2, provider = $3, upstream_model = $4,
-                routing = $6, fallbacks = $7, max_attempts = $8"
+                routing = $6, fallbacks = $7, max_attempts = $8, aliases = $9, max_tokens_default = $10"
         } else {
-            "INSERT INTO models (id, kind, provider, upstream_model, created_at, routing, fallbacks, max_attempts)
-             VALUES ($1,$2,$3,$4,$5,$6,$7,$8)
+            "INSERT INTO models (id, kind, provider, upstream_model, created_at, routing, fallbacks, max_attempts,
+                aliases, max_tokens_default)
+             VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10)
              ON CONFLICT (id) DO NOTHING"
         };
         let mut tx = self.pool.begin().await?;
@@ -172,6 +189,8 @@ impl Store {
             .bind(&m.routing)
             .bind(&m.fallbacks)
             .bind(m.max_attempts)
+            .bind(&m.aliases)
+            .bind(m.max_tokens_default)
             .execute(&mut *tx)
             .await?
             .rows_affected();
@@ -192,7 +211,7 @@ impl Store {
         let mut tx = self.pool.begin().await?;
         let n = sqlx::query(
             "UPDATE models SET provider = $2, upstream_model = $3, routing = $4, fallbacks = $5,
-                max_attempts = $6 WHERE id = $1",
+                max_attempts = $6, aliases = $7, max_tokens_default = $8 WHERE id = $1",
         )
         .bind(&m.id)
         .bind(&m.provider)
@@ -200,6 +219,8 @@ impl Store {
         .bind(&m.routing)
         .bind(&m.fallbacks)
         .bind(m.max_attempts)
+        .bind(&m.aliases)
+        .bind(m.max_tokens_default)
         .execute(&mut *tx)
         .await?
         .rows_affected();

@@ -2,6 +2,10 @@
 //! chunks into protocol events, keeping the protocol's order: the run starts
 //! first, a message or tool call starts before its content and ends before
 //! the run finishes, and nothing follows RUN_FINISHED or RUN_ERROR.
+//! [`input`]: the AG-UI endpoint's `RunAgentInput`, checked and mapped to a
+//! chat body.
+
+pub mod input;
 
 use std::collections::BTreeMap;
 

@@ -10,13 +10,16 @@
 //! - [`sse`]: the server-sent events parser and frames.
 //! - [`chat`]: OpenAI chat completions: request bodies read once (raw when
 //!   possible), answers and stream chunks rewritten by splicing.
-//! - [`agui`]: AG-UI protocol events made from a chat stream.
+//! - [`agui`]: AG-UI protocol events made from a chat stream, and AG-UI's
+//!   `RunAgentInput` read as a chat body.
 
 pub mod agui;
 pub mod chat;
 pub mod json;
+pub mod messages;
 pub mod responses;
 pub mod sse;
+pub mod translation_dropped;
 
 /// The longest tool name, in bytes.
 pub const MAX_TOOL_NAME_LEN: usize = 64;

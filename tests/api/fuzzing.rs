@@ -49,3 +49,8 @@ fn id_parsers_corpus_replays_without_a_failure() {
 fn responses_corpus_replays_without_a_failure() {
     replay("responses", gatehouse::fuzzing::responses);
 }
+
+#[test]
+fn agui_run_input_corpus_replays_without_a_failure() {
+    replay("agui_input", gatehouse::fuzzing::agui_input);
+}

@@ -283,6 +283,13 @@ def test_agent_routes_validate(check, gateway, stub):
                            body={"messages": [{"role": "user", "content": "go"}], "stream": True})
     assert "data: [DONE]" in stream
     stub.script(UPSTREAM, None)
+    run = {"threadId": "thread-1", "runId": "run-1", "state": {}, "forwardedProps": {}, "context": [],
+           "messages": [{"id": "m1", "role": "user", "content": "hi"}],
+           "tools": [{"name": "read_file", "description": "Reads", "parameters": {"type": "object"}}]}
+    _, events = check.call("POST", "/v1/agents/{agent}/ag-ui", params=a, token=access, expect=200, body=run)
+    assert '"RUN_FINISHED"' in events and "[DONE]" not in events, events
+    check.call("POST", "/v1/agents/{agent}/ag-ui", params=a, token=access, expect=400,
+               body={**run, "threadId": "not an id"}, valid=False)
     check.call("POST", "/v1/agents/{agent}/approvals/{id}", params={**a, "id": approvals[0]["id"]},
                token=access, expect=200, body={"decision": "deny", "reason": "no"})
     check.call("POST", "/v1/agents/{agent}/approvals/{id}", params={**a, "id": approvals[0]["id"]},

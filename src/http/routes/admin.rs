@@ -142,6 +142,14 @@ pub(crate) fn provider_view(p: &ProviderRow) -> serde_json::Value {
     if p.kind == "openai" {
         v["responses"] = json!(p.responses);
     }
+    if p.kind == crate::models::ProviderType::Anthropic.as_str() {
+        v["anthropic_version"] = json!(p
+            .anthropic_version
+            .as_deref()
+            .unwrap_or(crate::models::anthropic::DEFAULT_VERSION));
+        v["beta_headers"] =
+            crate::models::anthropic::BetaHeaders::from_stored(p.beta_headers.as_deref()).view();
+    }
     v
 }
 
@@ -212,13 +220,24 @@ async fn patch_provider(
     Ok(Json(provider_view(&row)))
 }
 
-/// The fields a provider PATCH may carry, and whether each is a string
-/// (else an integer); a field added to [`NewProvider`] is added here.
-const PROVIDER_FIELDS: [(&str, bool); 4] = [
-    ("base_url", true),
-    ("api_key", true),
-    ("timeout_s", false),
-    ("responses", true),
+/// What a field of a provider PATCH must be.
+#[derive(Clone, Copy, PartialEq)]
+enum FieldType {
+    Text,
+    Integer,
+    /// Read by [`NewProvider::validate`] (`beta_headers`: a word or a list).
+    Any,
+}
+
+/// The fields a provider PATCH may carry; a field added to [`NewProvider`]
+/// is added here.
+const PROVIDER_FIELDS: [(&str, FieldType); 6] = [
+    ("base_url", FieldType::Text),
+    ("api_key", FieldType::Text),
+    ("timeout_s", FieldType::Integer),
+    ("responses", FieldType::Text),
+    ("anthropic_version", FieldType::Text),
+    ("beta_headers", FieldType::Any),
 ];
 
 /// Applies a PATCH to a provider: the stored fields with the patch's over
@@ -236,15 +255,24 @@ pub(crate) async fn change_provider(
         ));
     };
     for (k, v) in &patch {
-        let Some((_, is_text)) = PROVIDER_FIELDS.iter().find(|(f, _)| f == k) else {
+        let Some((_, kind)) = PROVIDER_FIELDS.iter().find(|(f, _)| f == k) else {
             return Err(Error::validation(
                 k.clone(),
                 format!("'{k}' cannot be changed (a provider's name and type are fixed: create a new one)."),
             ));
         };
-        let ok = v.is_null() || if *is_text { v.is_string() } else { v.is_i64() };
+        let ok = v.is_null()
+            || match kind {
+                FieldType::Text => v.is_string(),
+                FieldType::Integer => v.is_i64(),
+                FieldType::Any => true,
+            };
         if !ok {
-            let what = if *is_text { "a string" } else { "an integer" };
+            let what = if *kind == FieldType::Text {
+                "a string"
+            } else {
+                "an integer"
+            };
             return Err(Error::validation(
                 k.clone(),
                 format!("'{k}' must be {what}."),
@@ -255,6 +283,11 @@ pub(crate) async fn change_provider(
                             "timeout_s": old.timeout_s});
     if old.kind == "openai" {
         merged["responses"] = json!(old.responses);
+    }
+    if old.kind == crate::models::ProviderType::Anthropic.as_str() {
+        merged["anthropic_version"] = json!(old.anthropic_version);
+        merged["beta_headers"] =
+            crate::models::anthropic::BetaHeaders::from_stored(old.beta_headers.as_deref()).view();
     }
     for (k, v) in &patch {
         merged[k.as_str()] = v.clone();

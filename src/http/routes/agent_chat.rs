@@ -6,6 +6,7 @@ use std::sync::Arc;
 use axum::extract::{Request, State};
 use axum::http::HeaderValue;
 use axum::response::Response;
+use bytes::Bytes;
 use gatehouse_pii::Mode as PiiMode;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
@@ -69,6 +70,38 @@ async fn agent_chat(
     access: AgentAccess,
     req: Request,
 ) -> Result<Response> {
+    take_turn(&app, access, req, TurnShape::CHAT).await
+}
+
+/// What differs between the agent routes that take a chat turn: how the
+/// body becomes the turn's chat request, and how the answer is told.
+#[derive(Clone, Copy)]
+pub(crate) struct TurnShape {
+    /// Reads the body (once the headers and the PII mode passed) into a
+    /// chat request; may set the turn's headers (the AG-UI ids). The PII
+    /// mode says whether rules will edit inside the fields.
+    pub read: fn(&Bytes, PiiMode, &mut ChatHeaders) -> Result<ChatRequest>,
+    /// The answer is AG-UI events only ([`crate::agents::hooks::AgentHooks::events_only`]).
+    pub events_only: bool,
+}
+
+impl TurnShape {
+    const CHAT: TurnShape = TurnShape {
+        // Only PII protection edits inside every field: without it, the
+        // fields may stay the client's text.
+        read: |bytes, pii_mode, _| ChatRequest::parse(bytes, pii_mode == PiiMode::Off),
+        events_only: false,
+    };
+}
+
+/// One agent turn, agent chat's rules in agent chat's order, for a route
+/// whose body and answer `shape` describes.
+pub(crate) async fn take_turn(
+    app: &App,
+    access: AgentAccess,
+    req: Request,
+    shape: TurnShape,
+) -> Result<Response> {
     let caller = Caller {
         agent: Arc::clone(&access.agent),
         user_id: access.user.id.clone(),
@@ -78,20 +111,23 @@ async fn agent_chat(
     let usage = caller.usage(h.as_ref().ok(), EndHook::default());
     let mut ticket = UsageTicket::new(&app.usage, usage, "chat");
     ticket.set_model(&caller.agent.model);
-    let prepared = prepare_request(&app, &caller, h, req).await;
+    let prepared = prepare_request(app, &caller, h, req, shape.read).await;
     let (h, pii_mode, mut request, offered, model) = recorded(&mut ticket, prepared)?;
+    ticket.set_turn(h.conversation_id.as_deref(), h.turn_id.as_deref());
     // The user's and the agent's limits (sign-ins have none of their own).
     let subjects = [
         Subject::user(&caller.user_id, access.user.limits),
         Subject::agent(caller.agent.address.as_str(), caller.agent.limits),
     ];
-    let app = &app;
     Ok(admitted(app, &subjects, ticket, |mut ticket| async move {
         let cx = turn_context(app);
         let prepared = turn::prepare(&cx, &caller, &h, pii_mode, &mut request, &offered).await;
         let prepared = recorded(&mut ticket, prepared)?;
         let held = prepared.held.join(",");
-        let hooks = prepared.hooks(&cx, &caller, &h, &model.id, request.is_stream());
+        let mut hooks = prepared.hooks(&cx, &caller, &h, &model.id, request.is_stream());
+        if shape.events_only {
+            hooks = hooks.events_only();
+        }
         let (body, tools) = match request.into_upstream() {
             Upstream::Tree(fields, tools) => (ChatInput::Tree(fields), tools),
             Upstream::Text {
@@ -109,6 +145,7 @@ async fn agent_chat(
             body,
             tools,
             usage,
+            requested: None,
         };
         let mut resp = relayed_response(relay(&app.http, &app.usage, call, hooks).await?);
         if let (false, Ok(v)) = (held.is_empty(), HeaderValue::from_str(&held)) {
@@ -126,8 +163,9 @@ async fn prepare_request(
     caller: &Caller,
     headers: Result<ChatHeaders>,
     req: Request,
+    read: fn(&Bytes, PiiMode, &mut ChatHeaders) -> Result<ChatRequest>,
 ) -> Result<(ChatHeaders, PiiMode, ChatRequest, OfferedTools, Arc<Model>)> {
-    let h = headers?;
+    let mut h = headers?;
     let agent = &caller.agent;
     let pii_mode = choose_mode(
         agent.pii.mode,
@@ -136,9 +174,7 @@ async fn prepare_request(
     )?;
     AccessNote::of(req.extensions()).set(|f| f.model = Some(agent.model.clone()));
     let bytes = read_body(req).await?;
-    // Only PII protection edits inside every field: without it, the fields
-    // may stay the client's text.
-    let request = ChatRequest::parse(&bytes, pii_mode == PiiMode::Off)?;
+    let request = read(&bytes, pii_mode, &mut h)?;
     let offered = turn::check(&request)?;
     let model = resolve(&app.catalog(), &agent.model, ModelKind::Chat).map_err(|_| {
         Error::new(

@@ -6,6 +6,7 @@ pub mod admin_models;
 pub mod agent_chat;
 pub mod agent_data;
 pub mod agents;
+pub mod agui;
 pub mod limits;
 pub mod responses;
 pub mod signins;

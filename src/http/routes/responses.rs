@@ -27,7 +27,7 @@ use crate::http::edge::access::AccessNote;
 use crate::http::extract::agent::AgentAccess;
 use crate::http::extract::{parse_json, read_body, ApiKeyAuth};
 use crate::http::routes::agent_chat::turn_context;
-use crate::http::routes::v1::{key_context, key_subjects, named_model};
+use crate::http::routes::v1::{alias_sent, key_context, key_subjects, named_model};
 use crate::limits::Subject;
 use crate::models::{requested_model, resolve, Model, ModelKind};
 use crate::pii::choose_mode;
@@ -115,18 +115,30 @@ fn dropped_tools_header(resp: &mut Response, dropped: &[String]) {
 
 /// The relay with the Responses hooks around `inner`: the body translated to
 /// chat (a native target gets the Responses body instead).
-/// `dropped`: the built-in tools of the request, named in a header when the
-/// answering attempt was bridged (a native upstream gets them). Without
-/// `native`, native providers are bridged too.
+/// How a route relays: see [`respond`].
+struct Route<'a> {
+    /// The built-in tools of the request, named in a header when the
+    /// answering attempt was bridged (a native upstream gets them).
+    dropped: &'a [String],
+    /// Native providers get the Responses body (else they are bridged too).
+    native: bool,
+    /// The client's name for its model when it is an alias.
+    requested: Option<String>,
+}
+
 async fn respond<H: ChatHooks>(
     app: &App,
     model: Arc<Model>,
     request: ResponsesRequest,
     inner: H,
     usage: UsageContext,
-    dropped: &[String],
-    native: bool,
+    route: Route<'_>,
 ) -> Result<Response> {
+    let Route {
+        dropped,
+        native,
+        requested,
+    } = route;
     let chat = request.to_chat();
     let echo = Echo::of(&request.body, request.custom_tools(), prompt_chars(&chat));
     let mut hooks = ResponsesHooks::new(inner, Arc::new(request), echo);
@@ -139,6 +151,7 @@ async fn respond<H: ChatHooks>(
         body: ChatInput::Tree(chat),
         tools: None,
         usage,
+        requested,
     };
     let mut resp = relayed_response(relay(&app.http, &app.usage, call, hooks).await?);
     if bridged.load(std::sync::atomic::Ordering::Relaxed) {
@@ -155,13 +168,14 @@ async fn key_request(
     auth: &ApiKeyAuth,
     req: Request,
     ticket: &mut UsageTicket,
-) -> Result<(Arc<Model>, ResponsesRequest)> {
+) -> Result<(Arc<Model>, ResponsesRequest, Option<String>)> {
     let note = AccessNote::of(req.extensions());
     let bytes = read_body(req).await?;
     let body: Map<String, Value> = parse_json(&bytes)?;
     let name = requested_model(&body)?.to_string();
     let model = named_model(app, auth, &name, ModelKind::Chat, ticket, &note)?;
-    Ok((model, ResponsesRequest::parse(body)?))
+    let requested = alias_sent(&model, &name);
+    Ok((model, ResponsesRequest::parse(body)?, requested))
 }
 
 /// A model response through the model's upstream (bridged to chat
@@ -191,13 +205,18 @@ async fn create_response(
     };
     let mut ticket = UsageTicket::new(&app.usage, usage, "chat");
     let prepared = key_request(&app, &auth, req, &mut ticket).await;
-    let (model, request) = recorded(&mut ticket, prepared)?;
+    let (model, request, requested) = recorded(&mut ticket, prepared)?;
     let dropped = request.dropped_tools();
     let app = &app;
     Ok(
         admitted(app, &key_subjects(&auth), ticket, |mut ticket| async move {
             let usage = ticket.hand_over();
-            respond(app, model, request, NoHooks, usage, &dropped, true).await
+            let route = Route {
+                dropped: &dropped,
+                native: true,
+                requested,
+            };
+            respond(app, model, request, NoHooks, usage, route).await
         })
         .await,
     )
@@ -301,7 +320,19 @@ async fn agent_responses(
         // Approvals and PII restore read chat answers: this route bridges
         // native providers too (their answer side in the Responses shape is
         // not built yet).
-        let mut resp = respond(app, model, request, hooks, usage, &[], false).await?;
+        let mut resp = respond(
+            app,
+            model,
+            request,
+            hooks,
+            usage,
+            Route {
+                dropped: &[],
+                native: false,
+                requested: None,
+            },
+        )
+        .await?;
         // The agent route removes built-in tools in both modes.
         dropped_tools_header(&mut resp, &dropped);
         if let (false, Ok(v)) = (held.is_empty(), HeaderValue::from_str(&held)) {

@@ -188,6 +188,8 @@ mod tests {
                 api_key: None,
                 timeout_s: 5,
                 responses: Default::default(),
+                anthropic_version: reqwest::header::HeaderValue::from_static("2023-06-01"),
+                beta_headers: Default::default(),
                 wire: Default::default(),
             }),
             upstream_model: "m".into(),

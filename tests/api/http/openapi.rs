@@ -69,6 +69,7 @@ const CONTRACT_ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/agents/{agent}/profile"),
     ("put", "/v1/agents/{agent}/manifest"),
     ("post", "/v1/agents/{agent}/chat/completions"),
+    ("post", "/v1/agents/{agent}/ag-ui"),
     ("post", "/v1/agents/{agent}/approvals/{id}"),
     ("post", "/v1/agents/{agent}/events"),
     ("get", "/v1/models"),

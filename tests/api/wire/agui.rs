@@ -25,25 +25,25 @@ fn user(text: &str) -> Value {
     json!({"messages": [{"role": "user", "content": text}]})
 }
 
-fn agui_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/agui")
+/// tests/agui, its packages (@ag-ui/core, @ag-ui/client) installed.
+pub(super) fn agui_dir() -> PathBuf {
+    static NPM: Mutex<()> = Mutex::new(());
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/agui");
+    let _guard = NPM.lock().unwrap_or_else(|e| e.into_inner());
+    if !dir.join("node_modules/@ag-ui/client").exists() {
+        let st = Command::new("npm")
+            .args(["ci", "--silent"])
+            .current_dir(&dir)
+            .status()
+            .expect("npm runs");
+        assert!(st.success(), "npm ci in tests/agui failed");
+    }
+    dir
 }
 
 /// Runs the protocol's validator on the runs; asserts all of them passed.
-fn validate(runs: &[(&str, &[Value])]) {
-    static NPM: Mutex<()> = Mutex::new(());
+pub(super) fn validate(runs: &[(&str, &[Value])]) {
     let dir = agui_dir();
-    {
-        let _guard = NPM.lock().unwrap_or_else(|e| e.into_inner());
-        if !dir.join("node_modules/@ag-ui/client").exists() {
-            let st = Command::new("npm")
-                .args(["ci", "--silent"])
-                .current_dir(&dir)
-                .status()
-                .expect("npm runs");
-            assert!(st.success(), "npm ci in tests/agui failed");
-        }
-    }
     let doc: Vec<Value> = runs
         .iter()
         .map(|(name, events)| json!({"name": name, "events": events}))
