@@ -1003,3 +1003,63 @@ async fn an_agent_call_with_pii_in_its_arguments_comes_back_restored_in_every_ev
         .raw_body
         .contains("jane.doe@example.com"));
 }
+
+#[tokio::test]
+async fn a_bridged_request_reaches_an_anthropic_provider_through_its_chat_adapter() {
+    let env = env().await;
+    let r = env.app.post("/api/admin/providers", &env.admin,
+        &json!({"name": "claude", "type": "anthropic", "base_url": env.stub.url(), "api_key": "sk-ant", "timeout_s": 5})).await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let p: Value = r.json().await.unwrap();
+    assert!(p.get("responses").is_none(), "an openai setting only");
+    env.model("claude-r", "chat", "claude", "claude-up-r").await;
+    env.stub.script(
+        "claude-up-r",
+        Script {
+            content: Some("Hello from Claude".into()),
+            ..Script::default()
+        },
+    );
+    let v = json_ok(create(&env, &json!({"model": "claude-r", "input": "hi", "instructions": "Be brief.", "max_output_tokens": 64})).await).await;
+    assert_eq!(v["output"][0]["content"][0]["text"], "Hello from Claude");
+    assert_eq!(v["model"], "claude-r");
+    let evs = stream_of(
+        create(
+            &env,
+            &json!({"model": "claude-r", "input": "hi", "stream": true}),
+        )
+        .await,
+    )
+    .await;
+    let text: String = of_type(&evs, "response.output_text.delta")
+        .iter()
+        .map(|e| e["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(text, "Hello from Claude");
+    let sent = env.stub.requests_for_model("claude-up-r");
+    assert_eq!(sent[0].path, "/v1/messages");
+    assert_eq!(
+        sent[0].body["system"].to_string().contains("Be brief."),
+        true
+    );
+    // The generic PATCH takes the anthropic fields too, and refuses `responses` there.
+    let r = env
+        .app
+        .patch(
+            "/api/admin/providers/claude",
+            &env.admin,
+            &json!({"anthropic_version": "2023-06-01", "beta_headers": "drop"}),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.json::<Value>().await.unwrap()["beta_headers"], "drop");
+    let r = env
+        .app
+        .patch(
+            "/api/admin/providers/claude",
+            &env.admin,
+            &json!({"responses": "native"}),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+}
