@@ -219,9 +219,11 @@ fn schemas() -> Map<String, Value> {
         p.remove("address");
     }
     let provider_props = json!({
-        "name": string(), "type": one_of(&["openai", "tei", "cohere"]), "base_url": string(),
+        "name": string(), "type": one_of(&["openai", "tei", "cohere", "anthropic"]), "base_url": string(),
         "timeout_s": {"type": "integer", "minimum": 1},
         "responses": one_of(&["bridge", "native"]),
+        "anthropic_version": string(),
+        "beta_headers": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},
     });
     let mut provider_patch = json!({"type": "object", "description": "Any fields of a provider but name and type.",
         "properties": provider_props.clone()});
