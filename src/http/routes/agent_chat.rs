@@ -11,6 +11,7 @@ use gatehouse_pii::Mode as PiiMode;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::agents::chat::{parse_headers, ChatHeaders};
+use crate::agents::hooks::AgentHooks;
 use crate::agents::turn::{self, Caller, TurnContext};
 use crate::app::{App, AppState};
 use crate::error::{Error, ErrorKind, Result};
@@ -23,10 +24,9 @@ use crate::limits::Subject;
 use crate::models::{resolve, Model, ModelKind};
 use crate::pii::choose_mode;
 use crate::proxy::{relay, ChatCall};
-use crate::usage::{EndHook, UsageTicket};
+use crate::usage::{EndHook, UsageContext, UsageTicket};
 use crate::wire::chat::body::{ChatInput, RawChat};
 use crate::wire::chat::request::{ChatRequest, Upstream};
-use crate::wire::chat::tools::OfferedTools;
 
 pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(agent_chat))
@@ -85,47 +85,50 @@ pub(crate) struct TurnShape {
     pub events_only: bool,
 }
 
-impl TurnShape {
-    const CHAT: TurnShape = TurnShape {
-        // Only PII protection edits inside every field: without it, the
-        // fields may stay the client's text.
-        read: |bytes, pii_mode, _| ChatRequest::parse(bytes, pii_mode == PiiMode::Off),
-        events_only: false,
-    };
+/// A route's body on the agent turn: how the request's headers and body
+/// are read into the turn's body, and how the body the rules edited is
+/// relayed with the turn's answer side (`hooks`). Agent chat and the AG-UI
+/// endpoint are [`TurnShape`]s; the Responses route has its own body.
+pub(crate) trait TurnRoute: Send + 'static {
+    type Body: turn::TurnBody<Offered: Send + Sync> + Send + 'static;
+
+    /// The `X-Service-*` headers (a route may read more, or ignore some).
+    fn headers(&self, req: &Request) -> Result<ChatHeaders> {
+        parse_headers(|name| req.headers().get(name).map(|v| v.as_bytes()))
+    }
+
+    /// Reads the body (once the headers and the PII mode passed); may set
+    /// the turn's headers. The PII mode says whether rules will edit inside
+    /// the fields.
+    fn read(&self, bytes: &Bytes, pii_mode: PiiMode, h: &mut ChatHeaders) -> Result<Self::Body>;
+
+    /// Relays the ruled body with the turn's hooks; the answer.
+    fn relay(
+        self,
+        app: &App,
+        model: Arc<Model>,
+        body: Self::Body,
+        hooks: AgentHooks,
+        usage: UsageContext,
+    ) -> impl std::future::Future<Output = Result<Response>> + Send;
 }
 
-/// One agent turn, agent chat's rules in agent chat's order, for a route
-/// whose body and answer `shape` describes.
-pub(crate) async fn take_turn(
-    app: &App,
-    access: AgentAccess,
-    req: Request,
-    shape: TurnShape,
-) -> Result<Response> {
-    let caller = Caller {
-        agent: Arc::clone(&access.agent),
-        user_id: access.user.id.clone(),
-        device_id: access.sign_in.device_id.clone(),
-    };
-    let h = parse_headers(|name| req.headers().get(name).map(|v| v.as_bytes()));
-    let usage = caller.usage(h.as_ref().ok(), EndHook::default());
-    let mut ticket = UsageTicket::new(&app.usage, usage, "chat");
-    ticket.set_model(&caller.agent.model);
-    let prepared = prepare_request(app, &caller, h, req, shape.read).await;
-    let (h, pii_mode, mut request, offered, model) = recorded(&mut ticket, prepared)?;
-    ticket.set_turn(h.conversation_id.as_deref(), h.turn_id.as_deref());
-    // The user's and the agent's limits (sign-ins have none of their own).
-    let subjects = [
-        Subject::user(&caller.user_id, access.user.limits),
-        Subject::agent(caller.agent.address.as_str(), caller.agent.limits),
-    ];
-    Ok(admitted(app, &subjects, ticket, |mut ticket| async move {
-        let cx = turn_context(app);
-        let prepared = turn::prepare(&cx, &caller, &h, pii_mode, &mut request, &offered).await;
-        let prepared = recorded(&mut ticket, prepared)?;
-        let held = prepared.held.join(",");
-        let mut hooks = prepared.hooks(&cx, &caller, &h, &model.id, request.is_stream());
-        if shape.events_only {
+impl TurnRoute for TurnShape {
+    type Body = ChatRequest;
+
+    fn read(&self, bytes: &Bytes, pii_mode: PiiMode, h: &mut ChatHeaders) -> Result<ChatRequest> {
+        (self.read)(bytes, pii_mode, h)
+    }
+
+    async fn relay(
+        self,
+        app: &App,
+        model: Arc<Model>,
+        request: ChatRequest,
+        mut hooks: AgentHooks,
+        usage: UsageContext,
+    ) -> Result<Response> {
+        if self.events_only {
             hooks = hooks.events_only();
         }
         let (body, tools) = match request.into_upstream() {
@@ -139,7 +142,6 @@ pub(crate) async fn take_turn(
                 None,
             ),
         };
-        let usage = ticket.hand_over();
         let call = ChatCall {
             model,
             body,
@@ -147,7 +149,55 @@ pub(crate) async fn take_turn(
             usage,
             requested: None,
         };
-        let mut resp = relayed_response(relay(&app.http, &app.usage, call, hooks).await?);
+        Ok(relayed_response(
+            relay(&app.http, &app.usage, call, hooks).await?,
+        ))
+    }
+}
+
+impl TurnShape {
+    const CHAT: TurnShape = TurnShape {
+        // Only PII protection edits inside every field: without it, the
+        // fields may stay the client's text.
+        read: |bytes, pii_mode, _| ChatRequest::parse(bytes, pii_mode == PiiMode::Off),
+        events_only: false,
+    };
+}
+
+/// One agent turn, agent chat's rules in agent chat's order, for a route
+/// whose body and answer `shape` describes.
+pub(crate) async fn take_turn<R: TurnRoute>(
+    app: &App,
+    access: AgentAccess,
+    req: Request,
+    route: R,
+) -> Result<Response> {
+    let caller = Caller {
+        agent: Arc::clone(&access.agent),
+        user_id: access.user.id.clone(),
+        device_id: access.sign_in.device_id.clone(),
+    };
+    let h = route.headers(&req);
+    let usage = caller.usage(h.as_ref().ok(), EndHook::default());
+    let mut ticket = UsageTicket::new(&app.usage, usage, "chat");
+    ticket.set_model(&caller.agent.model);
+    let prepared = prepare_request(app, &caller, h, req, &route).await;
+    let (h, pii_mode, mut request, offered, model) = recorded(&mut ticket, prepared)?;
+    ticket.set_turn(h.conversation_id.as_deref(), h.turn_id.as_deref());
+    // The user's and the agent's limits (sign-ins have none of their own).
+    let subjects = [
+        Subject::user(&caller.user_id, access.user.limits),
+        Subject::agent(caller.agent.address.as_str(), caller.agent.limits),
+    ];
+    Ok(admitted(app, &subjects, ticket, |mut ticket| async move {
+        let cx = turn_context(app);
+        let prepared = turn::prepare(&cx, &caller, &h, pii_mode, &mut request, &offered).await;
+        let prepared = recorded(&mut ticket, prepared)?;
+        let held = prepared.held.join(",");
+        let stream = turn::TurnBody::is_stream(&request);
+        let hooks = prepared.hooks(&cx, &caller, &h, &model.id, stream);
+        let usage = ticket.hand_over();
+        let mut resp = route.relay(app, model, request, hooks, usage).await?;
         if let (false, Ok(v)) = (held.is_empty(), HeaderValue::from_str(&held)) {
             resp.headers_mut().insert("x-service-held-tools", v);
         }
@@ -158,13 +208,20 @@ pub(crate) async fn take_turn(
 
 /// An agent chat request read and checked, before the limits: its headers,
 /// PII mode, body, offered tools and the agent's model.
-async fn prepare_request(
+#[allow(clippy::type_complexity)]
+async fn prepare_request<R: TurnRoute>(
     app: &App,
     caller: &Caller,
     headers: Result<ChatHeaders>,
     req: Request,
-    read: fn(&Bytes, PiiMode, &mut ChatHeaders) -> Result<ChatRequest>,
-) -> Result<(ChatHeaders, PiiMode, ChatRequest, OfferedTools, Arc<Model>)> {
+    route: &R,
+) -> Result<(
+    ChatHeaders,
+    PiiMode,
+    R::Body,
+    <R::Body as turn::TurnBody>::Offered,
+    Arc<Model>,
+)> {
     let mut h = headers?;
     let agent = &caller.agent;
     let pii_mode = choose_mode(
@@ -174,7 +231,7 @@ async fn prepare_request(
     )?;
     AccessNote::of(req.extensions()).set(|f| f.model = Some(agent.model.clone()));
     let bytes = read_body(req).await?;
-    let request = read(&bytes, pii_mode, &mut h)?;
+    let request = route.read(&bytes, pii_mode, &mut h)?;
     let offered = turn::check(&request)?;
     let model = resolve(&app.catalog(), &agent.model, ModelKind::Chat).map_err(|_| {
         Error::new(

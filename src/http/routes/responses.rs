@@ -11,29 +11,28 @@ use std::sync::Arc;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::Response;
+use bytes::Bytes;
 use gatehouse_pii::Mode as PiiMode;
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::agents::chat::{parse_headers, ChatHeaders};
+use crate::agents::hooks::AgentHooks;
 use crate::agents::ids::is_conversation_id;
-use crate::agents::turn::{self, Caller};
 use crate::app::{App, AppState};
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::http::admission::{admitted, recorded};
 use crate::http::answers::relayed_response;
 use crate::http::edge::access::AccessNote;
 use crate::http::extract::agent::AgentAccess;
 use crate::http::extract::{parse_json, read_body, ApiKeyAuth};
-use crate::http::routes::agent_chat::turn_context;
+use crate::http::routes::agent_chat::{take_turn, TurnRoute};
 use crate::http::routes::v1::{alias_sent, key_context, key_subjects, named_model};
-use crate::limits::Subject;
-use crate::models::{requested_model, resolve, Model, ModelKind};
-use crate::pii::choose_mode;
+use crate::models::{requested_model, Model, ModelKind};
 use crate::proxy::chat::{relay, ChatCall, ChatHooks, NoHooks};
 use crate::proxy::responses::ResponsesHooks;
-use crate::usage::{EndHook, UsageContext, UsageTicket};
+use crate::usage::{UsageContext, UsageTicket};
 use crate::wire::chat::body::ChatInput;
 use crate::wire::chat::prompt_chars;
 use crate::wire::responses::headers::codex_ids;
@@ -276,105 +275,60 @@ async fn agent_responses(
     access: AgentAccess,
     req: Request,
 ) -> Result<Response> {
-    let caller = Caller {
-        agent: Arc::clone(&access.agent),
-        user_id: access.user.id.clone(),
-        device_id: access.sign_in.device_id.clone(),
-    };
-    // AG-UI events are not offered on this route: the header is ignored.
-    let h = parse_headers(|name| {
-        if name.eq_ignore_ascii_case("X-Service-Events") {
-            return None;
-        }
-        req.headers().get(name).map(|v| v.as_bytes())
-    })
-    .map(|mut h| {
-        let (conversation, turn) = codex_ids(|name| req.headers().get(name).map(|v| v.as_bytes()));
+    take_turn(&app, access, req, ResponsesTurn).await
+}
+
+/// The agent turn on a Responses body (agent chat's rules and order:
+/// `agent_chat::take_turn`).
+struct ResponsesTurn;
+
+impl TurnRoute for ResponsesTurn {
+    type Body = ResponsesRequest;
+
+    /// Agent chat's headers, with Codex's session and turn where those are
+    /// absent; AG-UI events are not offered here, so `X-Service-Events` is
+    /// ignored.
+    fn headers(&self, req: &Request) -> Result<ChatHeaders> {
+        let get = |name: &str| req.headers().get(name).map(|v| v.as_bytes());
+        let mut h = parse_headers(|name| {
+            if name.eq_ignore_ascii_case("X-Service-Events") {
+                return None;
+            }
+            get(name)
+        })?;
+        let (conversation, turn) = codex_ids(get);
         h.conversation_id = h.conversation_id.or(conversation);
         h.turn_id = h.turn_id.or(turn);
-        h
-    });
-    let usage = caller.usage(h.as_ref().ok(), EndHook::default());
-    let mut ticket = UsageTicket::new(&app.usage, usage, "chat");
-    ticket.set_model(&caller.agent.model);
-    let prepared = agent_request(&app, &caller, h, req).await;
-    let (h, pii_mode, mut request, dropped, model) = recorded(&mut ticket, prepared)?;
-    let offered = match recorded(&mut ticket, turn::check(&request)) {
-        Ok(o) => o,
-        Err(e) => return Err(e),
-    };
-    let subjects = [
-        Subject::user(&caller.user_id, access.user.limits),
-        Subject::agent(caller.agent.address.as_str(), caller.agent.limits),
-    ];
-    let app = &app;
-    Ok(admitted(app, &subjects, ticket, |mut ticket| async move {
-        let cx = turn_context(app);
-        let prepared = turn::prepare(&cx, &caller, &h, pii_mode, &mut request, &offered).await;
-        let prepared = recorded(&mut ticket, prepared)?;
-        let held = prepared.held.join(",");
-        let hooks = prepared
-            .hooks(&cx, &caller, &h, &model.id, request.is_stream())
-            .with_custom_tools(request.custom_tools());
-        let usage = ticket.hand_over();
+        Ok(h)
+    }
+
+    /// The body checked, built-in tools removed (named in a header).
+    fn read(&self, bytes: &Bytes, _pii: PiiMode, _h: &mut ChatHeaders) -> Result<ResponsesRequest> {
+        let body: Map<String, Value> = parse_json(bytes)?;
+        ResponsesRequest::parse_for_agent(body)
+    }
+
+    async fn relay(
+        self,
+        app: &App,
+        model: Arc<Model>,
+        request: ResponsesRequest,
+        hooks: AgentHooks,
+        usage: UsageContext,
+    ) -> Result<Response> {
+        let hooks = hooks.with_custom_tools(request.custom_tools());
+        let removed = request.removed().to_vec();
         // Approvals and PII restore read chat answers: this route bridges
         // native providers too (their answer side in the Responses shape is
         // not built yet).
-        let mut resp = respond(
-            app,
-            model,
-            request,
-            hooks,
-            usage,
-            Route {
-                dropped: &[],
-                native: false,
-                requested: None,
-            },
-        )
-        .await?;
+        let route = Route {
+            dropped: &[],
+            native: false,
+            requested: None,
+        };
+        let mut resp = respond(app, model, request, hooks, usage, route).await?;
         // The agent route removes built-in tools in both modes.
-        dropped_tools_header(&mut resp, &dropped);
-        if let (false, Ok(v)) = (held.is_empty(), HeaderValue::from_str(&held)) {
-            resp.headers_mut().insert("x-service-held-tools", v);
-        }
+        dropped_tools_header(&mut resp, &removed);
         Ok(resp)
-    })
-    .await)
-}
-
-/// An agent Responses request read and checked, before the limits: its
-/// headers, PII mode, body (built-in tools removed, named) and the agent's
-/// model.
-async fn agent_request(
-    app: &App,
-    caller: &Caller,
-    headers: Result<ChatHeaders>,
-    req: Request,
-) -> Result<(
-    ChatHeaders,
-    PiiMode,
-    ResponsesRequest,
-    Vec<String>,
-    Arc<Model>,
-)> {
-    let h = headers?;
-    let agent = &caller.agent;
-    let pii_mode = choose_mode(
-        agent.pii.mode,
-        agent.pii.user_choosable,
-        h.pii_mode.as_deref(),
-    )?;
-    AccessNote::of(req.extensions()).set(|f| f.model = Some(agent.model.clone()));
-    let bytes = read_body(req).await?;
-    let body: Map<String, Value> = parse_json(&bytes)?;
-    let (request, dropped) = ResponsesRequest::parse_for_agent(body)?;
-    let model = resolve(&app.catalog(), &agent.model, ModelKind::Chat).map_err(|_| {
-        Error::new(
-            ErrorKind::Unavailable,
-            "agent_model_unavailable",
-            "The agent's model is not configured; ask an administrator.",
-        )
-    })?;
-    Ok((h, pii_mode, request, dropped, model))
+    }
 }

@@ -16,6 +16,8 @@ pub struct ResponsesRequest {
     agent_instructions: Option<String>,
     /// System notes put after the instructions (the PII token note).
     notes: Vec<String>,
+    /// Tools removed before the checks (the agent route's built-in tools).
+    removed: Vec<String>,
 }
 
 fn bad_type(param: &str, what: &str) -> Error {
@@ -394,6 +396,7 @@ impl ResponsesRequest {
             body,
             agent_instructions: None,
             notes: Vec::new(),
+            removed: Vec::new(),
         }
     }
 
@@ -405,10 +408,8 @@ impl ResponsesRequest {
 
     /// Reads and checks a body for the agent route, which removes the
     /// tools that are neither function nor custom tools (and a
-    /// `tool_choice` naming one) before anything else; the names removed.
-    pub fn parse_for_agent(
-        mut body: Map<String, Value>,
-    ) -> Result<(ResponsesRequest, Vec<String>), Error> {
+    /// `tool_choice` naming one) before anything else (see [`Self::removed`]).
+    pub fn parse_for_agent(mut body: Map<String, Value>) -> Result<ResponsesRequest, Error> {
         let mut dropped = Vec::new();
         if let Some(Value::Array(tools)) = body.get_mut("tools") {
             dropped = tools
@@ -426,7 +427,15 @@ impl ResponsesRequest {
                 body.remove("tool_choice");
             }
         }
-        Ok((ResponsesRequest::parse(body)?, dropped))
+        let mut request = ResponsesRequest::parse(body)?;
+        request.removed = dropped;
+        Ok(request)
+    }
+
+    /// The tools [`Self::parse_for_agent`] removed (their `name`, else their
+    /// `type`), in offered order.
+    pub fn removed(&self) -> &[String] {
+        &self.removed
     }
 
     pub fn is_stream(&self) -> bool {
