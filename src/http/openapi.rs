@@ -190,6 +190,9 @@ fn schemas() -> Map<String, Value> {
         "id": string(), "kind": model_kind, "provider": string(), "upstream_model": string(),
         "targets": array(r("Target")), "routing": one_of(&["weighted", "least_busy"]),
         "fallbacks": strings(), "max_attempts": {"type": "integer", "minimum": 1},
+        "aliases": {"type": "array", "maxItems": 32,
+            "items": {"type": "string", "minLength": 1, "maxLength": 256}},
+        "max_tokens_default": {"type": "integer", "minimum": 1, "maximum": 1_000_000},
     });
     let pii = json!({"type": "object", "properties": {"mode": pii_modes(), "user_choosable": boolean(), "terms": strings()}});
     let agent_props = json!({
@@ -219,8 +222,11 @@ fn schemas() -> Map<String, Value> {
         p.remove("address");
     }
     let provider_props = json!({
-        "name": string(), "type": one_of(&["openai", "tei", "cohere"]), "base_url": string(),
+        "name": string(), "type": one_of(&["openai", "anthropic", "tei", "cohere"]), "base_url": string(),
         "timeout_s": {"type": "integer", "minimum": 1},
+        // anthropic providers only.
+        "anthropic_version": string(),
+        "beta_headers": {"oneOf": [one_of(&["forward", "drop"]), strings()]},
     });
     let mut new_provider = object(&["name", "type", "base_url"], provider_props.clone());
     new_provider["properties"]["api_key"] = or_null(string());
@@ -392,6 +398,7 @@ fn schemas() -> Map<String, Value> {
                     "provider": or_null(string()), "upstream_model": or_null(string()),
                     "targets": array(r("TargetState")), "routing": one_of(&["weighted", "least_busy"]),
                     "fallbacks": strings(), "max_attempts": int(), "created_at": time(),
+                    "aliases": strings(), "max_tokens_default": int(),
                 },
             }),
         ),
