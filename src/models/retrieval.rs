@@ -293,6 +293,24 @@ pub async fn embed(
     ))
 }
 
+/// An answer that names its model (`model`): the name a client sent for it
+/// may be one of its aliases.
+pub trait NamesModel {
+    fn set_model(&mut self, name: &str);
+}
+
+impl NamesModel for EmbeddingsResponse {
+    fn set_model(&mut self, name: &str) {
+        self.model = name.to_string();
+    }
+}
+
+impl NamesModel for RerankResponse {
+    fn set_model(&mut self, name: &str) {
+        self.model = name.to_string();
+    }
+}
+
 /// `/v1/rerank` through the model's targets.
 pub async fn rerank(
     client: &crate::models::upstream::UpstreamClient,

@@ -306,20 +306,30 @@ async fn retrieval_route<B, T, F, Fut>(
     call: F,
 ) -> Result<Response>
 where
-    T: serde::Serialize,
+    T: serde::Serialize + retrieval::NamesModel,
     F: FnOnce(Arc<Model>, B) -> Fut,
     Fut: std::future::Future<Output = Result<(T, Tokens, Answered)>>,
 {
     let mut ticket = UsageTicket::new(&app.usage, key_context(auth), kind.as_str());
     let prepared = async {
         let (model, body) = model_request(app, auth, req, kind, &mut ticket).await?;
-        Ok::<_, Error>((model, parse(body)?))
+        let alias = requested_model(&body)
+            .ok()
+            .and_then(|n| alias_sent(&model, n));
+        Ok::<_, Error>((model, parse(body)?, alias))
     }
     .await;
-    let (model, body) = recorded(&mut ticket, prepared)?;
+    let (model, body, alias) = recorded(&mut ticket, prepared)?;
     Ok(
         admitted(app, &key_subjects(auth), ticket, |mut ticket| async move {
-            let result = call(model, body).await;
+            let id = model.id.clone();
+            let mut result = call(model, body).await;
+            // The answer names what the client sent (a fallback's, the fallback).
+            if let (Ok((answer, _, answered)), Some(name)) = (&mut result, &alias) {
+                if answered.model == id {
+                    answer.set_model(name);
+                }
+            }
             routed_response(&mut ticket, result)
         })
         .await,

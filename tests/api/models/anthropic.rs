@@ -857,3 +857,44 @@ async fn agent_chat_reaches_an_anthropic_model_plain_and_streamed_with_tool_rule
     assert_eq!(args, r#"{"q":"x"}"#);
     assert_eq!(chunks.last().unwrap(), "[DONE]");
 }
+
+#[tokio::test]
+async fn embeddings_and_rerank_resolve_aliases_and_name_them_in_the_answer() {
+    let env = env().await;
+    for (id, kind, upstream, alias) in [
+        ("emb", "embeddings", "up-emb", "text-embedding-*"),
+        ("rr", "scoring", "up-rr", "rerank-latest"),
+    ] {
+        let r = env
+            .app
+            .post(
+                "/api/admin/models",
+                &env.admin,
+                &json!({"id": id, "kind": kind, "provider": "openai", "upstream_model": upstream, "aliases": [alias]}),
+            )
+            .await;
+        assert_eq!(r.status(), 201);
+    }
+    let r = env
+        .post(
+            "/v1/embeddings",
+            &json!({"model": "text-embedding-3-small", "input": "hi"}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["model"],
+        "text-embedding-3-small"
+    );
+    assert_eq!(env.stub.requests_for_model("up-emb").len(), 1);
+    let r = env
+        .post(
+            "/v1/rerank",
+            &json!({"model": "rerank-latest", "query": "q", "documents": ["a", "b"]}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.json::<Value>().await.unwrap()["model"], "rerank-latest");
+    wait_usage(&env, "model", "emb", 1).await;
+    wait_usage(&env, "model", "rr", 1).await;
+}
