@@ -15,6 +15,7 @@
 pub mod agui;
 pub mod chat;
 pub mod json;
+pub mod messages;
 pub mod sse;
 
 /// The longest tool name, in bytes.
