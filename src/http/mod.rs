@@ -47,6 +47,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .merge(routes::admin_models::routes())
         .merge(routes::usage::routes())
         .merge(routes::v1::routes())
+        .merge(routes::messages::routes())
         .merge(routes::agents::routes())
         .merge(routes::agent_data::routes())
         .merge(routes::agent_chat::routes())

@@ -144,6 +144,19 @@ pub trait ChatHooks: Send + 'static {
         let _ = error;
         Vec::new()
     }
+
+    // The inbound dialect: what ends the client's stream. Chat's are the
+    // defaults; another dialect's hooks (`crate::proxy::messages`) give its own.
+
+    /// What ends a stream that went well, after `on_stream_end`'s frames.
+    fn stream_done(&self) -> &'static [u8] {
+        DONE
+    }
+
+    /// The message that ends a stream that failed after it began.
+    fn error_frame(&self, error: &Error) -> SseFrame {
+        SseFrame::json(&error.openai_body())
+    }
 }
 
 /// No extra behaviour (`/v1/chat/completions`).
@@ -654,8 +667,16 @@ impl<H> StreamRelay<H> {
                 f.write_to(&mut out);
             }
         }
-        SseFrame::json(&e.openai_body()).write_to(&mut out);
-        out.extend_from_slice(DONE);
+        match self.hooks.as_ref() {
+            Some(h) => {
+                h.error_frame(e).write_to(&mut out);
+                out.extend_from_slice(h.stream_done());
+            }
+            None => {
+                SseFrame::json(&e.openai_body()).write_to(&mut out);
+                out.extend_from_slice(DONE);
+            }
+        }
         self.finish(e.status());
         self.phase = Phase::Done;
         self.upstream = Box::pin(futures_util::stream::empty());
@@ -815,15 +836,18 @@ impl<H: ChatHooks> StreamRelay<H> {
         }
     }
 
-    /// Ends a stream that went well: hook frames, then `[DONE]`.
+    /// Ends a stream that went well: hook frames, then `[DONE]` (or what
+    /// ends the inbound dialect's stream).
     async fn end(&mut self) -> Bytes {
         let mut out = Vec::new();
+        let mut done = DONE;
         if let Some(h) = self.hooks.as_mut() {
             for f in h.on_stream_end(self.usage.as_ref()).await {
                 f.write_to(&mut out);
             }
+            done = h.stream_done();
         }
-        out.extend_from_slice(DONE);
+        out.extend_from_slice(done);
         self.finish(200);
         self.phase = Phase::Draining;
         Bytes::from(out)

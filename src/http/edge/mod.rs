@@ -74,6 +74,7 @@ where
     Fut: Future<Output = Response>,
 {
     let id = request_id(&mut req);
+    let request_id = id.clone();
     let span =
         tracing::info_span!("request", id = ?id, method = %req.method(), path = %req.uri().path());
     // The rest runs inside the request's id and span.
@@ -82,6 +83,11 @@ where
         let access = access::Access::begin(&mut req, route);
         let path = req.uri().path();
         let v1 = path.starts_with("/v1/") || path == "/v1";
+        let anthropic = error::anthropic_dialect(&req);
+        if anthropic {
+            error::anthropic_credential(&mut req);
+        }
+        let path = req.uri().path();
         let mut limit = body_limit_for(path, app.settings.max_body_bytes);
         limit.timeout = std::time::Duration::from_secs(app.settings.body_timeout_s);
         req.extensions_mut().insert(limit);
@@ -94,7 +100,9 @@ where
             resp.status().as_u16(),
             started.elapsed().as_secs_f64() * 1000.0,
         );
-        if v1 {
+        if anthropic {
+            resp = error::render_anthropic(resp, &request_id);
+        } else if v1 {
             resp = error::render_openai(resp);
         }
         access.finish(&resp);

@@ -7,6 +7,7 @@ pub mod agent_chat;
 pub mod agent_data;
 pub mod agents;
 pub mod limits;
+pub mod messages;
 pub mod signins;
 pub mod sso;
 pub mod system;

@@ -95,7 +95,7 @@ pub(crate) fn direct_route(path: &str) -> Option<(&'static str, crate::http::Dir
     Some(direct)
 }
 
-fn key_context(auth: &ApiKeyAuth) -> UsageContext {
+pub(crate) fn key_context(auth: &ApiKeyAuth) -> UsageContext {
     UsageContext {
         user_id: Some(auth.user.id.clone()),
         api_key_id: Some(auth.key.id.clone()),
@@ -104,7 +104,7 @@ fn key_context(auth: &ApiKeyAuth) -> UsageContext {
 }
 
 /// The callers whose limits a request with this key must fit: the key's and its user's.
-fn key_subjects(auth: &ApiKeyAuth) -> [Subject; 2] {
+pub(crate) fn key_subjects(auth: &ApiKeyAuth) -> [Subject; 2] {
     [
         Subject::api_key(&auth.key.id, auth.key.limits),
         Subject::user(&auth.user.id, auth.user.limits),
@@ -128,7 +128,7 @@ async fn model_request(
 
 /// The model a request names, noted for its usage record and access line,
 /// if the key may use it and it is of this kind.
-fn named_model(
+pub(crate) fn named_model(
     app: &App,
     auth: &ApiKeyAuth,
     name: &str,

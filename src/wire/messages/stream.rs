@@ -74,6 +74,11 @@ impl ToMessages {
         &self.id
     }
 
+    /// The name `message_start` gives (before it went out).
+    pub fn set_model(&mut self, model: String) {
+        self.model = model;
+    }
+
     pub fn started(&self) -> bool {
         self.started
     }

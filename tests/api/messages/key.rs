@@ -1,0 +1,313 @@
+//! `/v1/messages` and `/v1/messages/count_tokens` with an API key.
+
+use serde_json::{json, Value};
+
+use super::*;
+use crate::common::models::env;
+use crate::common::stub::{calling, tool_call};
+
+#[tokio::test]
+async fn a_plain_message_is_translated_to_chat_and_answered_in_messages_shape() {
+    let env = env().await;
+    env.model("claude-sonnet-4-5", "chat", "openai", "up-msg")
+        .await;
+    let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 100,
+        "system": [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
+        "thinking": {"type": "enabled", "budget_tokens": 50},
+        "metadata": {"user_id": "u-7"},
+        "stop_sequences": ["STOP"],
+        "messages": [{"role": "user", "content": "hello there"}]});
+    let r = post_x_api_key(&env, "/v1/messages?beta=true", &env.key, &body).await;
+    assert_eq!(r.status(), 200);
+    assert!(r.headers().get("request-id").is_some());
+    assert_eq!(r.headers()["x-gatehouse-provider"], "openai");
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["type"], "message");
+    assert_eq!(v["role"], "assistant");
+    assert!(v["id"].as_str().unwrap().starts_with("msg_"));
+    assert_eq!(v["model"], "claude-sonnet-4-5");
+    assert_eq!(
+        v["content"],
+        json!([{"type": "text", "text": "echo: hello there"}])
+    );
+    assert_eq!(v["stop_reason"], "end_turn");
+    assert_eq!(v["stop_sequence"], Value::Null);
+    assert_eq!(v["usage"]["input_tokens"], 10);
+
+    let seen = env.stub.requests_for_model("up-msg");
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].path, "/v1/chat/completions");
+    assert_eq!(
+        seen[0].body,
+        json!({"model": "up-msg", "max_tokens": 100, "stop": ["STOP"], "user": "u-7",
+            "messages": [{"role": "system", "content": "Be brief."},
+                         {"role": "user", "content": "hello there"}]}),
+        "Anthropic-only members are not forwarded"
+    );
+    assert!(seen[0].headers.keys().all(|h| !h.starts_with("anthropic")));
+    assert!(!seen[0].raw_body.contains("gtk_"));
+}
+
+#[tokio::test]
+async fn a_bearer_key_works_too_and_a_missing_one_is_an_authentication_error() {
+    let env = env().await;
+    env.model("m", "chat", "openai", "up-b").await;
+    let r = env.post("/v1/messages", &messages_body("m", "hi")).await;
+    assert_eq!(r.status(), 200);
+    let r = crate::common::client()
+        .post(env.app.u("/v1/messages"))
+        .json(&messages_body("m", "hi"))
+        .send()
+        .await
+        .unwrap();
+    let (s, e) = anthropic_error(r).await;
+    assert_eq!((s, e["type"].as_str()), (401, Some("authentication_error")));
+    assert_eq!(e["code"], "invalid_api_key");
+    let r = post_x_api_key(&env, "/v1/messages", "gtk_nope", &messages_body("m", "hi")).await;
+    assert_eq!(anthropic_error(r).await.0, 401);
+}
+
+#[tokio::test]
+async fn a_stream_is_anthropic_events_from_message_start_to_message_stop() {
+    let env = env().await;
+    env.model("m", "chat", "openai", "up-s").await;
+    let mut body = messages_body("m", "stream me please now");
+    body["stream"] = json!(true);
+    let r = post_x_api_key(&env, "/v1/messages", &env.key, &body).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], "text/event-stream");
+    let ev = messages_events(r).await;
+    let names: Vec<&str> = ev.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names.first(), Some(&"message_start"));
+    assert_eq!(names.last(), Some(&"message_stop"));
+    assert_eq!(names[names.len() - 2], "message_delta");
+    assert!(ev.iter().all(|(n, d)| d["type"] == n.as_str()));
+    let start = &ev[0].1["message"];
+    assert_eq!(start["model"], "m");
+    assert!(start["usage"]["input_tokens"].as_i64().unwrap() >= 1);
+    assert_eq!(start["usage"]["output_tokens"], 0);
+    assert_eq!(streamed_text(&ev), "echo: stream me please now");
+    let deltas = ev
+        .iter()
+        .filter(|(n, _)| n == "content_block_delta")
+        .count();
+    assert!(deltas >= 3, "one text_delta per upstream piece: {deltas}");
+    let md = &ev[ev.len() - 2].1;
+    assert_eq!(md["delta"]["stop_reason"], "end_turn");
+    assert_eq!(md["usage"]["input_tokens"], 10);
+    let seen = &env.stub.requests_for_model("up-s")[0];
+    assert_eq!(seen.body["stream"], true);
+    assert_eq!(seen.body["stream_options"], json!({"include_usage": true}));
+}
+
+#[tokio::test]
+async fn tool_use_round_trips_with_long_names_mapped_back() {
+    let env = env().await;
+    env.model("m", "chat", "openai", "up-t").await;
+    let long = format!("mcp__server__{}", "x".repeat(60));
+    let short = gatehouse::wire::messages::to_chat::short_name(&long);
+    env.stub.script(
+        "up-t",
+        calling(vec![tool_call("call.1", &short, r#"{"path":"/etc"}"#)]),
+    );
+    let body = json!({"model": "m", "max_tokens": 50,
+        "tools": [{"name": long, "description": "d", "input_schema": {"type": "object"}},
+                  {"type": "web_search_20250305", "name": "web_search"}],
+        "messages": [
+            {"role": "user", "content": "look"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_0", "name": long, "input": {"a": 1}}]},
+            {"role": "user", "content": [{"type": "text", "text": "and?"},
+                {"type": "tool_result", "tool_use_id": "toolu_0", "content": "done"}]}]});
+    let r = env.post("/v1/messages", &body).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-gatehouse-dropped-tools"], "web_search");
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["stop_reason"], "tool_use");
+    assert_eq!(
+        v["content"],
+        json!([{"type": "tool_use", "id": "call_1", "name": long, "input": {"path": "/etc"}}])
+    );
+    let sent = &env.stub.requests_for_model("up-t")[0].body;
+    assert_eq!(sent["tools"].as_array().unwrap().len(), 1);
+    assert_eq!(sent["tools"][0]["function"]["name"], short.as_str());
+    let msgs = sent["messages"].as_array().unwrap();
+    assert_eq!(msgs[1]["tool_calls"][0]["function"]["name"], short.as_str());
+    assert_eq!(
+        (msgs[2]["role"].as_str(), msgs[3]["role"].as_str()),
+        (Some("tool"), Some("user")),
+        "the tool result goes before the user's text"
+    );
+
+    // The same answer streamed: tool_use block, input_json_delta pieces.
+    let mut body = body;
+    body["stream"] = json!(true);
+    let ev = messages_events(env.post("/v1/messages", &body).await).await;
+    let start = ev
+        .iter()
+        .find(|(n, d)| n == "content_block_start" && d["content_block"]["type"] == "tool_use")
+        .expect("a tool_use block");
+    assert_eq!(
+        start.1["content_block"],
+        json!({"type": "tool_use", "id": "call_1", "name": long, "input": {}})
+    );
+    let json: String = ev
+        .iter()
+        .filter(|(_, d)| d["delta"]["type"] == "input_json_delta")
+        .map(|(_, d)| d["delta"]["partial_json"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(json, r#"{"path":"/etc"}"#);
+    let md = ev.iter().find(|(n, _)| n == "message_delta").unwrap();
+    assert_eq!(md.1["delta"]["stop_reason"], "tool_use");
+}
+
+#[tokio::test]
+async fn bad_inputs_are_invalid_request_errors_naming_the_member() {
+    let env = env().await;
+    env.model("m", "chat", "openai", "up-v").await;
+    env.model("emb", "embeddings", "openai", "up-e").await;
+    for (body, param) in [
+        (
+            json!({"model": "m", "messages": [{"role": "user", "content": "x"}]}),
+            "max_tokens",
+        ),
+        (
+            json!({"model": "m", "max_tokens": 0, "messages": [{"role": "user", "content": "x"}]}),
+            "max_tokens",
+        ),
+        (
+            json!({"model": "m", "max_tokens": 1, "messages": []}),
+            "messages",
+        ),
+        (
+            json!({"model": "m", "max_tokens": 1, "messages": [{"role": "system", "content": "x"}]}),
+            "messages",
+        ),
+        (
+            json!({"model": "m", "max_tokens": 1, "system": 5, "messages": [{"role": "user", "content": "x"}]}),
+            "system",
+        ),
+        (
+            json!({"model": "m", "max_tokens": 1, "stream": "yes", "messages": [{"role": "user", "content": "x"}]}),
+            "stream",
+        ),
+        (
+            json!({"model": "m", "max_tokens": 1, "tools": [{}], "messages": [{"role": "user", "content": "x"}]}),
+            "tools",
+        ),
+        (
+            json!({"max_tokens": 1, "messages": [{"role": "user", "content": "x"}]}),
+            "model",
+        ),
+    ] {
+        let (s, e) = anthropic_error(env.post("/v1/messages", &body).await).await;
+        assert_eq!(
+            (s, e["type"].as_str()),
+            (400, Some("invalid_request_error")),
+            "{body}"
+        );
+        assert_eq!(
+            (e["code"].as_str(), e["param"].as_str()),
+            (Some("validation_error"), Some(param)),
+            "{body}"
+        );
+    }
+    // At the least: max_tokens 1 passes.
+    let r = env
+        .post(
+            "/v1/messages",
+            &json!({"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "x"}]}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let (s, e) = anthropic_error(env.post("/v1/messages", &messages_body("nope", "x")).await).await;
+    assert_eq!(
+        (s, e["type"].as_str(), e["code"].as_str()),
+        (404, Some("not_found_error"), Some("model_not_found"))
+    );
+    let (s, e) = anthropic_error(env.post("/v1/messages", &messages_body("emb", "x")).await).await;
+    assert_eq!((s, e["code"].as_str()), (400, Some("model_kind_mismatch")));
+    let r = crate::common::client()
+        .post(env.app.u("/v1/messages"))
+        .header("x-api-key", &env.key)
+        .header("content-type", "application/json")
+        .body("[1]")
+        .send()
+        .await
+        .unwrap();
+    let (s, e) = anthropic_error(r).await;
+    assert_eq!(
+        (s, e["type"].as_str()),
+        (400, Some("invalid_request_error"))
+    );
+    assert!(
+        env.stub.requests_for_model("up-v").len() == 1,
+        "only the good one went upstream"
+    );
+}
+
+#[tokio::test]
+async fn an_upstream_failure_mid_stream_ends_with_an_error_event_and_no_done() {
+    let env = env().await;
+    env.model("m", "chat", "openai", "up-cut").await;
+    env.stub.script(
+        "up-cut",
+        gatehouse_stub_upstream::Script {
+            content: Some("a long answer that will be cut".into()),
+            close_after_chunks: Some(2),
+            ..Default::default()
+        },
+    );
+    let mut body = messages_body("m", "x");
+    body["stream"] = json!(true);
+    let r = env.post("/v1/messages", &body).await;
+    assert_eq!(r.status(), 200);
+    let raw = r.text().await.unwrap();
+    assert!(!raw.contains("[DONE]"), "{raw}");
+    assert!(raw.starts_with("event: message_start"), "{raw}");
+    let last = raw.trim_end().rsplit("\n\n").next().unwrap();
+    assert!(last.starts_with("event: error\ndata: "), "{last}");
+    let data: Value = serde_json::from_str(last.split_once("data: ").unwrap().1).unwrap();
+    assert_eq!(data["type"], "error");
+    assert_eq!(data["error"]["type"], "api_error");
+}
+
+#[tokio::test]
+async fn an_upstream_error_status_keeps_its_status_in_anthropic_shape() {
+    let env = env().await;
+    env.model("m", "chat", "openai", "up-429").await;
+    env.stub
+        .script("up-429", gatehouse_stub_upstream::Script::status(400));
+    let (s, e) = anthropic_error(env.post("/v1/messages", &messages_body("m", "x")).await).await;
+    assert_eq!(
+        (s, e["type"].as_str(), e["code"].as_str()),
+        (400, Some("invalid_request_error"), Some("upstream_error"))
+    );
+}
+
+#[tokio::test]
+async fn count_tokens_estimates_and_never_answers_zero() {
+    let env = env().await;
+    env.model("m", "chat", "openai", "up-c").await;
+    let body = json!({"model": "m", "messages": [{"role": "user", "content": "abcdefgh"}],
+        "system": "abcd", "tools": [{"name": "Read", "input_schema": {}}]});
+    let r = post_x_api_key(&env, "/v1/messages/count_tokens?beta=true", &env.key, &body).await;
+    assert_eq!(r.status(), 200);
+    // 8 + 4 + 4 + 2 = 18 characters: 5 tokens.
+    assert_eq!(r.json::<Value>().await.unwrap(), json!({"input_tokens": 5}));
+    let empty = json!({"model": "m", "messages": [{"role": "user", "content": ""}]});
+    let r = env.post("/v1/messages/count_tokens", &empty).await;
+    assert_eq!(r.json::<Value>().await.unwrap(), json!({"input_tokens": 1}));
+    assert!(
+        env.stub.requests_for_model("up-c").is_empty(),
+        "nothing goes upstream"
+    );
+    let (s, e) = anthropic_error(
+        env.post(
+            "/v1/messages/count_tokens",
+            &json!({"model": "m", "messages": []}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!((s, e["param"].as_str()), (400, Some("messages")));
+}
