@@ -51,6 +51,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .merge(routes::agents::routes())
         .merge(routes::agent_data::routes())
         .merge(routes::agent_chat::routes())
+        .merge(routes::agent_messages::routes())
         .merge(routes::signins::routes())
         .merge(routes::limits::routes())
         .merge(routes::sso::routes())

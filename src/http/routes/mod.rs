@@ -5,6 +5,7 @@ pub mod admin;
 pub mod admin_models;
 pub mod agent_chat;
 pub mod agent_data;
+pub mod agent_messages;
 pub mod agents;
 pub mod limits;
 pub mod messages;

@@ -21,3 +21,4 @@ pub mod from_chat_answer;
 pub mod request;
 pub mod stream;
 pub mod to_chat;
+pub mod turn_body;
