@@ -276,7 +276,7 @@ pub async fn embed(
         },
         Tokens {
             prompt,
-            completion: 0,
+            ..Tokens::default()
         },
         answered,
     ))
@@ -320,7 +320,7 @@ pub async fn rerank(
         },
         Tokens {
             prompt,
-            completion: 0,
+            ..Tokens::default()
         },
         answered,
     ))

@@ -447,6 +447,7 @@ fn answer_tree(
     let tokens = usage_tokens(obj.get("usage")).unwrap_or_else(|| Tokens {
         prompt: prompt_estimate,
         completion: estimate_tokens(completion_chars(obj, "message")),
+        ..Tokens::default()
     });
     Ok((v, tokens))
 }
@@ -570,6 +571,7 @@ impl<H> StreamRelay<H> {
         usage_tokens(self.usage.as_ref()).unwrap_or(Tokens {
             prompt: self.prompt_estimate,
             completion: estimate_tokens(self.completion_chars),
+            ..Tokens::default()
         })
     }
 

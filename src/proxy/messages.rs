@@ -114,7 +114,7 @@ impl<H: ChatHooks> ChatHooks for MessagesHooks<H> {
         let approvals = response.get("approvals").cloned();
         let fallback = Tokens {
             prompt: self.input_estimate,
-            completion: 0,
+            ..Tokens::default()
         };
         let model = self.answer_model(response.get("model"));
         let mut answer = messages_answer(

@@ -105,7 +105,11 @@ where
         } else if v1 {
             resp = error::render_openai(resp);
         }
-        access.finish(&resp);
+        access.finish(&resp, |provider| {
+            let catalog = app.catalog();
+            let p = catalog.providers.iter().find(|p| p.name == provider)?;
+            crate::models::adapters::chat_adapter(p.kind).map(|a| a.upstream_api())
+        });
         resp
     };
     // Instrument the future (a guard held across .await would leak the span to other tasks).

@@ -75,7 +75,10 @@ async fn prepare_request(
         agent.pii.user_choosable,
         h.pii_mode.as_deref(),
     )?;
-    AccessNote::of(req.extensions()).set(|f| f.model = Some(agent.model.clone()));
+    AccessNote::of(req.extensions()).set(|f| {
+        f.model = Some(agent.model.clone());
+        f.api = Some("messages");
+    });
     let bytes = read_body(req).await?;
     let mut fields: Map<String, Value> = parse_json(&bytes)?;
     // The agent's model, whatever the client named.
@@ -95,7 +98,8 @@ async fn prepare_request(
 async fn messages_turn(app: &App, access: AgentAccess, req: Request) -> Result<Response> {
     let caller = caller_of(&access);
     let h = headers_of(&req);
-    let usage = caller.usage(h.as_ref().ok(), EndHook::default());
+    let mut usage = caller.usage(h.as_ref().ok(), EndHook::default());
+    usage.api = Some("messages");
     let mut ticket = UsageTicket::new(&app.usage, usage, "chat");
     ticket.set_model(&caller.agent.model);
     let prepared = prepare_request(app, &caller, h, req, Route::Messages).await;

@@ -122,6 +122,7 @@ async fn messages_request(
     ticket: &mut UsageTicket,
 ) -> Result<(Arc<Model>, Map<String, Value>)> {
     let note = AccessNote::of(req.extensions());
+    note.set(|f| f.api = Some("messages"));
     let bytes = read_body(req).await?;
     let body: Map<String, Value> = parse_json(&bytes)?;
     let model = named_model(
@@ -153,6 +154,7 @@ async fn messages_request(
 async fn messages(State(app): State<AppState>, auth: ApiKeyAuth, req: Request) -> Result<Response> {
     let mut usage = key_context(&auth);
     usage.conversation_id = session_conversation(req.headers());
+    usage.api = Some("messages");
     let mut ticket = UsageTicket::new(&app.usage, usage, "chat");
     let prepared = messages_request(&app, &auth, req, Route::Messages, &mut ticket).await;
     let (model, body) = recorded(&mut ticket, prepared)?;
@@ -183,6 +185,7 @@ async fn count_tokens(
     req: Request,
 ) -> Result<Response> {
     let note = AccessNote::of(req.extensions());
+    note.set(|f| f.api = Some("messages"));
     let bytes = read_body(req).await?;
     let body: Map<String, Value> = parse_json(&bytes)?;
     let name = requested_model(&body)?;

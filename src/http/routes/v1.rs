@@ -151,6 +151,7 @@ async fn chat_request(
     ticket: &mut UsageTicket,
 ) -> Result<(Arc<Model>, ChatInput)> {
     let note = AccessNote::of(req.extensions());
+    note.set(|f| f.api = Some("chat"));
     let bytes = read_body(req).await?;
     let (name, body) = match RawChat::read(bytes.clone()) {
         Some(raw) => (raw.model().to_string(), ChatInput::Raw(raw)),

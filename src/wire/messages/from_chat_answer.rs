@@ -183,6 +183,7 @@ mod tests {
             Tokens {
                 prompt: 7,
                 completion: 2,
+                ..Tokens::default()
             },
         );
         assert_eq!(a["content"], json!([]));

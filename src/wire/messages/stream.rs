@@ -210,6 +210,7 @@ impl ToMessages {
         let fallback = Tokens {
             prompt: self.input_estimate,
             completion: estimate_tokens(self.output_chars),
+            ..Tokens::default()
         };
         out.push(frame(json!({"type": "message_delta",
             "delta": {"stop_reason": stop_reason(self.finish.as_deref()), "stop_sequence": null},

@@ -311,3 +311,101 @@ async fn count_tokens_estimates_and_never_answers_zero() {
     .await;
     assert_eq!((s, e["param"].as_str()), (400, Some("messages")));
 }
+
+/// One usage record: (api, model, prompt, completion, cache read, conversation).
+type UsageRow = (Option<String>, String, i64, i64, i64, Option<String>);
+
+/// The usage records of the gateway, oldest first.
+async fn usage_records(env: &crate::common::models::Env, n: usize) -> Vec<UsageRow> {
+    crate::common::models::poll(10, || async {
+        let rows: Vec<UsageRow> = sqlx::query_as(
+            "SELECT api, model, prompt_tokens, completion_tokens, cache_read_tokens, conversation_id
+             FROM usage_records ORDER BY at",
+        )
+        .fetch_all(&env.app.app().store.pool)
+        .await
+        .unwrap();
+        (rows.len() >= n).then_some(rows)
+    })
+    .await
+}
+
+#[tokio::test]
+async fn usage_records_name_the_api_keep_cache_apart_and_take_claude_codes_session() {
+    let env = env().await;
+    env.model("m", "chat", "openai", "up-u").await;
+    env.stub.script(
+        "up-u",
+        gatehouse_stub_upstream::Script {
+            body: Some(
+                json!({"id": "c1", "object": "chat.completion", "model": "up-u",
+                    "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "ok"}}],
+                    "usage": {"prompt_tokens": 30, "completion_tokens": 5, "total_tokens": 35,
+                              "prompt_tokens_details": {"cached_tokens": 20}}})
+                .to_string(),
+            ),
+            ..Default::default()
+        },
+    );
+    let r = crate::common::client()
+        .post(env.app.u("/v1/messages"))
+        .header("x-api-key", &env.key)
+        .header(
+            "x-claude-code-session-id",
+            "5d1f0c9e-1111-4a2b-8c3d-000000000001",
+        )
+        .json(&messages_body("m", "hi"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(
+        v["usage"],
+        json!({"input_tokens": 10, "output_tokens": 5, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 20})
+    );
+    let chat = json!({"model": "m", "messages": [{"role": "user", "content": "x"}]});
+    assert_eq!(env.post("/v1/chat/completions", &chat).await.status(), 200);
+    let rows = usage_records(&env, 2).await;
+    assert_eq!(
+        rows[0],
+        (
+            Some("messages".into()),
+            "m".into(),
+            30,
+            5,
+            20,
+            Some("5d1f0c9e-1111-4a2b-8c3d-000000000001".into())
+        ),
+        "prompt includes the cached tokens, kept apart too"
+    );
+    assert_eq!(rows[1].0.as_deref(), Some("chat"));
+}
+
+#[tokio::test]
+async fn metrics_count_the_members_dropped_in_translation() {
+    let env = env().await;
+    env.model("m", "chat", "openai", "up-d").await;
+    let mut body = messages_body("m", "x");
+    body["thinking"] = json!({"type": "enabled", "budget_tokens": 10});
+    body["context_management"] = json!({});
+    body["system"] = json!([{"type": "text", "text": "s", "cache_control": {"type": "ephemeral"}}]);
+    assert_eq!(env.post("/v1/messages", &body).await.status(), 200);
+    let text = crate::common::client()
+        .get(env.app.u("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for field in ["thinking", "context_management", "cache_control"] {
+        assert!(
+            text.contains(&format!(
+                "gatehouse_translation_dropped_total{{field=\"{field}\"}} 1"
+            )),
+            "{field}: {text}"
+        );
+    }
+    assert!(text.contains("gatehouse_translation_dropped_total{field=\"container\"} 0"));
+}
