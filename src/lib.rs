@@ -170,17 +170,16 @@ async fn apply_file_config(
         store.put_provider(&row, true).await?;
     }
     // Fallbacks may name models of the file or of the database, in any order.
-    let providers: std::collections::HashSet<String> = store
+    let providers: std::collections::HashMap<String, Option<models::ProviderType>> = store
         .list_providers()
         .await?
         .into_iter()
-        .map(|p| p.name)
+        .map(|p| (p.name, models::ProviderType::parse(&p.kind)))
         .collect();
-    let mut kinds: std::collections::HashMap<String, models::ModelKind> = store
-        .list_models()
-        .await?
-        .into_iter()
-        .filter_map(|m| Some((m.id, models::ModelKind::parse(&m.kind)?)))
+    let stored = store.list_models().await?;
+    let mut kinds: std::collections::HashMap<String, models::ModelKind> = stored
+        .iter()
+        .filter_map(|m| Some((m.id.clone(), models::ModelKind::parse(&m.kind)?)))
         .collect();
     kinds.extend(
         file.models
@@ -190,9 +189,24 @@ async fn apply_file_config(
     let mut specs = Vec::with_capacity(file.models.len());
     for m in &file.models {
         let spec = m
-            .validate(|p| providers.contains(p), |id| kinds.get(id).copied())
+            .validate(|p| providers.contains_key(p), |id| kinds.get(id).copied())
             .map_err(|e| StartError::Other(format!("GATEHOUSE_CONFIG model {}: {e}", m.id)))?;
         specs.push(spec);
+    }
+    // Aliases against the file's other models and the database's models it does not replace.
+    let stored_specs: Vec<models::ModelSpec> = stored
+        .iter()
+        .filter(|m| !specs.iter().any(|s| s.id == m.id))
+        .filter_map(|m| models::spec_of(m, Vec::new()))
+        .collect();
+    for spec in &specs {
+        let others = specs
+            .iter()
+            .chain(stored_specs.iter())
+            .filter(|o| o.id != spec.id)
+            .map(|o| (o.id.as_str(), o.aliases.as_slice()));
+        spec.check_catalog(others, |p| providers.get(p).copied().flatten())
+            .map_err(|e| StartError::Other(format!("GATEHOUSE_CONFIG model {}: {e}", spec.id)))?;
     }
     for spec in &specs {
         let (row, targets) = models::rows_of(spec);

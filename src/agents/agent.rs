@@ -546,6 +546,8 @@ mod tests {
             api_key: None,
             timeout_s: 5,
             created_at: 0,
+            anthropic_version: None,
+            beta_headers: None,
         };
         let m = |id: &str, kind: &str| ModelRow {
             id: id.into(),
@@ -556,6 +558,8 @@ mod tests {
             routing: "weighted".into(),
             fallbacks: None,
             max_attempts: 3,
+            aliases: None,
+            max_tokens_default: 4096,
         };
         CatalogSnapshot::build(
             vec![p],

@@ -104,6 +104,7 @@ pub fn check_text(text: &str) -> Result<Counts, Vec<String>> {
     let mut models = Vec::new();
     let mut targets = Vec::new();
     let mut model_ids = HashSet::new();
+    let mut specs = Vec::new();
     for (who, m) in forms {
         let m = match m {
             Ok(m) => m,
@@ -118,8 +119,24 @@ pub fn check_text(text: &str) -> Result<Counts, Vec<String>> {
             Ok(spec) if !model_ids.insert(spec.id.clone()) => {
                 problems.push(format!("{who}: this id is used twice"))
             }
-            Ok(spec) => {
-                let (row, t) = crate::models::rows_of(&spec);
+            Ok(spec) => specs.push((who, spec)),
+        }
+    }
+    for (who, spec) in &specs {
+        let others = specs
+            .iter()
+            .filter(|(_, o)| o.id != spec.id)
+            .map(|(_, o)| (o.id.as_str(), o.aliases.as_slice()));
+        let provider_type = |p: &str| {
+            providers
+                .iter()
+                .find(|r: &&crate::store::catalog::ProviderRow| r.name == p)
+                .and_then(|r| crate::models::ProviderType::parse(&r.kind))
+        };
+        match spec.check_catalog(others, provider_type) {
+            Err(e) => problems.push(format!("{who}: {e}")),
+            Ok(()) => {
+                let (row, t) = crate::models::rows_of(spec);
                 models.push(row);
                 targets.extend(t);
             }

@@ -3,6 +3,7 @@
 //! routing a request never touches the database.
 
 pub mod adapters;
+pub mod anthropic;
 pub mod direct;
 pub mod observed;
 pub mod requests;
@@ -28,6 +29,7 @@ pub enum ProviderType {
     Openai,
     Tei,
     Cohere,
+    Anthropic,
 }
 
 impl ProviderType {
@@ -36,6 +38,7 @@ impl ProviderType {
             "openai" => Some(Self::Openai),
             "tei" => Some(Self::Tei),
             "cohere" => Some(Self::Cohere),
+            "anthropic" => Some(Self::Anthropic),
             _ => None,
         }
     }
@@ -44,6 +47,7 @@ impl ProviderType {
             Self::Openai => "openai",
             Self::Tei => "tei",
             Self::Cohere => "cohere",
+            Self::Anthropic => "anthropic",
         }
     }
 }
@@ -90,6 +94,10 @@ pub struct Provider {
     pub base_url: String,
     pub api_key: Option<String>,
     pub timeout_s: u64,
+    /// `anthropic` providers: `anthropic-version` when the client sent none.
+    pub anthropic_version: reqwest::header::HeaderValue,
+    /// `anthropic` providers: what goes of a client's `anthropic-beta`.
+    pub beta_headers: anthropic::BetaHeaders,
     /// What every request to it carries, made once instead of per request.
     pub wire: Wire,
 }
@@ -101,6 +109,7 @@ pub struct Provider {
 pub struct Wire {
     urls: parking_lot::RwLock<Vec<(&'static str, Arc<Endpoint>)>>,
     auth: std::sync::OnceLock<Option<reqwest::header::HeaderValue>>,
+    api_key: std::sync::OnceLock<Option<reqwest::header::HeaderValue>>,
 }
 
 impl Clone for Wire {
@@ -151,6 +160,19 @@ impl Provider {
             })
             .as_ref()
     }
+
+    /// The key as an `x-api-key` value (`anthropic` providers), marked sensitive.
+    pub fn x_api_key(&self) -> Option<&reqwest::header::HeaderValue> {
+        self.wire
+            .api_key
+            .get_or_init(|| {
+                let mut v =
+                    reqwest::header::HeaderValue::from_str(self.api_key.as_deref()?).ok()?;
+                v.set_sensitive(true);
+                Some(v)
+            })
+            .as_ref()
+    }
 }
 
 /// A model: an alias clients send, its kind, and where it runs.
@@ -167,6 +189,10 @@ pub struct Model {
     /// Attempts in all, fallbacks included.
     pub max_attempts: u32,
     pub created_at: i64,
+    /// Other names clients may send for it (exact, or ending in one `*`).
+    pub aliases: Vec<String>,
+    /// `max_tokens` for an `anthropic` target when a chat request has none.
+    pub max_tokens_default: u32,
 }
 
 impl Model {
@@ -204,6 +230,10 @@ pub struct CatalogSnapshot {
     pub providers: Vec<Arc<Provider>>,
     pub models: HashMap<String, Arc<Model>>,
     pub model_order: Vec<String>,
+    /// Exact aliases: name → model id.
+    pub aliases: HashMap<String, String>,
+    /// Wildcard aliases without their `*`: (prefix, model id), longest prefix first.
+    pub wildcards: Vec<(String, String)>,
 }
 
 impl CatalogSnapshot {
@@ -221,6 +251,14 @@ impl CatalogSnapshot {
                     base_url: p.base_url.trim_end_matches('/').to_string(),
                     api_key: p.api_key,
                     timeout_s: p.timeout_s.max(1) as u64,
+                    anthropic_version: p
+                        .anthropic_version
+                        .as_deref()
+                        .and_then(|v| reqwest::header::HeaderValue::from_str(v).ok())
+                        .unwrap_or(reqwest::header::HeaderValue::from_static(
+                            anthropic::DEFAULT_VERSION,
+                        )),
+                    beta_headers: anthropic::BetaHeaders::from_stored(p.beta_headers.as_deref()),
                     name: p.name,
                     wire: Wire::default(),
                 }))
@@ -235,6 +273,8 @@ impl CatalogSnapshot {
         let mut base: HashMap<String, Arc<Model>> = HashMap::new();
         let mut fallback_ids: Vec<(String, Vec<String>)> = Vec::new();
         let mut order = Vec::new();
+        let mut aliases = HashMap::new();
+        let mut wildcards = Vec::new();
         for m in models {
             let rows = targets_of.remove(&m.id).unwrap_or_default();
             let spec = spec_of(&m, rows);
@@ -257,6 +297,14 @@ impl CatalogSnapshot {
                 continue;
             }
             order.push(m.id.clone());
+            for a in &spec.aliases {
+                match a.strip_suffix('*') {
+                    Some(prefix) => wildcards.push((prefix.to_string(), m.id.clone())),
+                    None => {
+                        aliases.entry(a.clone()).or_insert_with(|| m.id.clone());
+                    }
+                }
+            }
             if !spec.fallbacks.is_empty() {
                 fallback_ids.push((m.id.clone(), spec.fallbacks));
             }
@@ -270,6 +318,8 @@ impl CatalogSnapshot {
                     fallbacks: Vec::new(),
                     max_attempts: spec.max_attempts,
                     created_at: m.created_at,
+                    aliases: spec.aliases,
+                    max_tokens_default: spec.max_tokens_default,
                 }),
             );
         }
@@ -286,10 +336,15 @@ impl CatalogSnapshot {
             with.fallbacks = resolved;
             map.insert(id, Arc::new(with));
         }
+        // Longest prefix first; ties by name so every server picks the same.
+        wildcards
+            .sort_by(|a: &(String, String), b| b.0.len().cmp(&a.0.len()).then_with(|| a.cmp(b)));
         CatalogSnapshot {
             providers,
             models: map,
             model_order: order,
+            aliases,
+            wildcards,
         }
     }
 
@@ -316,7 +371,24 @@ impl CatalogSnapshot {
         ))
     }
 
-    pub fn model(&self, id: &str) -> Option<&Arc<Model>> {
+    /// The model a client's name stands for: a model id, else an exact
+    /// alias, else the longest matching wildcard alias.
+    pub fn model(&self, name: &str) -> Option<&Arc<Model>> {
+        if let Some(m) = self.models.get(name) {
+            return Some(m);
+        }
+        let id = match self.aliases.get(name) {
+            Some(id) => id,
+            None => {
+                &self
+                    .wildcards
+                    .iter()
+                    .find(|(prefix, _)| {
+                        name.len() > prefix.len() && name.starts_with(prefix.as_str())
+                    })?
+                    .1
+            }
+        };
         self.models.get(id)
     }
 }
@@ -353,6 +425,15 @@ pub fn spec_of(m: &ModelRow, targets: Vec<TargetRow>) -> Option<ModelSpec> {
             .and_then(|f| serde_json::from_str(f).ok())
             .unwrap_or_default(),
         max_attempts: u32::try_from(m.max_attempts).unwrap_or(3).max(1),
+        aliases: m
+            .aliases
+            .as_deref()
+            .and_then(|a| serde_json::from_str(a).ok())
+            .unwrap_or_default(),
+        max_tokens_default: u32::try_from(m.max_tokens_default)
+            .ok()
+            .filter(|n| *n >= 1)
+            .unwrap_or(routing::form::DEFAULT_MAX_TOKENS),
     })
 }
 
@@ -369,6 +450,9 @@ pub fn rows_of(spec: &ModelSpec) -> (ModelRow, Vec<TargetRow>) {
         fallbacks: (!spec.fallbacks.is_empty())
             .then(|| serde_json::to_string(&spec.fallbacks).unwrap_or_else(|_| "[]".into())),
         max_attempts: i64::from(spec.max_attempts),
+        aliases: (!spec.aliases.is_empty())
+            .then(|| serde_json::to_string(&spec.aliases).unwrap_or_else(|_| "[]".into())),
+        max_tokens_default: i64::from(spec.max_tokens_default),
     };
     let targets = spec
         .targets
@@ -433,6 +517,13 @@ pub struct NewProvider {
     pub api_key: Option<String>,
     #[serde(default)]
     pub timeout_s: Option<i64>,
+    /// `anthropic` providers: sent as `anthropic-version` when the client sent none (default 2023-06-01).
+    #[serde(default)]
+    pub anthropic_version: Option<String>,
+    /// `anthropic` providers: `"forward"` (default), `"drop"`, or a list of allowed beta names.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub beta_headers: Option<serde_json::Value>,
 }
 
 pub const DEFAULT_TIMEOUT_S: i64 = 120;
@@ -456,7 +547,10 @@ impl NewProvider {
     pub fn validate(&self) -> Result<ProviderRow, Error> {
         check_name("name", &self.name, 64)?;
         let kind = ProviderType::parse(&self.kind).ok_or_else(|| {
-            Error::validation("type", "'type' must be one of openai, tei, cohere.")
+            Error::validation(
+                "type",
+                "'type' must be one of openai, anthropic, tei, cohere.",
+            )
         })?;
         let url = self.base_url.trim();
         if !(url.starts_with("http://") || url.starts_with("https://"))
@@ -474,6 +568,7 @@ impl NewProvider {
                 "'timeout_s' must be between 1 and 3600 seconds.",
             ));
         }
+        let (anthropic_version, beta_headers) = self.anthropic_settings(kind)?;
         Ok(ProviderRow {
             name: self.name.clone(),
             kind: kind.as_str().to_string(),
@@ -481,6 +576,44 @@ impl NewProvider {
             api_key: self.api_key.clone().filter(|k| !k.is_empty()),
             timeout_s: timeout,
             created_at: 0,
+            anthropic_version,
+            beta_headers,
         })
+    }
+
+    /// `anthropic_version` and `beta_headers` as stored: only for `anthropic` providers.
+    fn anthropic_settings(
+        &self,
+        kind: ProviderType,
+    ) -> Result<(Option<String>, Option<String>), Error> {
+        if kind != ProviderType::Anthropic {
+            for (field, given) in [
+                ("anthropic_version", self.anthropic_version.is_some()),
+                ("beta_headers", self.beta_headers.is_some()),
+            ] {
+                if given {
+                    return Err(Error::validation(
+                        field,
+                        format!("'{field}' is a setting of anthropic providers only."),
+                    ));
+                }
+            }
+            return Ok((None, None));
+        }
+        if let Some(v) = &self.anthropic_version {
+            anthropic::check_version(v)?;
+        }
+        let beta = match &self.beta_headers {
+            None => anthropic::BetaHeaders::Forward,
+            Some(v) => anthropic::BetaHeaders::from_json(v)?,
+        };
+        Ok((
+            Some(
+                self.anthropic_version
+                    .clone()
+                    .unwrap_or_else(|| anthropic::DEFAULT_VERSION.to_string()),
+            ),
+            Some(beta.stored()),
+        ))
     }
 }

@@ -200,7 +200,18 @@ async fn routed<T>(
     let mut last: Option<Error> = None;
     while let Some(mut pick) = next_pick(&mut attempts) {
         let target = pick.target;
-        let adapter = adapters::adapter(target.provider.kind);
+        let Some(adapter) = adapters::adapter(target.provider.kind) else {
+            return Err(Error::new(
+                crate::error::ErrorKind::Internal,
+                "provider_unsupported",
+                format!(
+                    "The model '{}' runs on an {} provider ('{}'), which serves chat models only.",
+                    chain[pick.stage].id,
+                    target.provider.kind.as_str(),
+                    target.provider.name
+                ),
+            ));
+        };
         let key = (target.provider.kind, target.upstream_model.as_str());
         let (path, body) = match bodies.iter().find(|b| (b.0, b.1) == key) {
             Some(b) => (b.2, b.3.clone()),

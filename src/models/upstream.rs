@@ -52,6 +52,16 @@ tokio::task_local! {
     pub static REQUEST_ID: header::HeaderValue;
 }
 
+tokio::task_local! {
+    /// The client's `anthropic-version`, if it sent one: an `anthropic`
+    /// provider is sent it instead of the provider's own.
+    pub static CLIENT_ANTHROPIC_VERSION: Option<header::HeaderValue>;
+}
+
+pub const ANTHROPIC_VERSION_HEADER: header::HeaderName =
+    header::HeaderName::from_static("anthropic-version");
+pub const X_API_KEY: header::HeaderName = header::HeaderName::from_static("x-api-key");
+
 /// `x-request-id` as a made name: inserting a header under a `&str` name
 /// copies the name into a new allocation each time.
 pub const X_REQUEST_ID: header::HeaderName = header::HeaderName::from_static("x-request-id");
@@ -207,6 +217,11 @@ pub async fn post(
     })?;
     // The request id and trace context are the task's, read where it runs.
     let request_id = REQUEST_ID.try_with(HeaderValue::clone).ok();
+    let anthropic_version = CLIENT_ANTHROPIC_VERSION
+        .try_with(Clone::clone)
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| provider.anthropic_version.clone());
     let headers = || {
         let mut headers = HeaderMap::with_capacity(8);
         headers.insert(
@@ -221,7 +236,13 @@ pub async fn post(
                 "application/json"
             }),
         );
-        if let Some(auth) = provider.authorization() {
+        if provider.kind == crate::models::ProviderType::Anthropic {
+            // Anthropic's own credential header; the client's never goes.
+            if let Some(key) = provider.x_api_key() {
+                headers.insert(X_API_KEY, key.clone());
+            }
+            headers.insert(ANTHROPIC_VERSION_HEADER, anthropic_version.clone());
+        } else if let Some(auth) = provider.authorization() {
             headers.insert(header::AUTHORIZATION, auth.clone());
         }
         if let Some(id) = &request_id {

@@ -91,6 +91,9 @@ pub struct ChatCall {
     /// kept them so (agent chat, with a tree body).
     pub tools: Option<crate::wire::chat::tools::KeptTools>,
     pub usage: UsageContext,
+    /// The name the client sent when it is one of the model's aliases: the
+    /// answer names it (a fallback's answer names the fallback).
+    pub requested: Option<String>,
 }
 
 /// What happens to a stream chunk after `on_chunk`.
@@ -215,6 +218,7 @@ pub async fn relay<H: ChatHooks>(
         body,
         tools,
         usage,
+        requested,
     } = call;
     let mut ticket = UsageTicket::new(usage_sink, usage, "chat");
     ticket.set_model(&model.id);
@@ -247,6 +251,11 @@ pub async fn relay<H: ChatHooks>(
     }) = next_pick(&mut attempts)
     {
         let answering = chain[stage];
+        // The name the answer shows: the client's for the model it named.
+        let shown = match (&requested, stage) {
+            (Some(name), 0) => name.as_str(),
+            _ => answering.id.as_str(),
+        };
         let Some(adapter) = chat_adapter(target.provider.kind) else {
             return failed(ticket, unsupported_provider(answering, &target.provider));
         };
@@ -257,10 +266,11 @@ pub async fn relay<H: ChatHooks>(
             attempts: attempts.made(),
         };
         let deadline = upstream::deadline(&target.provider);
-        let bytes = match adapter.chat_request(template.for_model(&target.upstream_model)) {
-            Ok(b) => b,
-            Err(e) => return failed(ticket, answered.mark(e)),
-        };
+        let bytes =
+            match adapter.chat_request(template.for_model(&target.upstream_model), answering) {
+                Ok(b) => b,
+                Err(e) => return failed(ticket, answered.mark(e)),
+            };
         let mut attempt = Attempt::start("chat", &target.provider, &target.upstream_model);
         let sent = upstream::post(
             client,
@@ -292,10 +302,10 @@ pub async fn relay<H: ChatHooks>(
             let answer = match read.and_then(|b| in_chat(adapter, b)) {
                 Err(e) => Err(e),
                 Ok(bytes) if hooks.edits_answer(&bytes) => {
-                    answer_tree(&bytes, &answering.id, prompt_estimate, &mut attempt)
+                    answer_tree(&bytes, shown, prompt_estimate, &mut attempt)
                         .map(|(v, tokens)| (RelayedBody::Answer(v), tokens))
                 }
-                Ok(bytes) => raw_answer(&bytes, &answering.id, prompt_estimate, &mut attempt)
+                Ok(bytes) => raw_answer(&bytes, shown, prompt_estimate, &mut attempt)
                     .map(|(b, tokens)| (RelayedBody::Raw(b), tokens)),
             };
             match answer {
@@ -330,8 +340,8 @@ pub async fn relay<H: ChatHooks>(
             translate: adapter.chat_events(),
             translated: std::collections::VecDeque::new(),
             hooks: Some(hooks),
-            alias: answering.id.clone(),
-            alias_json: serde_json::to_vec(&answering.id).unwrap_or_default(),
+            alias: shown.to_string(),
+            alias_json: serde_json::to_vec(shown).unwrap_or_default(),
             provider: Arc::clone(&target.provider),
             stats: Arc::clone(&target.stats),
             guard,

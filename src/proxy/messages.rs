@@ -11,10 +11,12 @@
 //! `message_start` (Anthropic clients require it first).
 //!
 //! Seam for pass-through: a Messages request whose attempt goes to a
-//! provider that speaks Messages itself (type `anthropic`, added by the
-//! outbound work) is to pass the client's body through rather than be
-//! translated; [`passes_through`] is where the attempt's `ProviderType`
-//! decides. Until that provider type exists every attempt is translated.
+//! provider that speaks Messages itself (type `anthropic`) is to pass the
+//! client's body through rather than be translated; [`passes_through`] is
+//! where the attempt's `ProviderType` decides. Not wired yet: until it is,
+//! such an attempt goes through the `anthropic` chat adapter (Messages →
+//! chat here, chat → Messages there, and back), which works but drops what
+//! chat cannot carry (thinking, cache_control, server tools).
 
 use serde_json::{json, Value};
 
@@ -29,11 +31,14 @@ use crate::wire::messages::to_chat::ToolNames;
 use crate::wire::sse::SseFrame;
 
 /// Whether a Messages request goes to a provider of this type as it came
-/// (pass-through) rather than translated to chat. No provider type speaks
-/// Messages yet.
+/// (pass-through) rather than translated to chat: `anthropic` will, once
+/// the relay learns to pass a body through (see the module documentation).
 pub fn passes_through(kind: ProviderType) -> bool {
     match kind {
-        ProviderType::Openai | ProviderType::Tei | ProviderType::Cohere => false,
+        ProviderType::Openai
+        | ProviderType::Tei
+        | ProviderType::Cohere
+        | ProviderType::Anthropic => false,
     }
 }
 

@@ -51,22 +51,9 @@ fn bump(counts: &[(&'static str, u16, AtomicU64)], method: &str, status: u16) ->
 #[derive(Default)]
 pub struct Metrics {
     routes: DashMap<String, RouteStats>,
-    /// `gatehouse_translation_dropped_total{field}`, by the fixed field names.
-    dropped: [AtomicU64; DROPPED_FIELDS.len()],
 }
 
-use crate::wire::messages::to_chat::DROPPED_FIELDS;
-
 impl Metrics {
-    /// Counts a member dropped in translation (`field` one of [`DROPPED_FIELDS`], else `other`).
-    pub fn translation_dropped(&self, field: &str) {
-        let i = DROPPED_FIELDS
-            .iter()
-            .position(|f| *f == field)
-            .unwrap_or(DROPPED_FIELDS.len() - 1);
-        self.dropped[i].fetch_add(1, Ordering::Relaxed);
-    }
-
     pub fn observe(&self, method: &'static str, route: &str, status: u16, ms: f64) {
         let count = |stats: &RouteStats| {
             stats.latency.observe(ms);
@@ -134,15 +121,6 @@ impl Metrics {
             let _ = writeln!(
                 out,
                 "gatehouse_http_request_duration_seconds_count{{route=\"{route}\"}} {count}"
-            );
-        }
-        out.push_str("# HELP gatehouse_translation_dropped_total Request members dropped translating to another dialect, by member.\n");
-        out.push_str("# TYPE gatehouse_translation_dropped_total counter\n");
-        for (field, n) in DROPPED_FIELDS.iter().zip(&self.dropped) {
-            let _ = writeln!(
-                out,
-                "gatehouse_translation_dropped_total{{field=\"{field}\"}} {}",
-                n.load(Ordering::Relaxed)
             );
         }
         for (name, help, v) in extra {

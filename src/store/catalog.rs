@@ -11,6 +11,10 @@ pub struct ProviderRow {
     pub api_key: Option<String>,
     pub timeout_s: i64,
     pub created_at: i64,
+    /// `anthropic` providers: sent when the client sent none (None: 2023-06-01).
+    pub anthropic_version: Option<String>,
+    /// `anthropic` providers: `forward`, `drop` or a JSON array (None: forward).
+    pub beta_headers: Option<String>,
 }
 
 /// A model. `provider` and `upstream_model` repeat its first target, so
@@ -26,6 +30,9 @@ pub struct ModelRow {
     /// A JSON array of model ids; None: no fallbacks.
     pub fallbacks: Option<String>,
     pub max_attempts: i64,
+    /// A JSON array of alias names; None: none.
+    pub aliases: Option<String>,
+    pub max_tokens_default: i64,
 }
 
 /// One of a model's targets, in order (`ordinal` from 0).
@@ -38,13 +45,13 @@ pub struct TargetRow {
     pub weight: i64,
 }
 
-const MODEL_COLS: &str =
-    "id, kind, provider, upstream_model, created_at, routing, fallbacks, max_attempts";
+const MODEL_COLS: &str = "id, kind, provider, upstream_model, created_at, routing, fallbacks, max_attempts, aliases, max_tokens_default";
 
 impl Store {
     pub async fn list_providers(&self) -> Result<Vec<ProviderRow>, sqlx::Error> {
         sqlx::query_as::<_, ProviderRow>(
-            "SELECT name, type, base_url, api_key, timeout_s, created_at FROM providers ORDER BY name",
+            "SELECT name, type, base_url, api_key, timeout_s, created_at, anthropic_version, beta_headers
+             FROM providers ORDER BY name",
         )
         .fetch_all(&self.pool)
         .await
@@ -86,10 +93,13 @@ impl Store {
     /// Inserts or (with `replace`) overwrites a provider. Returns false when it exists and `replace` is off.
     pub async fn put_provider(&self, p: &ProviderRow, replace: bool) -> Result<bool, sqlx::Error> {
         let sql = if replace {
-            "INSERT INTO providers (name, type, base_url, api_key, timeout_s, created_at) VALUES ($1,$2,$3,$4,$5,$6)
-             ON CONFLICT (name) DO UPDATE SET type = $2, base_url = $3, api_key = $4, timeout_s = $5"
+            "INSERT INTO providers (name, type, base_url, api_key, timeout_s, created_at, anthropic_version, beta_headers)
+             VALUES ($1,$2,$3,$4,$5,$6,$7,$8)
+             ON CONFLICT (name) DO UPDATE SET type = $2, base_url = $3, api_key = $4, timeout_s = $5,
+                anthropic_version = $7, beta_headers = $8"
         } else {
-            "INSERT INTO providers (name, type, base_url, api_key, timeout_s, created_at) VALUES ($1,$2,$3,$4,$5,$6)
+            "INSERT INTO providers (name, type, base_url, api_key, timeout_s, created_at, anthropic_version, beta_headers)
+             VALUES ($1,$2,$3,$4,$5,$6,$7,$8)
              ON CONFLICT (name) DO NOTHING"
         };
         let n = sqlx::query(sql)
@@ -99,6 +109,8 @@ impl Store {
             .bind(&p.api_key)
             .bind(p.timeout_s)
             .bind(now_ms())
+            .bind(&p.anthropic_version)
+            .bind(&p.beta_headers)
             .execute(&self.pool)
             .await?
             .rows_affected();
@@ -150,13 +162,15 @@ impl Store {
         replace: bool,
     ) -> Result<bool, sqlx::Error> {
         let sql = if replace {
-            "INSERT INTO models (id, kind, provider, upstream_model, created_at, routing, fallbacks, max_attempts)
-             VALUES ($1,$2,$3,$4,$5,$6,$7,$8)
+            "INSERT INTO models (id, kind, provider, upstream_model, created_at, routing, fallbacks, max_attempts,
+                aliases, max_tokens_default)
+             VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10)
              ON CONFLICT (id) DO UPDATE SET kind = $2, provider = $3, upstream_model = $4,
-                routing = $6, fallbacks = $7, max_attempts = $8"
+                routing = $6, fallbacks = $7, max_attempts = $8, aliases = $9, max_tokens_default = $10"
         } else {
-            "INSERT INTO models (id, kind, provider, upstream_model, created_at, routing, fallbacks, max_attempts)
-             VALUES ($1,$2,$3,$4,$5,$6,$7,$8)
+            "INSERT INTO models (id, kind, provider, upstream_model, created_at, routing, fallbacks, max_attempts,
+                aliases, max_tokens_default)
+             VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10)
              ON CONFLICT (id) DO NOTHING"
         };
         let mut tx = self.pool.begin().await?;
@@ -169,6 +183,8 @@ impl Store {
             .bind(&m.routing)
             .bind(&m.fallbacks)
             .bind(m.max_attempts)
+            .bind(&m.aliases)
+            .bind(m.max_tokens_default)
             .execute(&mut *tx)
             .await?
             .rows_affected();
@@ -189,7 +205,7 @@ impl Store {
         let mut tx = self.pool.begin().await?;
         let n = sqlx::query(
             "UPDATE models SET provider = $2, upstream_model = $3, routing = $4, fallbacks = $5,
-                max_attempts = $6 WHERE id = $1",
+                max_attempts = $6, aliases = $7, max_tokens_default = $8 WHERE id = $1",
         )
         .bind(&m.id)
         .bind(&m.provider)
@@ -197,6 +213,8 @@ impl Store {
         .bind(&m.routing)
         .bind(&m.fallbacks)
         .bind(m.max_attempts)
+        .bind(&m.aliases)
+        .bind(m.max_tokens_default)
         .execute(&mut *tx)
         .await?
         .rows_affected();

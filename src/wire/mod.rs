@@ -17,6 +17,7 @@ pub mod chat;
 pub mod json;
 pub mod messages;
 pub mod sse;
+pub mod translation_dropped;
 
 /// The longest tool name, in bytes.
 pub const MAX_TOOL_NAME_LEN: usize = 64;

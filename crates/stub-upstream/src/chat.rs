@@ -125,7 +125,7 @@ fn content_text(content: &Value) -> String {
     }
 }
 
-fn now_unix() -> u64 {
+pub(crate) fn now_unix() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -133,7 +133,7 @@ fn now_unix() -> u64 {
 }
 
 /// Split `s` into pieces of at most `n` characters (on char boundaries).
-fn char_chunks(s: &str, n: usize) -> impl Iterator<Item = &str> {
+pub(crate) fn char_chunks(s: &str, n: usize) -> impl Iterator<Item = &str> {
     let mut rest = s;
     std::iter::from_fn(move || {
         if rest.is_empty() {
@@ -360,9 +360,9 @@ fn sse<T: Serialize>(value: &T) -> Bytes {
 }
 
 /// Counts the stream as cancelled if it is dropped before it finished.
-struct StreamGuard {
-    shared: Arc<Shared>,
-    finished: bool,
+pub(crate) struct StreamGuard {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) finished: bool,
 }
 
 impl Drop for StreamGuard {
@@ -373,22 +373,22 @@ impl Drop for StreamGuard {
     }
 }
 
-struct StreamState {
-    events: std::vec::IntoIter<Bytes>,
-    sent: usize,
-    first_delay: u64,
-    interval: u64,
-    abort_at: Option<usize>,
+pub(crate) struct StreamState {
+    pub(crate) events: std::vec::IntoIter<Bytes>,
+    pub(crate) sent: usize,
+    pub(crate) first_delay: u64,
+    pub(crate) interval: u64,
+    pub(crate) abort_at: Option<usize>,
     /// Drop the connection as soon as the last chunk is flushed.
-    abort_with_last: bool,
+    pub(crate) abort_with_last: bool,
     /// The connection's switch for keeping the last chunks until the drop.
-    hold: Option<Hold>,
-    guard: StreamGuard,
+    pub(crate) hold: Option<Hold>,
+    pub(crate) guard: StreamGuard,
 }
 
 type Item = Result<Bytes, std::io::Error>;
 
-async fn next_event(mut st: StreamState) -> Option<(Item, StreamState)> {
+pub(crate) async fn next_event(mut st: StreamState) -> Option<(Item, StreamState)> {
     if st.guard.finished {
         return None;
     }

@@ -9,6 +9,9 @@
 //! * text-embeddings-inference (TEI), at the root: `POST /embed`, `POST /rerank`,
 //!   `GET /health`.
 //! * Cohere v2, at the root: `POST /v2/embed`, `POST /v2/rerank`.
+//! * Anthropic Messages, at the root: `POST /v1/messages` (plain and SSE,
+//!   text and tool use, cache usage, Anthropic error bodies) and
+//!   `POST /v1/messages/count_tokens`.
 //!
 //! Behaviour is scripted per upstream `model` name (see [`Script`]), so tests
 //! running in parallel with unique model names never step on each other. TEI
@@ -43,6 +46,7 @@ use tokio::task::JoinHandle;
 mod chat;
 mod conn;
 mod det;
+mod messages;
 mod reply;
 mod retrieval;
 mod server;
@@ -144,6 +148,9 @@ pub struct Script {
     /// (prompt_tokens, completion_tokens) reported for chat. Default
     /// `(10, words of content + number of tool calls, at least 1)`.
     pub usage: Option<(u64, u64)>,
+    /// Messages: (cache_read_input_tokens, cache_creation_input_tokens)
+    /// reported beside `usage` (default none).
+    pub cache_tokens: Option<(u64, u64)>,
 }
 
 impl Script {
@@ -187,6 +194,7 @@ pub(crate) static DEFAULT_SCRIPT: Script = Script {
     close_with_last_chunk: false,
     stream_events: None,
     usage: None,
+    cache_tokens: None,
 };
 
 /// Options for [`Stub::start_with`].

@@ -123,6 +123,13 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
         shared.recorded.lock().push(rec);
     }
 
+    if let Some(route) = crate::messages::Route::find(path) {
+        let hold = parts
+            .extensions
+            .get::<ConnectInfo<Hold>>()
+            .map(|c| c.0.clone());
+        return crate::messages::handle(&shared, route, &parts.method, &body, hold).await;
+    }
     let Some((route, method)) = Route::find(path) else {
         return error(
             Flavor::OpenAi,

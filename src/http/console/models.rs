@@ -153,10 +153,12 @@ pub async fn models(
         form.row method="post" action="/console/admin/providers" {
             (csrf(&user))
             label { "Name" input name="name" required; }
-            label { "Type" select name="type" { option value="openai" { "openai" } option value="tei" { "tei" } option value="cohere" { "cohere" } } }
+            label { "Type" select name="type" { option value="openai" { "openai" } option value="anthropic" { "anthropic" } option value="tei" { "tei" } option value="cohere" { "cohere" } } }
             label { "Base URL" input name="base_url" placeholder="http://127.0.0.1:8000/v1" required; }
             label { "API key (optional)" input type="password" name="api_key" autocomplete="off"; }
             label { "Timeout (s)" input type="number" name="timeout_s" min="1" max="3600" value="120"; }
+            label { "Anthropic version (anthropic only)" input name="anthropic_version" placeholder="2023-06-01"; }
+            label { "Beta headers (anthropic only: forward, drop, or allowed names, comma-separated)" input name="beta_headers" placeholder="forward"; }
             button type="submit" { "Add provider" }
         }
         h2 { "Models" }
@@ -168,6 +170,7 @@ pub async fn models(
                 p.muted {
                     (m.kind.as_str()) " · routing " code { (m.routing.as_str()) }
                     " · at most " (m.max_attempts) " attempt(s)"
+                    @if !m.aliases.is_empty() { " · aliases: " span.aliases { (m.aliases.join(", ")) } }
                     " · fallbacks: " span.fallbacks { @if m.fallbacks.is_empty() { "none" } @else { (m.fallbacks.join(" → ")) } }
                     " · created " (when(*created))
                 }
@@ -246,6 +249,12 @@ fn model_form(
             label { "Attempts at most (1 to 10, fallbacks included)"
                 input name="max_attempts" value=(model.map(|m| m.max_attempts).unwrap_or(3)) size="4" inputmode="numeric";
             }
+            label { "Aliases (other names clients may send, comma-separated; at most 32; one trailing * matches a prefix)"
+                input name="aliases" value=(model.map(|m| m.aliases.join(", ")).unwrap_or_default());
+            }
+            label { "Default max_tokens for anthropic targets (1 to 1,000,000)"
+                input name="max_tokens_default" value=(model.map(|m| m.max_tokens_default).unwrap_or(crate::models::routing::form::DEFAULT_MAX_TOKENS)) size="8" inputmode="numeric";
+            }
             button type="submit" { @if model.is_some() { "Save model" } @else { "Add model" } }
         }
     }
@@ -289,6 +298,8 @@ pub async fn create_model(State(app): State<AppState>, posted: Posted) -> Out {
         "targets": targets_json(&posted), "routing": posted.opt("routing"),
         "fallbacks": list_field(posted.get("fallbacks")),
         "max_attempts": number_or_text(posted.get("max_attempts")),
+        "aliases": list_field(posted.get("aliases")),
+        "max_tokens_default": number_or_text(posted.get("max_tokens_default")),
     }))?;
     crate::http::routes::admin_models::add_model(&app, &body).await?;
     redirect("/console/admin/models?done=created")
@@ -350,6 +361,8 @@ pub async fn change_model(
         "targets": targets_json(&posted), "routing": posted.opt("routing"),
         "fallbacks": list_field(posted.get("fallbacks")),
         "max_attempts": number_or_text(posted.get("max_attempts")),
+        "aliases": list_field(posted.get("aliases")),
+        "max_tokens_default": number_or_text(posted.get("max_tokens_default")),
     }))?;
     crate::http::routes::admin_models::change_model(&app, &id, &body).await?;
     redirect(&format!("/console/admin/models/{}?done=updated", enc(&id)))
@@ -360,9 +373,20 @@ pub async fn create_provider(State(app): State<AppState>, posted: Posted) -> Out
     let body: NewProvider = body_of(json!({
         "name": posted.get("name").trim(), "type": posted.get("type"), "base_url": posted.get("base_url"),
         "api_key": posted.opt("api_key"), "timeout_s": number_or_text(posted.get("timeout_s")),
+        "anthropic_version": posted.opt("anthropic_version"),
+        "beta_headers": beta_field(posted.get("beta_headers")),
     }))?;
     crate::http::routes::admin::add_provider(&app, &body).await?;
     redirect("/console/admin/models?done=created")
+}
+
+/// The form's `beta_headers`: empty (not given), `forward`, `drop`, or a list.
+fn beta_field(s: &str) -> Value {
+    match s.trim() {
+        "" => Value::Null,
+        "forward" | "drop" => json!(s.trim()),
+        list => json!(list_field(list)),
+    }
 }
 
 pub async fn delete_provider(

@@ -75,6 +75,10 @@ where
 {
     let id = request_id(&mut req);
     let request_id = id.clone();
+    let anthropic_version = req
+        .headers()
+        .get(crate::models::upstream::ANTHROPIC_VERSION_HEADER)
+        .cloned();
     let span =
         tracing::info_span!("request", id = ?id, method = %req.method(), path = %req.uri().path());
     // The rest runs inside the request's id and span.
@@ -113,6 +117,7 @@ where
         resp
     };
     // Instrument the future (a guard held across .await would leak the span to other tasks).
+    let served = crate::models::upstream::CLIENT_ANTHROPIC_VERSION.scope(anthropic_version, served);
     let mut resp = crate::models::upstream::REQUEST_ID
         .scope(id.clone(), tracing::Instrument::instrument(served, span))
         .await;

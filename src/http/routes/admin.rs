@@ -133,11 +133,20 @@ pub(crate) async fn store_user_limits(
     Ok(())
 }
 
-fn provider_view(p: &ProviderRow) -> serde_json::Value {
-    json!({
+pub(crate) fn provider_view(p: &ProviderRow) -> serde_json::Value {
+    let mut v = json!({
         "name": p.name, "type": p.kind, "base_url": p.base_url, "timeout_s": p.timeout_s,
         "has_api_key": p.api_key.is_some(), "created_at": rfc3339(p.created_at),
-    })
+    });
+    if p.kind == crate::models::ProviderType::Anthropic.as_str() {
+        v["anthropic_version"] = json!(p
+            .anthropic_version
+            .as_deref()
+            .unwrap_or(crate::models::anthropic::DEFAULT_VERSION));
+        v["beta_headers"] =
+            crate::models::anthropic::BetaHeaders::from_stored(p.beta_headers.as_deref()).view();
+    }
+    v
 }
 
 /// Add a provider (an upstream model server).

@@ -1,7 +1,7 @@
 //! Admin API for models: several targets (or one), routing, fallbacks,
 //! attempts, and each target's state in this server.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -14,7 +14,7 @@ use crate::app::{App, AppState};
 use crate::error::{Error, Result};
 use crate::http::extract::{AdminUser, ApiJson};
 use crate::models::routing::{mono_ms, FormError};
-use crate::models::{rows_of, spec_of, ModelForm, ModelKind, ModelPatch, ModelSpec};
+use crate::models::{rows_of, spec_of, ModelForm, ModelKind, ModelPatch, ModelSpec, ProviderType};
 use crate::runtime::Invalidation;
 use crate::store::catalog::{ModelRow, TargetRow};
 use crate::time::rfc3339;
@@ -37,29 +37,51 @@ fn not_found() -> Error {
     Error::not_found("model_not_found", "There is no model with this id.")
 }
 
-/// The providers and the models (with their kinds) that exist now.
-async fn known(app: &App) -> Result<(HashSet<String>, HashMap<String, ModelKind>)> {
+/// The providers (with their types) and the models (with their kinds and
+/// aliases) that exist now.
+async fn known(
+    app: &App,
+) -> Result<(
+    HashMap<String, Option<ProviderType>>,
+    HashMap<String, (ModelKind, Vec<String>)>,
+)> {
     let providers = app
         .store
         .list_providers()
         .await?
         .into_iter()
-        .map(|p| p.name)
+        .map(|p| (p.name, ProviderType::parse(&p.kind)))
         .collect();
     let models = app
         .store
         .list_models()
         .await?
         .into_iter()
-        .filter_map(|m| Some((m.id, ModelKind::parse(&m.kind)?)))
+        .filter_map(|m| {
+            let aliases = spec_of(&m, Vec::new())
+                .map(|s| s.aliases)
+                .unwrap_or_default();
+            Some((m.id, (ModelKind::parse(&m.kind)?, aliases)))
+        })
         .collect();
     Ok((providers, models))
 }
 
 async fn validate(app: &App, form: &ModelForm) -> Result<ModelSpec> {
     let (providers, models) = known(app).await?;
-    form.validate(|p| providers.contains(p), |id| models.get(id).copied())
-        .map_err(form_error)
+    let spec = form
+        .validate(
+            |p| providers.contains_key(p),
+            |id| models.get(id).map(|m| m.0),
+        )
+        .map_err(form_error)?;
+    let others = models
+        .iter()
+        .filter(|(id, _)| **id != spec.id)
+        .map(|(id, m)| (id.as_str(), m.1.as_slice()));
+    spec.check_catalog(others, |p| providers.get(p).copied().flatten())
+        .map_err(form_error)?;
+    Ok(spec)
 }
 
 /// A model with each target's state in this server.
@@ -87,7 +109,8 @@ fn model_view(app: &App, spec: &ModelSpec, created_at: i64) -> Value {
         "provider": first.map(|t| t.provider.as_str()),
         "upstream_model": first.map(|t| t.upstream_model.as_str()),
         "targets": targets, "routing": spec.routing.as_str(), "fallbacks": spec.fallbacks,
-        "max_attempts": spec.max_attempts, "created_at": rfc3339(created_at),
+        "max_attempts": spec.max_attempts, "aliases": spec.aliases,
+        "max_tokens_default": spec.max_tokens_default, "created_at": rfc3339(created_at),
     })
 }
 

@@ -109,6 +109,7 @@ async fn agent_chat(
             body,
             tools,
             usage,
+            requested: None,
         };
         let mut resp = relayed_response(relay(&app.http, &app.usage, call, hooks).await?);
         if let (false, Ok(v)) = (held.is_empty(), HeaderValue::from_str(&held)) {

@@ -21,8 +21,8 @@ use crate::http::admission::{admitted, recorded};
 use crate::http::answers::relayed_response;
 use crate::http::edge::access::AccessNote;
 use crate::http::extract::{parse_json, read_body, ApiKeyAuth};
-use crate::http::routes::v1::{key_context, key_subjects, named_model};
-use crate::models::{requested_model, resolve, Model, ModelKind};
+use crate::http::routes::v1::{key_context, key_model, key_subjects, named_model};
+use crate::models::{requested_model, Model, ModelKind};
 use crate::proxy::chat::{relay, ChatCall, ChatHooks, NoHooks};
 use crate::proxy::messages::MessagesHooks;
 use crate::usage::{UsageContext, UsageTicket};
@@ -71,10 +71,8 @@ pub(crate) fn session_conversation(h: &HeaderMap) -> Option<String> {
 
 /// Counts what the translation dropped and names the dropped server tools
 /// (`x-gatehouse-dropped-tools`), after the answer is made.
-pub(crate) fn note_translation(app: &App, t: &Translated) -> Option<HeaderValue> {
-    for f in &t.dropped {
-        app.metrics.translation_dropped(f);
-    }
+pub(crate) fn note_translation(t: &Translated) -> Option<HeaderValue> {
+    crate::wire::translation_dropped::count(&t.dropped);
     if !t.dropped.is_empty() {
         let mut names = t.dropped.clone();
         names.dedup();
@@ -97,13 +95,15 @@ pub(crate) async fn relay_messages<H: ChatHooks>(
 ) -> Result<Response> {
     let estimate = count::estimate(body);
     let t = to_chat(body);
-    let dropped = note_translation(app, &t);
+    let dropped = note_translation(&t);
     let hooks = MessagesHooks::new(hooks, client_model, &model.id, estimate, t.names.clone());
     let call = ChatCall {
         model,
         body: ChatInput::Tree(t.chat),
         tools: None,
         usage,
+        // The Messages answer names the client's model itself (MessagesHooks).
+        requested: None,
     };
     let mut resp = relayed_response(relay(&app.http, &app.usage, call, hooks).await?);
     if let Some(v) = dropped {
@@ -189,9 +189,10 @@ async fn count_tokens(
     let bytes = read_body(req).await?;
     let body: Map<String, Value> = parse_json(&bytes)?;
     let name = requested_model(&body)?;
-    note.set(|f| f.model = Some(name.to_string()));
-    auth.check_model(name)?;
-    resolve(&app.catalog(), name, ModelKind::Chat)?;
+    let catalog = app.catalog();
+    let id = catalog.model(name).map_or(name, |m| m.id.as_str());
+    note.set(|f| f.model = Some(id.to_string()));
+    key_model(&catalog, &auth, name, ModelKind::Chat)?;
     check_body(&body, Route::CountTokens)?;
     Ok(Json(json!({"input_tokens": count::estimate(&body)})).into_response())
 }

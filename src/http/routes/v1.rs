@@ -136,10 +136,33 @@ pub(crate) fn named_model(
     ticket: &mut UsageTicket,
     note: &AccessNote,
 ) -> Result<Arc<Model>> {
-    ticket.set_model(name);
-    note.set(|f| f.model = Some(name.to_string()));
-    auth.check_model(name)?;
-    resolve(&app.catalog(), name, kind)
+    let catalog = app.catalog();
+    // Usage records and the access line name the model's id, also when the
+    // client sent one of its aliases.
+    let id = catalog.model(name).map_or(name, |m| m.id.as_str());
+    ticket.set_model(id);
+    note.set(|f| f.model = Some(id.to_string()));
+    key_model(&catalog, auth, name, kind)
+}
+
+/// The model `name` (an id or an alias) if the key may use it and it is of
+/// this kind.
+pub(crate) fn key_model(
+    catalog: &crate::models::CatalogSnapshot,
+    auth: &ApiKeyAuth,
+    name: &str,
+    kind: ModelKind,
+) -> Result<Arc<Model>> {
+    // The key's list names ids: an alias of an allowed model is allowed.
+    if !catalog.model(name).is_some_and(|m| auth.key.allows(&m.id)) {
+        auth.check_model(name)?;
+    }
+    resolve(catalog, name, kind)
+}
+
+/// The client's name for its model when it is an alias (None: the id).
+fn alias_sent(model: &Model, name: &str) -> Option<String> {
+    (model.id != name).then(|| name.to_string())
 }
 
 /// [`model_request`] for chat: the body read without a tree in the usual
@@ -149,7 +172,7 @@ async fn chat_request(
     auth: &ApiKeyAuth,
     req: Request,
     ticket: &mut UsageTicket,
-) -> Result<(Arc<Model>, ChatInput)> {
+) -> Result<(Arc<Model>, ChatInput, Option<String>)> {
     let note = AccessNote::of(req.extensions());
     note.set(|f| f.api = Some("chat"));
     let bytes = read_body(req).await?;
@@ -165,7 +188,8 @@ async fn chat_request(
     if let ChatInput::Tree(body) = &body {
         check_body(body)?;
     }
-    Ok((model, body))
+    let requested = alias_sent(&model, &name);
+    Ok((model, body, requested))
 }
 
 /// Chat completion through the model's upstream, plain or streamed (SSE).
@@ -187,7 +211,7 @@ async fn chat_completions(
 ) -> Result<Response> {
     let mut ticket = UsageTicket::new(&app.usage, key_context(&auth), "chat");
     let prepared = chat_request(&app, &auth, req, &mut ticket).await;
-    let (model, body) = recorded(&mut ticket, prepared)?;
+    let (model, body, requested) = recorded(&mut ticket, prepared)?;
     let app = &app;
     Ok(
         admitted(app, &key_subjects(&auth), ticket, |mut ticket| async move {
@@ -197,6 +221,7 @@ async fn chat_completions(
                 body,
                 tools: None,
                 usage: ticket.hand_over(),
+                requested,
             };
             relay(&app.http, &app.usage, call, NoHooks)
                 .await

@@ -11,6 +11,7 @@
 //!   type serves chat when [`chat_adapter`] has an adapter for it; adding a
 //!   dialect is adding an adapter, the relay never learns dialects.
 
+pub mod anthropic;
 pub mod cohere;
 pub mod openai;
 pub mod tei;
@@ -199,8 +200,9 @@ pub trait ChatAdapter: Sync {
     }
 
     /// The upstream's request body for a chat request (`chat`: OpenAI chat
-    /// JSON with the upstream's model).
-    fn chat_request(&self, chat: Bytes) -> Result<Bytes, Error> {
+    /// JSON with the upstream's model) to a target of `model`.
+    fn chat_request(&self, chat: Bytes, model: &crate::models::Model) -> Result<Bytes, Error> {
+        let _ = model;
         Ok(chat)
     }
 
@@ -230,15 +232,19 @@ pub trait ChatEvents: Send {
 pub fn chat_adapter(kind: ProviderType) -> Option<&'static dyn ChatAdapter> {
     match kind {
         ProviderType::Openai => Some(&openai::OpenAi),
+        ProviderType::Anthropic => Some(&anthropic::Anthropic),
         ProviderType::Tei | ProviderType::Cohere => None,
     }
 }
 
-pub fn adapter(kind: ProviderType) -> &'static dyn Adapter {
+/// The embeddings and rerank adapter of a provider type; `None` for types
+/// that serve chat only (`anthropic`: such targets are refused when saved).
+pub fn adapter(kind: ProviderType) -> Option<&'static dyn Adapter> {
     match kind {
-        ProviderType::Openai => &openai::OpenAi,
-        ProviderType::Tei => &tei::Tei,
-        ProviderType::Cohere => &cohere::Cohere,
+        ProviderType::Openai => Some(&openai::OpenAi),
+        ProviderType::Tei => Some(&tei::Tei),
+        ProviderType::Cohere => Some(&cohere::Cohere),
+        ProviderType::Anthropic => None,
     }
 }
 

@@ -18,6 +18,10 @@ pub const MAX_FALLBACKS: usize = 8;
 pub const MAX_WEIGHT: i64 = 1000;
 pub const MAX_ATTEMPTS: i64 = 10;
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
+pub const MAX_ALIASES: usize = 32;
+pub const MAX_ALIAS_CHARS: usize = 256;
+pub const DEFAULT_MAX_TOKENS: u32 = 4096;
+pub const MAX_MAX_TOKENS: i64 = 1_000_000;
 
 /// A refused form: 400 with `code` (`validation_error` or `model_kind_mismatch`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -73,6 +77,12 @@ pub struct ModelForm {
     /// Attempts in all, fallbacks included (1 to 10; default 3).
     #[serde(default)]
     pub max_attempts: Option<i64>,
+    /// Other names clients may send (at most 32; exact, or ending in one `*`).
+    #[serde(default)]
+    pub aliases: Option<Vec<String>>,
+    /// `max_tokens` for an anthropic target when a chat request has none (1 to 1,000,000; default 4096).
+    #[serde(default)]
+    pub max_tokens_default: Option<i64>,
 }
 
 /// `PATCH /api/admin/models/{id}`: any of these; the rest stays.
@@ -93,6 +103,11 @@ pub struct ModelPatch {
     pub fallbacks: Option<Vec<String>>,
     #[serde(default)]
     pub max_attempts: Option<i64>,
+    /// `[]` removes them.
+    #[serde(default)]
+    pub aliases: Option<Vec<String>>,
+    #[serde(default)]
+    pub max_tokens_default: Option<i64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -112,6 +127,8 @@ pub struct ModelSpec {
     pub routing: Routing,
     pub fallbacks: Vec<String>,
     pub max_attempts: u32,
+    pub aliases: Vec<String>,
+    pub max_tokens_default: u32,
 }
 
 fn check_name(field: &str, v: &str, max: usize) -> Result<(), FormError> {
@@ -169,6 +186,17 @@ impl ModelForm {
             }
         };
         let fallbacks = self.fallbacks(kind, &model_kind)?;
+        let aliases = check_aliases(self.aliases.as_deref().unwrap_or_default())?;
+        let max_tokens_default = match self.max_tokens_default {
+            None => DEFAULT_MAX_TOKENS,
+            Some(n) if (1..=MAX_MAX_TOKENS).contains(&n) => n as u32,
+            Some(_) => {
+                return Err(FormError::validation(
+                    "max_tokens_default",
+                    format!("'max_tokens_default' must be between 1 and {MAX_MAX_TOKENS}."),
+                ))
+            }
+        };
         Ok(ModelSpec {
             id: self.id.clone(),
             kind,
@@ -176,6 +204,8 @@ impl ModelForm {
             routing,
             fallbacks,
             max_attempts,
+            aliases,
+            max_tokens_default,
         })
     }
 
@@ -342,8 +372,103 @@ impl ModelSpec {
             routing: Some(self.routing.as_str().to_string()),
             fallbacks: Some(self.fallbacks.clone()),
             max_attempts: Some(i64::from(self.max_attempts)),
+            aliases: Some(self.aliases.clone()),
+            max_tokens_default: Some(i64::from(self.max_tokens_default)),
         }
     }
+
+    /// The rules that need the rest of the catalog: no alias equal to a
+    /// model's id or to another model's alias, no id equal to another
+    /// model's alias (`others`: every other model's id and aliases), and no
+    /// embeddings or scoring model on an `anthropic` provider.
+    pub fn check_catalog<'a>(
+        &self,
+        others: impl Iterator<Item = (&'a str, &'a [String])> + Clone,
+        provider_type: impl Fn(&str) -> Option<crate::models::ProviderType>,
+    ) -> Result<(), FormError> {
+        for (i, a) in self.aliases.iter().enumerate() {
+            let param = format!("aliases[{i}]");
+            if *a == self.id || others.clone().any(|(id, _)| id == a) {
+                return Err(FormError::validation(
+                    param,
+                    format!("'aliases': '{a}' is the id of a model."),
+                ));
+            }
+            if let Some((owner, _)) = others.clone().find(|(_, al)| al.contains(a)) {
+                return Err(FormError::validation(
+                    param,
+                    format!("'aliases': '{a}' is already an alias of the model '{owner}'."),
+                ));
+            }
+        }
+        if let Some((owner, _)) = others.clone().find(|(_, al)| al.contains(&self.id)) {
+            return Err(FormError::validation(
+                "id",
+                format!(
+                    "'id': '{}' is already an alias of the model '{owner}'.",
+                    self.id
+                ),
+            ));
+        }
+        if self.kind != ModelKind::Chat {
+            for (i, t) in self.targets.iter().enumerate() {
+                if provider_type(&t.provider) == Some(crate::models::ProviderType::Anthropic) {
+                    let param = if self.targets.len() == 1 {
+                        "provider".to_string()
+                    } else {
+                        format!("targets[{i}].provider")
+                    };
+                    return Err(FormError::validation(
+                        param,
+                        format!(
+                            "The provider '{}' is an anthropic provider, which serves chat models only.",
+                            t.provider
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Checks an `aliases` list: at most [`MAX_ALIASES`] names of 1 to
+/// [`MAX_ALIAS_CHARS`] characters, each exact or ending in one `*` after at
+/// least one character, none twice.
+pub fn check_aliases(given: &[String]) -> Result<Vec<String>, FormError> {
+    if given.len() > MAX_ALIASES {
+        return Err(FormError::validation(
+            "aliases",
+            format!("'aliases' may hold at most {MAX_ALIASES} names."),
+        ));
+    }
+    for (i, a) in given.iter().enumerate() {
+        let param = format!("aliases[{i}]");
+        let chars = a.chars().count();
+        if chars == 0
+            || chars > MAX_ALIAS_CHARS
+            || a.chars().any(|c| c.is_control() || c.is_whitespace())
+        {
+            return Err(FormError::validation(
+                param,
+                format!("'aliases': each name must be 1 to {MAX_ALIAS_CHARS} characters without spaces."),
+            ));
+        }
+        let stars = a.matches('*').count();
+        if stars > 1 || (stars == 1 && (!a.ends_with('*') || chars < 2)) {
+            return Err(FormError::validation(
+                param,
+                "'aliases': a '*' may only end a name, after at least one character (claude-sonnet-*).",
+            ));
+        }
+        if given[..i].contains(a) {
+            return Err(FormError::validation(
+                param,
+                format!("'aliases': '{a}' is given twice."),
+            ));
+        }
+    }
+    Ok(given.to_vec())
 }
 
 impl ModelPatch {
@@ -388,6 +513,12 @@ impl ModelPatch {
         }
         if let Some(n) = self.max_attempts {
             form.max_attempts = Some(n);
+        }
+        if let Some(a) = &self.aliases {
+            form.aliases = Some(a.clone());
+        }
+        if let Some(n) = self.max_tokens_default {
+            form.max_tokens_default = Some(n);
         }
         Ok(form)
     }
@@ -437,6 +568,8 @@ mod tests {
                 routing: Routing::Weighted,
                 fallbacks: vec![],
                 max_attempts: 3,
+                aliases: Vec::new(),
+                max_tokens_default: DEFAULT_MAX_TOKENS,
             }
         );
     }
@@ -629,6 +762,8 @@ mod tests {
             routing: Routing::Weighted,
             fallbacks: vec!["gpt-mini".into()],
             max_attempts: 3,
+            aliases: Vec::new(),
+            max_tokens_default: DEFAULT_MAX_TOKENS,
         }
     }
 

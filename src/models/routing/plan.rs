@@ -187,6 +187,8 @@ mod tests {
                 base_url: format!("http://{name}"),
                 api_key: None,
                 timeout_s: 5,
+                anthropic_version: reqwest::header::HeaderValue::from_static("2023-06-01"),
+                beta_headers: Default::default(),
                 wire: Default::default(),
             }),
             upstream_model: "m".into(),

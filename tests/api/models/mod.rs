@@ -1,6 +1,7 @@
 //! The model catalog: providers and models through the admin API and the
 //! config file, and `/v1/models`. Chat through the relay is in `proxy::chat`.
 
+mod anthropic;
 mod retrieval;
 mod routing;
 

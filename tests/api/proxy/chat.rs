@@ -791,6 +791,7 @@ mod hooks {
                     agent: Some("helper".into()),
                     ..UsageContext::default()
                 },
+                requested: None,
             },
             Recording::default(),
         )
