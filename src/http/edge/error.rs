@@ -96,6 +96,10 @@ pub fn anthropic_credential(req: &mut axum::extract::Request) {
     }
 }
 
+/// Marks a request answered in Anthropic's dialect (see [`anthropic_dialect`]).
+#[derive(Clone, Copy, Debug)]
+pub struct AnthropicDialect;
+
 const REQUEST_ID: HeaderName = HeaderName::from_static("request-id");
 
 /// Re-renders an error answer in Anthropic's shape, and sends `request-id`

@@ -90,6 +90,7 @@ where
         let anthropic = error::anthropic_dialect(&req);
         if anthropic {
             error::anthropic_credential(&mut req);
+            req.extensions_mut().insert(error::AnthropicDialect);
         }
         let path = req.uri().path();
         let mut limit = body_limit_for(path, app.settings.max_body_bytes);

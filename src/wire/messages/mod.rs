@@ -25,6 +25,7 @@ pub mod error;
 pub mod events;
 pub mod from_chat;
 pub mod from_chat_answer;
+pub mod models_list;
 pub mod request;
 pub mod stream;
 pub mod to_chat;

@@ -461,3 +461,87 @@ async fn a_message_to_an_anthropic_provider_by_an_alias_is_answered_in_messages_
     assert_eq!(streamed_text(&ev), "Hi from Claude");
     assert_eq!(ev[0].1["message"]["model"], "claude-sonnet-4-5");
 }
+
+async fn get_models(
+    env: &crate::common::models::Env,
+    query: &str,
+    anthropic: bool,
+) -> reqwest::Response {
+    let mut req = crate::common::client().get(env.app.u(&format!("/v1/models{query}")));
+    req = if anthropic {
+        req.header("x-api-key", &env.key)
+    } else {
+        req.bearer_auth(&env.key)
+    };
+    req.send().await.unwrap()
+}
+
+#[tokio::test]
+async fn models_asked_anthropics_way_are_chat_models_paged_by_id() {
+    let env = env().await;
+    for id in ["c-model", "a-model", "b-model"] {
+        env.model(id, "chat", "openai", "up").await;
+    }
+    env.model("emb", "embeddings", "openai", "up-e").await;
+    let r = get_models(&env, "", true).await;
+    assert_eq!(r.status(), 200);
+    assert!(r.headers().get("request-id").is_some());
+    let v: Value = r.json().await.unwrap();
+    let ids: Vec<&str> = v["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        vec!["a-model", "b-model", "c-model"],
+        "chat models only, by id"
+    );
+    assert_eq!(v["data"][0]["type"], "model");
+    assert_eq!(v["data"][0]["display_name"], "a-model");
+    assert!(v["data"][0]["created_at"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(
+        (
+            v["has_more"].as_bool(),
+            v["first_id"].as_str(),
+            v["last_id"].as_str()
+        ),
+        (Some(false), Some("a-model"), Some("c-model"))
+    );
+    let v: Value = get_models(&env, "?limit=1&after_id=a-model", true)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["data"][0]["id"], "b-model");
+    assert_eq!(v["has_more"], true);
+    let v: Value = get_models(&env, "?limit=1000&after_id=c-model", true)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        v,
+        json!({"data": [], "has_more": false, "first_id": null, "last_id": null})
+    );
+    for bad in ["0", "1001"] {
+        let (s, e) = anthropic_error(get_models(&env, &format!("?limit={bad}"), true).await).await;
+        assert_eq!(
+            (s, e["code"].as_str(), e["param"].as_str()),
+            (400, Some("validation_error"), Some("limit"))
+        );
+    }
+    // With anthropic-version and Bearer: Anthropic's shape too; Bearer alone: OpenAI's.
+    let r = crate::common::client()
+        .get(env.app.u("/v1/models"))
+        .bearer_auth(&env.key)
+        .header("anthropic-version", "2023-06-01")
+        .send()
+        .await
+        .unwrap();
+    assert!(r.json::<Value>().await.unwrap().get("has_more").is_some());
+    let v: Value = get_models(&env, "", false).await.json().await.unwrap();
+    assert_eq!(v["object"], "list");
+    assert_eq!(v["data"].as_array().unwrap().len(), 4);
+}
