@@ -58,7 +58,7 @@ mod tests {
         assert_eq!(p["data"][0]["id"], "a");
         assert_eq!(p["data"][0]["display_name"], "a");
         assert_eq!(p["data"][0]["type"], "model");
-        assert_eq!(p["data"][0]["created_at"], "1970-01-01T00:00:01Z");
+        assert_eq!(p["data"][0]["created_at"], "1970-01-01T00:00:01.000Z");
         assert_eq!(
             (p["first_id"].as_str(), p["last_id"].as_str()),
             (Some("a"), Some("b"))
