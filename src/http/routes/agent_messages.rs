@@ -19,7 +19,7 @@ use crate::agents::messages::OfferedNames;
 use crate::agents::turn::{self, Caller};
 use crate::app::{App, AppState};
 use crate::error::{Error, ErrorKind, Result};
-use crate::http::admission::{admitted, recorded};
+use crate::http::admission::{admit_count_tokens, admitted, recorded};
 use crate::http::edge::access::AccessNote;
 use crate::http::extract::agent::AgentAccess;
 use crate::http::extract::{parse_json, read_body};
@@ -133,6 +133,13 @@ async fn count_turn(app: &App, access: AgentAccess, req: Request) -> Result<Resp
     let h = headers_of(&req);
     let (h, pii_mode, mut body, offered, _model) =
         prepare_request(app, &caller, h, req, Route::CountTokens).await?;
+    let subjects = [
+        Subject::user(&caller.user_id, access.user.limits),
+        Subject::agent(caller.agent.address.as_str(), caller.agent.limits),
+    ];
+    if let Err(refused) = admit_count_tokens(app, &subjects).await {
+        return Ok(refused);
+    }
     let cx = turn_context(app);
     turn::prepare(&cx, &caller, &h, pii_mode, &mut body, &offered).await?;
     Ok(Json(json!({"input_tokens": count::estimate(&body.fields)})).into_response())

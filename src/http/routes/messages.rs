@@ -17,7 +17,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::app::{App, AppState};
 use crate::error::Result;
-use crate::http::admission::{admitted, recorded};
+use crate::http::admission::{admit_count_tokens, admitted, recorded};
 use crate::http::answers::relayed_response;
 use crate::http::edge::access::AccessNote;
 use crate::http::extract::{parse_json, read_body, ApiKeyAuth};
@@ -194,5 +194,8 @@ async fn count_tokens(
     note.set(|f| f.model = Some(id.to_string()));
     key_model(&catalog, &auth, name, ModelKind::Chat)?;
     check_body(&body, Route::CountTokens)?;
+    if let Err(refused) = admit_count_tokens(&app, &key_subjects(&auth)).await {
+        return Ok(refused);
+    }
     Ok(Json(json!({"input_tokens": count::estimate(&body)})).into_response())
 }

@@ -545,3 +545,36 @@ async fn models_asked_anthropics_way_are_chat_models_paged_by_id() {
     assert_eq!(v["object"], "list");
     assert_eq!(v["data"].as_array().unwrap().len(), 4);
 }
+
+#[tokio::test]
+async fn count_tokens_has_its_own_per_minute_limit_and_counts_against_no_other() {
+    let env = env().await;
+    env.model("m", "chat", "openai", "up-l").await;
+    let key = env
+        .app
+        .api_key(
+            &env.admin,
+            json!({"name": "limited", "limits": {"count_tokens_per_minute": 2, "requests_per_minute": 1}}),
+        )
+        .await;
+    let count = json!({"model": "m", "messages": [{"role": "user", "content": "x"}]});
+    for _ in 0..2 {
+        let r = post_x_api_key(&env, "/v1/messages/count_tokens", &key, &count).await;
+        assert_eq!(r.status(), 200, "at the limit");
+    }
+    let r = post_x_api_key(&env, "/v1/messages/count_tokens", &key, &count).await;
+    assert!(r.headers().get("retry-after").is_some());
+    let (s, e) = anthropic_error(r).await;
+    assert_eq!(
+        (s, e["type"].as_str(), e["code"].as_str()),
+        (429, Some("rate_limit_error"), Some("rate_limited"))
+    );
+    assert_eq!(e["param"], "count_tokens_per_minute");
+    // The request limit is untouched by the counts: one message passes, the next is refused.
+    let r = post_x_api_key(&env, "/v1/messages", &key, &messages_body("m", "x")).await;
+    assert_eq!(r.status(), 200);
+    let (s, e) =
+        anthropic_error(post_x_api_key(&env, "/v1/messages", &key, &messages_body("m", "x")).await)
+            .await;
+    assert_eq!((s, e["param"].as_str()), (429, Some("requests_per_minute")));
+}
