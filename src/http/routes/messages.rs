@@ -58,6 +58,20 @@ struct MessagesRequest {
     tools: Option<Vec<Value>>,
 }
 
+/// The routes `http::Dispatch` serves before the router, by exact path (the
+/// caller checked the method): the same handlers, extractors and errors.
+pub(crate) fn direct_route(path: &str) -> Option<(&'static str, crate::http::Direct)> {
+    use axum::handler::Handler;
+    let direct: (&'static str, crate::http::Direct) = match path {
+        "/v1/messages" => ("/v1/messages", |req, app| Handler::call(messages, req, app)),
+        "/v1/messages/count_tokens" => ("/v1/messages/count_tokens", |req, app| {
+            Handler::call(count_tokens, req, app)
+        }),
+        _ => return None,
+    };
+    Some(direct)
+}
+
 /// The conversation a Messages client names: `X-Service-Conversation-Id`,
 /// else Claude Code's `X-Claude-Code-Session-Id` (1 to 128 of the
 /// conversation id's characters; otherwise ignored).

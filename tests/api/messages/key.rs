@@ -578,3 +578,31 @@ async fn count_tokens_has_its_own_per_minute_limit_and_counts_against_no_other()
             .await;
     assert_eq!((s, e["param"].as_str()), (429, Some("requests_per_minute")));
 }
+
+/// A Messages body of exactly `len` bytes (padding in the user's text).
+fn body_of_len(len: usize) -> String {
+    let head = r#"{"model":"m","max_tokens":5,"messages":[{"role":"user","content":""#;
+    let tail = r#""}]}"#;
+    format!("{head}{}{tail}", "a".repeat(len - head.len() - tail.len()))
+}
+
+#[tokio::test]
+async fn the_body_limit_takes_a_body_at_it_and_refuses_one_byte_more_in_anthropic_shape() {
+    let env = crate::common::models::env_with(|s| s.max_body_bytes = 4096).await;
+    env.model("m", "chat", "openai", "up-big").await;
+    let send = |text: String| {
+        crate::common::client()
+            .post(env.app.u("/v1/messages"))
+            .header("x-api-key", &env.key)
+            .header("content-type", "application/json")
+            .body(text)
+            .send()
+    };
+    let r = send(body_of_len(4096)).await.unwrap();
+    assert_eq!(r.status(), 200, "at the limit");
+    let (s, e) = anthropic_error(send(body_of_len(4097)).await.unwrap()).await;
+    assert_eq!(
+        (s, e["type"].as_str(), e["code"].as_str()),
+        (413, Some("request_too_large"), Some("payload_too_large"))
+    );
+}
