@@ -314,3 +314,45 @@ async fn count_tokens_under_the_agent_counts_its_instructions_and_records_nothin
     }
     assert!(s.stub.requests_for_model(&s.upstream).is_empty());
 }
+
+#[tokio::test]
+async fn pii_tokens_in_tool_use_input_are_restored_plain_and_streamed() {
+    let s = scene(json!({"default_tool_mode": "auto",
+        "pii": {"mode": "tokenize_reversible", "user_choosable": false, "terms": []}}))
+    .await;
+    let email = "jane.doe@example.com";
+    s.stub.script(
+        &s.upstream,
+        gatehouse_stub_upstream::Script {
+            tool_calls: vec![tool_call("call_m", "Bash", r#"{"cmd":"mail [EMAIL_1]"}"#)],
+            chunk_size: 5,
+            ..Script::default()
+        },
+    );
+    let mut body = messages_body("x", &format!("mail {email}"));
+    body["tools"] = tools();
+    let conv = [("X-Service-Conversation-Id", "c-pii-tool")];
+    let v: Value = post(&s, &s.path("messages"), &body, &conv)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        v["content"][0]["input"],
+        json!({"cmd": format!("mail {email}")})
+    );
+    body["stream"] = json!(true);
+    let ev = messages_events(post(&s, &s.path("messages"), &body, &conv).await).await;
+    let json: String = ev
+        .iter()
+        .filter(|(_, d)| d["delta"]["type"] == "input_json_delta")
+        .map(|(_, d)| d["delta"]["partial_json"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        serde_json::from_str::<Value>(&json).unwrap(),
+        json!({"cmd": format!("mail {email}")})
+    );
+    for r in s.stub.requests_for_model(&s.upstream) {
+        assert!(!r.raw_body.contains(email));
+    }
+}

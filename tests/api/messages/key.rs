@@ -606,3 +606,40 @@ async fn the_body_limit_takes_a_body_at_it_and_refuses_one_byte_more_in_anthropi
         (413, Some("request_too_large"), Some("payload_too_large"))
     );
 }
+
+#[tokio::test]
+async fn a_failing_model_falls_back_and_the_messages_answer_names_the_fallback() {
+    let env = env().await;
+    env.model("fb", "chat", "openai", "up-fb").await;
+    let r = env
+        .app
+        .post(
+            "/api/admin/models",
+            &env.admin,
+            &json!({"id": "main", "kind": "chat", "provider": "openai", "upstream_model": "up-main", "fallbacks": ["fb"]}),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    env.stub
+        .script("up-main", gatehouse_stub_upstream::Script::status(503));
+    let r = env
+        .post("/v1/messages", &messages_body("main", "hello"))
+        .await;
+    assert_eq!(r.status(), 200);
+    assert!(
+        r.headers()["x-gatehouse-attempts"]
+            .to_str()
+            .unwrap()
+            .parse::<u32>()
+            .unwrap()
+            >= 2
+    );
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["model"], "fb");
+    assert_eq!(v["content"][0]["text"], "echo: hello");
+    let mut body = messages_body("main", "hello");
+    body["stream"] = json!(true);
+    let ev = messages_events(env.post("/v1/messages", &body).await).await;
+    assert_eq!(ev[0].1["message"]["model"], "fb");
+    assert_eq!(streamed_text(&ev), "echo: hello");
+}
