@@ -15,7 +15,10 @@
 # embeddings (8 inputs), rerank (8 documents), and agent-chat (the agent chat
 # route with a device's access token: an agent with a tool contract, tool mode
 # `ask`, conversation and turn headers, a manifest of 20 tools, 20 tools
-# offered; direct and nginx get the same body on /v1/chat/completions); each
+# offered; direct and nginx get the same body on /v1/chat/completions),
+# messages and messages-stream (Anthropic's /v1/messages translated to the
+# OpenAI stub, plain and streamed; direct and nginx get the same body, which
+# the stub reads as chat, on /v1/chat/completions); each
 # at concurrency 1 and 32, one keep-alive connection per concurrent client. Prints Markdown tables and writes raw JSON
 # lines to bench/results/latest.jsonl.
 #
@@ -27,7 +30,7 @@
 #                          add `hyper` for the floor of a hop built as the gateway
 #                          is (examples/hyper_floor.rs: hyper server and client,
 #                          one runtime per core, nothing else)
-#   BENCH_WORKLOADS="chat chat-stream chat-stream-paced embeddings rerank agent-chat"
+#   BENCH_WORKLOADS="chat chat-stream chat-stream-paced embeddings rerank agent-chat messages messages-stream"
 #   BENCH_NGINX_WORKERS=1  nginx worker_processes
 #   BENCH_LOADGEN_THREADS=1  load generator runtime threads
 #   BENCH_LOADGEN=wrk      a second load generator: wrk (Debian's package) instead of
@@ -66,7 +69,7 @@ DURATION=${BENCH_DURATION:-10}
 WARMUP=${BENCH_WARMUP:-2}
 CONCURRENCY=${BENCH_CONCURRENCY:-"1 32"}
 TARGETS=${BENCH_TARGETS:-"direct nginx gatehouse"}
-WORKLOADS=${BENCH_WORKLOADS:-"chat chat-stream chat-stream-paced embeddings rerank agent-chat"}
+WORKLOADS=${BENCH_WORKLOADS:-"chat chat-stream chat-stream-paced embeddings rerank agent-chat messages messages-stream"}
 NGINX_WORKERS=${BENCH_NGINX_WORKERS:-1}
 LOADGEN_THREADS=${BENCH_LOADGEN_THREADS:-1}
 LOADGEN=${BENCH_LOADGEN:-loadgen}
@@ -311,6 +314,8 @@ jq -nc '{model:"bench-rerank",query:"which animal jumps?",documents:[range(8)|"p
 jq -nc --arg p "$PROMPT" '{model:"bench-chat",messages:[{role:"system",content:"You are terse."},{role:"user",content:$p}],
     tools:[range(20)|{type:"function",function:{name:"tool_\(.)",description:"Does one thing to a file in the workspace.",
            parameters:{type:"object",properties:{path:{type:"string"}}}}}]}' >"$TMP/agent-chat.json"
+jq -nc --arg p "$PROMPT" '{model:"bench-chat",max_tokens:256,system:"You are terse.",messages:[{role:"user",content:$p}]}' >"$TMP/messages.json"
+jq -nc --arg p "$PROMPT" '{model:"bench-chat",max_tokens:256,stream:true,system:"You are terse.",messages:[{role:"user",content:$p}]}' >"$TMP/messages-stream.json"
 
 base_url() {
     case $1 in
@@ -326,6 +331,7 @@ path_of() {
     embeddings) echo /v1/embeddings ;;
     rerank) echo /v1/rerank ;;
     agent-chat) if [ "$2" = gatehouse ]; then echo /v1/agents/bench-agent/chat/completions; else echo /v1/chat/completions; fi ;;
+    messages | messages-stream) if [ "$2" = gatehouse ]; then echo /v1/messages; else echo /v1/chat/completions; fi ;;
     esac
 }
 # auth_of WORKLOAD TARGET: the credential the gateway wants for it.
@@ -513,6 +519,8 @@ for w in $WORKLOADS; do
                     [ "$w" = agent-chat ] && args+=(--header "X-Service-Conversation-Id: bench-conversation"
                         --header "X-Service-Turn-Id: bench-turn-1")
                     [ "$w" = chat-stream ] || [ "$w" = chat-stream-paced ] && args+=(--stream --expect-suffix '[DONE]')
+                    # Anthropic's stream has no [DONE]: read to its end.
+                    [ "$w" = messages-stream ] && args+=(--stream)
                     timeout $((WARMUP + DURATION + 60)) "$BIN/loadgen" "${args[@]}" >"$TMP/loadgen.out" 2>"$TMP/loadgen.err" &
                     settle=$WARMUP
                     ;;

@@ -84,7 +84,8 @@ fn object(required: &[&str], props: Value) -> Value {
 
 fn limits_props() -> Value {
     let n = || or_null(json!({"type": "integer", "minimum": 1}));
-    json!({"requests_per_minute": n(), "tokens_per_minute": n(), "tokens_per_day": n(), "max_parallel": n()})
+    json!({"requests_per_minute": n(), "tokens_per_minute": n(), "tokens_per_day": n(), "max_parallel": n(),
+        "count_tokens_per_minute": n()})
 }
 
 fn pii_modes() -> Value {
@@ -539,6 +540,39 @@ fn schemas() -> Map<String, Value> {
                    "kind": one_of(&["chat", "embeddings", "scoring"])})))}),
             ),
         ),
+        (
+            "MessagesRequest",
+            json!({
+                "type": "object", "required": ["model", "messages"],
+                "description": "Anthropic's Messages body. `max_tokens` is required on /messages (not read by count_tokens); to an OpenAI upstream the members chat has no place for are dropped.",
+                "properties": {"model": string(), "max_tokens": {"type": "integer", "minimum": 1},
+                    "messages": {"type": "array", "minItems": 1, "items": object(&["role", "content"], json!({
+                        "role": one_of(&["user", "assistant"]),
+                        "content": {"anyOf": [{"type": "string"}, array(object(&["type"], json!({"type": string()})))]}}))},
+                    "system": {"anyOf": [{"type": "string"}, array(object(&["type", "text"], json!({"type": one_of(&["text"]), "text": string()})))]},
+                    "stream": boolean(), "tools": array(object(&["name"], json!({"name": string(), "description": string(), "input_schema": {"type": "object"}}))),
+                    "tool_choice": {"type": "object"}},
+            }),
+        ),
+        (
+            "Message",
+            json!({
+                "type": "object", "required": ["id", "type", "role", "model", "content", "stop_reason", "usage"],
+                "properties": {"id": string(), "type": one_of(&["message"]), "role": one_of(&["assistant"]), "model": string(),
+                    "content": array(object(&["type"], json!({"type": one_of(&["text", "tool_use", "thinking"])}))),
+                    "stop_reason": or_null(string()), "stop_sequence": or_null(string()),
+                    "usage": object(&["input_tokens", "output_tokens"], json!({"input_tokens": int(), "output_tokens": int(),
+                        "cache_read_input_tokens": int(), "cache_creation_input_tokens": int()})),
+                    "approvals": array(r("Approval"))},
+            }),
+        ),
+        (
+            "InputTokens",
+            object(
+                &["input_tokens"],
+                json!({"input_tokens": {"type": "integer", "minimum": 1}}),
+            ),
+        ),
         ("ChatMessage", message),
         ("ChatTool", tool),
         (
@@ -722,6 +756,14 @@ fn bodies(method: &str, path: &str) -> Option<Bodies> {
             Some(("202", JSON, r("EventsAccepted"))),
         ),
         ("get", "/v1/models") => b(None, ok("ModelList")),
+        ("post", "/v1/messages")
+        | ("post", "/v1/agents/{agent}/messages")
+        | ("post", "/v1/agents/{agent}/v1/messages") => b(req("MessagesRequest"), ok("Message")),
+        ("post", "/v1/messages/count_tokens")
+        | ("post", "/v1/agents/{agent}/messages/count_tokens")
+        | ("post", "/v1/agents/{agent}/v1/messages/count_tokens") => {
+            b(req("MessagesRequest"), ok("InputTokens"))
+        }
         ("post", "/v1/embeddings") => b(req("EmbeddingsRequest"), ok("Embeddings")),
         ("post", "/v1/rerank") => b(req("RerankRequest"), ok("Rerank")),
         ("post", "/api/admin/sso") => b(req("NewSsoProvider"), created("SsoProvider")),

@@ -287,7 +287,7 @@ pub async fn embed(
         },
         Tokens {
             prompt,
-            completion: 0,
+            ..Tokens::default()
         },
         answered,
     ))
@@ -349,7 +349,7 @@ pub async fn rerank(
         },
         Tokens {
             prompt,
-            completion: 0,
+            ..Tokens::default()
         },
         answered,
     ))

@@ -6,6 +6,7 @@
 //! (`crate::models::adapters`).
 
 pub mod chat;
+pub mod messages;
 
 pub use crate::usage::UsageContext;
 pub use crate::wire::sse::SseFrame;

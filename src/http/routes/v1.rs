@@ -95,7 +95,7 @@ pub(crate) fn direct_route(path: &str) -> Option<(&'static str, crate::http::Dir
     Some(direct)
 }
 
-fn key_context(auth: &ApiKeyAuth) -> UsageContext {
+pub(crate) fn key_context(auth: &ApiKeyAuth) -> UsageContext {
     UsageContext {
         user_id: Some(auth.user.id.clone()),
         api_key_id: Some(auth.key.id.clone()),
@@ -104,7 +104,7 @@ fn key_context(auth: &ApiKeyAuth) -> UsageContext {
 }
 
 /// The callers whose limits a request with this key must fit: the key's and its user's.
-fn key_subjects(auth: &ApiKeyAuth) -> [Subject; 2] {
+pub(crate) fn key_subjects(auth: &ApiKeyAuth) -> [Subject; 2] {
     [
         Subject::api_key(&auth.key.id, auth.key.limits),
         Subject::user(&auth.user.id, auth.user.limits),
@@ -128,7 +128,7 @@ async fn model_request(
 
 /// The model a request names, noted for its usage record and access line,
 /// if the key may use it and it is of this kind.
-fn named_model(
+pub(crate) fn named_model(
     app: &App,
     auth: &ApiKeyAuth,
     name: &str,
@@ -139,15 +139,25 @@ fn named_model(
     let catalog = app.catalog();
     // Usage records and the access line name the model's id, also when the
     // client sent one of its aliases.
-    let found = catalog.model(name);
-    let id = found.map_or(name, |m| m.id.as_str());
+    let id = catalog.model(name).map_or(name, |m| m.id.as_str());
     ticket.set_model(id);
     note.set(|f| f.model = Some(id.to_string()));
+    key_model(&catalog, auth, name, kind)
+}
+
+/// The model `name` (an id or an alias) if the key may use it and it is of
+/// this kind.
+pub(crate) fn key_model(
+    catalog: &crate::models::CatalogSnapshot,
+    auth: &ApiKeyAuth,
+    name: &str,
+    kind: ModelKind,
+) -> Result<Arc<Model>> {
     // The key's list names ids: an alias of an allowed model is allowed.
-    if !found.is_some_and(|m| auth.key.allows(&m.id)) {
+    if !catalog.model(name).is_some_and(|m| auth.key.allows(&m.id)) {
         auth.check_model(name)?;
     }
-    resolve(&catalog, name, kind)
+    resolve(catalog, name, kind)
 }
 
 /// The client's name for its model when it is an alias (None: the id).
@@ -164,6 +174,7 @@ async fn chat_request(
     ticket: &mut UsageTicket,
 ) -> Result<(Arc<Model>, ChatInput, Option<String>)> {
     let note = AccessNote::of(req.extensions());
+    note.set(|f| f.api = Some("chat"));
     let bytes = read_body(req).await?;
     let (name, body) = match RawChat::read(bytes.clone()) {
         Some(raw) => (raw.model().to_string(), ChatInput::Raw(raw)),

@@ -75,6 +75,12 @@ const CONTRACT_ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/chat/completions"),
     ("post", "/v1/embeddings"),
     ("post", "/v1/rerank"),
+    ("post", "/v1/messages"),
+    ("post", "/v1/messages/count_tokens"),
+    ("post", "/v1/agents/{agent}/messages"),
+    ("post", "/v1/agents/{agent}/messages/count_tokens"),
+    ("post", "/v1/agents/{agent}/v1/messages"),
+    ("post", "/v1/agents/{agent}/v1/messages/count_tokens"),
 ];
 
 /// The routes the contract lists as taking no credential.
