@@ -18,7 +18,10 @@
 # offered; direct and nginx get the same body on /v1/chat/completions),
 # responses and responses-stream (POST /v1/responses as Codex sends it, bridged
 # by the gateway to chat completions; direct and nginx send the same body to the
-# stub's own /v1/responses); each
+# stub's own /v1/responses),
+# messages and messages-stream (Anthropic's /v1/messages translated to the
+# OpenAI stub, plain and streamed; direct and nginx get the same body, which
+# the stub reads as chat, on /v1/chat/completions); each
 # at concurrency 1 and 32, one keep-alive connection per concurrent client. Prints Markdown tables and writes raw JSON
 # lines to bench/results/latest.jsonl.
 #
@@ -30,7 +33,7 @@
 #                          add `hyper` for the floor of a hop built as the gateway
 #                          is (examples/hyper_floor.rs: hyper server and client,
 #                          one runtime per core, nothing else)
-#   BENCH_WORKLOADS="chat chat-stream chat-stream-paced embeddings rerank agent-chat responses responses-stream"
+#   BENCH_WORKLOADS="chat chat-stream chat-stream-paced embeddings rerank agent-chat messages messages-stream responses responses-stream"
 #   BENCH_NGINX_WORKERS=1  nginx worker_processes
 #   BENCH_LOADGEN_THREADS=1  load generator runtime threads
 #   BENCH_LOADGEN=wrk      a second load generator: wrk (Debian's package) instead of
@@ -69,7 +72,7 @@ DURATION=${BENCH_DURATION:-10}
 WARMUP=${BENCH_WARMUP:-2}
 CONCURRENCY=${BENCH_CONCURRENCY:-"1 32"}
 TARGETS=${BENCH_TARGETS:-"direct nginx gatehouse"}
-WORKLOADS=${BENCH_WORKLOADS:-"chat chat-stream chat-stream-paced embeddings rerank agent-chat responses responses-stream"}
+WORKLOADS=${BENCH_WORKLOADS:-"chat chat-stream chat-stream-paced embeddings rerank agent-chat messages messages-stream responses responses-stream"}
 NGINX_WORKERS=${BENCH_NGINX_WORKERS:-1}
 LOADGEN_THREADS=${BENCH_LOADGEN_THREADS:-1}
 LOADGEN=${BENCH_LOADGEN:-loadgen}
@@ -322,6 +325,8 @@ jq -nc --arg p "$PROMPT" '{model:"bench-chat",store:false,include:["reasoning.en
     input:[{type:"message",role:"developer",content:[{type:"input_text",text:"You are terse."}]},
            {type:"message",role:"user",content:[{type:"input_text",text:$p}]}]}' >"$TMP/responses.json"
 jq -c '. + {stream:true}' "$TMP/responses.json" >"$TMP/responses-stream.json"
+jq -nc --arg p "$PROMPT" '{model:"bench-chat",max_tokens:256,system:"You are terse.",messages:[{role:"user",content:$p}]}' >"$TMP/messages.json"
+jq -nc --arg p "$PROMPT" '{model:"bench-chat",max_tokens:256,stream:true,system:"You are terse.",messages:[{role:"user",content:$p}]}' >"$TMP/messages-stream.json"
 
 base_url() {
     case $1 in
@@ -338,6 +343,7 @@ path_of() {
     rerank) echo /v1/rerank ;;
     responses | responses-stream) echo /v1/responses ;;
     agent-chat) if [ "$2" = gatehouse ]; then echo /v1/agents/bench-agent/chat/completions; else echo /v1/chat/completions; fi ;;
+    messages | messages-stream) if [ "$2" = gatehouse ]; then echo /v1/messages; else echo /v1/chat/completions; fi ;;
     esac
 }
 # auth_of WORKLOAD TARGET: the credential the gateway wants for it.
@@ -526,6 +532,8 @@ for w in $WORKLOADS; do
                         --header "X-Service-Turn-Id: bench-turn-1")
                     [ "$w" = chat-stream ] || [ "$w" = chat-stream-paced ] && args+=(--stream --expect-suffix '[DONE]')
                     [ "$w" = responses-stream ] && args+=(--stream)
+                    # Anthropic's stream has no [DONE]: read to its end.
+                    [ "$w" = messages-stream ] && args+=(--stream)
                     timeout $((WARMUP + DURATION + 60)) "$BIN/loadgen" "${args[@]}" >"$TMP/loadgen.out" 2>"$TMP/loadgen.err" &
                     settle=$WARMUP
                     ;;

@@ -22,8 +22,12 @@ pub struct UsageRecord {
     /// The provider that answered (None when none did).
     pub provider: Option<String>,
     pub kind: &'static str,
+    /// The inbound dialect of a chat request (`chat` or `messages`).
+    pub api: Option<&'static str>,
     pub prompt_tokens: i64,
     pub completion_tokens: i64,
+    pub cache_read_tokens: i64,
+    pub cache_write_tokens: i64,
     pub latency_ms: i64,
     pub status: u16,
     pub conversation_id: Option<String>,
@@ -62,6 +66,8 @@ pub struct UsageContext {
     pub device_id: Option<String>,
     pub conversation_id: Option<String>,
     pub turn_id: Option<String>,
+    /// The inbound dialect (`messages`); chat requests default to `chat`.
+    pub api: Option<&'static str>,
     /// Told the request's tokens when it ends (the limits count them).
     pub on_end: EndHook,
 }
@@ -97,11 +103,16 @@ impl std::fmt::Debug for EndHook {
     }
 }
 
-/// Token counts of one request.
+/// Token counts of one request. `prompt` includes the cached tokens
+/// (contract, "Usage, one convention"); the cache figures are kept apart too.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Tokens {
     pub prompt: i64,
     pub completion: i64,
+    /// Prompt tokens read from the upstream's cache.
+    pub cache_read: i64,
+    /// Prompt tokens written to the upstream's cache.
+    pub cache_write: i64,
 }
 
 /// Token estimate for text whose upstream reports no usage: one token per
@@ -141,6 +152,7 @@ impl UsageTicket {
                 conversation_id: ctx.conversation_id,
                 turn_id: ctx.turn_id,
                 kind,
+                api: ctx.api.or((kind == "chat").then_some("chat")),
                 ..UsageRecord::default()
             }),
             started: Instant::now(),
@@ -201,6 +213,8 @@ impl UsageTicket {
             r.status = status;
             r.prompt_tokens = tokens.prompt;
             r.completion_tokens = tokens.completion;
+            r.cache_read_tokens = tokens.cache_read;
+            r.cache_write_tokens = tokens.cache_write;
             r.latency_ms = i64::try_from(self.started.elapsed().as_millis()).unwrap_or(i64::MAX);
             self.sink.record(r);
             self.on_end.fire(tokens);
@@ -221,6 +235,7 @@ impl UsageTicket {
                 device_id: r.device_id,
                 conversation_id: r.conversation_id,
                 turn_id: r.turn_id,
+                api: r.api,
                 on_end,
             },
             None => UsageContext {
@@ -251,7 +266,7 @@ const BATCH: usize = 512;
 /// more records in each (a record is still written within ~10 ms).
 const LINGER: Duration = Duration::from_millis(10);
 
-/// Rows per `INSERT` statement, largest first (15 parameters a row: within
+/// Rows per `INSERT` statement, largest first (18 parameters a row: within
 /// SQLite's and PostgreSQL's limits on bound parameters). Only these shapes
 /// are ever prepared: each connection caches its prepared statements, and one
 /// shape per batch length (1 to 64 rows, on each of eight connections) kept
@@ -410,7 +425,10 @@ async fn write_batch(store: &Store, batch: &[UsageRecord]) -> Result<(), sqlx::E
                 .bind(i64::from(r.status))
                 .bind(&r.conversation_id)
                 .bind(&r.turn_id)
-                .bind(&r.provider);
+                .bind(&r.provider)
+                .bind(r.api)
+                .bind(r.cache_read_tokens)
+                .bind(r.cache_write_tokens);
         }
         q.execute(&mut *tx).await?;
     }
@@ -424,10 +442,11 @@ async fn write_batch(store: &Store, batch: &[UsageRecord]) -> Result<(), sqlx::E
 /// which made a 64-row statement (960 parameters) cost a fifth of the
 /// gateway's CPU under load.
 fn insert_sql(rows: usize, backend: crate::store::Backend) -> String {
-    const COLS: usize = 15;
+    const COLS: usize = 18;
     let mut sql = String::from(
         "INSERT INTO usage_records (id, at, user_id, api_key_id, agent, device_id, model, kind,
-            prompt_tokens, completion_tokens, latency_ms, status, conversation_id, turn_id, provider) VALUES ",
+            prompt_tokens, completion_tokens, latency_ms, status, conversation_id, turn_id, provider,
+            api, cache_read_tokens, cache_write_tokens) VALUES ",
     );
     for r in 0..rows {
         if r > 0 {
@@ -487,6 +506,9 @@ mod tests {
             status: 200,
             conversation_id: None,
             turn_id: Some(format!("turn-{i}")),
+            api: Some("messages"),
+            cache_read_tokens: i,
+            cache_write_tokens: 1,
         }
     }
 

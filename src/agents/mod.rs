@@ -8,6 +8,7 @@ pub mod events;
 pub mod hooks;
 pub mod ids;
 pub mod manifest;
+pub mod messages;
 pub mod responses;
 pub mod tools;
 pub mod turn;

@@ -299,6 +299,7 @@ impl Caller {
             device_id: Some(self.device_id.clone()),
             conversation_id: headers.and_then(|h| h.conversation_id.clone()),
             turn_id: headers.and_then(|h| h.turn_id.clone()),
+            api: None,
             on_end,
         }
     }

@@ -353,4 +353,69 @@ colour = "blue"
         let problems = check_text(&text).unwrap_err();
         assert_eq!(problems, ["provider p: this name is used twice"]);
     }
+
+    #[test]
+    fn anthropic_providers_and_aliases_are_checked_as_at_start() {
+        let good = r#"
+[[providers]]
+name = "claude"
+type = "anthropic"
+base_url = "https://api.anthropic.com"
+beta_headers = ["interleaved-thinking-2025-05-14"]
+
+[[models]]
+id = "sonnet"
+kind = "chat"
+provider = "claude"
+upstream_model = "claude-sonnet-4-5"
+aliases = ["claude-sonnet-*"]
+max_tokens_default = 8192
+"#;
+        assert_eq!(check_text(good).unwrap().models, 1);
+        let bad = r#"
+[[providers]]
+name = "claude"
+type = "anthropic"
+base_url = "https://api.anthropic.com"
+beta_headers = "keep"
+
+[[providers]]
+name = "claude2"
+type = "anthropic"
+base_url = "https://api.anthropic.com"
+
+[[models]]
+id = "emb"
+kind = "embeddings"
+provider = "claude2"
+upstream_model = "x"
+
+[[models]]
+id = "a"
+kind = "chat"
+provider = "claude2"
+upstream_model = "x"
+aliases = ["shared"]
+
+[[models]]
+id = "b"
+kind = "chat"
+provider = "claude2"
+upstream_model = "y"
+aliases = ["shared"]
+"#;
+        let problems = check_text(bad).unwrap_err();
+        for (entry, says) in [
+            ("provider claude", "beta_headers"),
+            ("model emb", "anthropic"),
+            ("model a", "aliases"),
+        ] {
+            assert!(
+                problems
+                    .iter()
+                    .any(|p| p.starts_with(&format!("{entry}: ")) && p.contains(says)),
+                "no problem naming {entry} and {says}: {problems:?}"
+            );
+        }
+    }
 }

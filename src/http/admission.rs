@@ -83,6 +83,27 @@ fn refused(r: &Refusal) -> Response {
 
 /// Hands the admission to the request's usage ticket: it counts the
 /// request's tokens and frees its `max_parallel` place when the request ends.
+/// Admits a `count_tokens` call against each subject's own
+/// `count_tokens_per_minute` (it counts against no other limit and leaves
+/// no usage record); the refusal is the 429 of [`admitted`].
+pub async fn admit_count_tokens(app: &App, subjects: &[Subject]) -> Result<(), Response> {
+    let counted: Vec<Subject> = subjects
+        .iter()
+        .filter(|s| s.limits.count_tokens_per_minute.is_some())
+        .map(Subject::count_tokens)
+        .collect();
+    if counted.is_empty() {
+        return Ok(());
+    }
+    match app.limiter.admit(&counted).await {
+        Ok(_) => Ok(()),
+        Err(mut r) => {
+            r.field = "count_tokens_per_minute";
+            Err(refused(&r))
+        }
+    }
+}
+
 fn end_hook(mut admission: Admission) -> EndHook {
     EndHook::new(move |t: Tokens| {
         let n = t.prompt.saturating_add(t.completion).max(0);

@@ -47,11 +47,13 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .merge(routes::admin_models::routes())
         .merge(routes::usage::routes())
         .merge(routes::v1::routes())
+        .merge(routes::messages::routes())
         .merge(routes::agents::routes())
         .merge(routes::agent_data::routes())
         .merge(routes::agent_chat::routes())
         .merge(routes::responses::routes())
         .merge(routes::agui::routes())
+        .merge(routes::agent_messages::routes())
         .merge(routes::signins::routes())
         .merge(routes::limits::routes())
         .merge(routes::sso::routes())
@@ -113,7 +115,9 @@ fn direct_route(req: &Request) -> Option<(&'static str, Direct)> {
     if req.method() != axum::http::Method::POST {
         return None;
     }
-    routes::v1::direct_route(req.uri().path()).or_else(|| routes::agent_chat::direct_route(req))
+    routes::v1::direct_route(req.uri().path())
+        .or_else(|| routes::messages::direct_route(req.uri().path()))
+        .or_else(|| routes::agent_chat::direct_route(req))
 }
 
 pub fn router(state: AppState) -> Router {
@@ -156,9 +160,19 @@ mod tests {
 
     #[test]
     fn model_and_agent_chat_routes_skip_the_router_and_their_near_misses_do_not() {
-        for path in ["/v1/chat/completions", "/v1/embeddings", "/v1/rerank"] {
+        for path in [
+            "/v1/chat/completions",
+            "/v1/embeddings",
+            "/v1/rerank",
+            "/v1/messages",
+            "/v1/messages/count_tokens",
+        ] {
             assert_eq!(direct("POST", path), Some(path));
         }
+        assert_eq!(
+            direct("POST", "/v1/messages?beta=true"),
+            Some("/v1/messages")
+        );
         let agent = "/v1/agents/{agent}/chat/completions";
         assert_eq!(
             direct("POST", "/v1/agents/bot@acme/chat/completions"),
@@ -174,6 +188,8 @@ mod tests {
             ("POST", "/v1/chat/completions/"),
             ("POST", "/v1/chat/completion"),
             ("POST", "/v1/rerank/x"),
+            ("GET", "/v1/messages"),
+            ("POST", "/v1/messages/"),
             ("POST", "/v1/models"),
             ("GET", "/v1/agents/bot@acme/chat/completions"),
             ("POST", "/v1/agents/bot@acme/chat/completions/"),

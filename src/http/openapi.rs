@@ -84,7 +84,8 @@ fn object(required: &[&str], props: Value) -> Value {
 
 fn limits_props() -> Value {
     let n = || or_null(json!({"type": "integer", "minimum": 1}));
-    json!({"requests_per_minute": n(), "tokens_per_minute": n(), "tokens_per_day": n(), "max_parallel": n()})
+    json!({"requests_per_minute": n(), "tokens_per_minute": n(), "tokens_per_day": n(), "max_parallel": n(),
+        "count_tokens_per_minute": n()})
 }
 
 fn pii_modes() -> Value {
@@ -190,6 +191,9 @@ fn schemas() -> Map<String, Value> {
         "id": string(), "kind": model_kind, "provider": string(), "upstream_model": string(),
         "targets": array(r("Target")), "routing": one_of(&["weighted", "least_busy"]),
         "fallbacks": strings(), "max_attempts": {"type": "integer", "minimum": 1},
+        "aliases": {"type": "array", "maxItems": 32,
+            "items": {"type": "string", "minLength": 1, "maxLength": 256}},
+        "max_tokens_default": {"type": "integer", "minimum": 1, "maximum": 1_000_000},
     });
     let pii = json!({"type": "object", "properties": {"mode": pii_modes(), "user_choosable": boolean(), "terms": strings()}});
     let agent_props = json!({
@@ -219,11 +223,13 @@ fn schemas() -> Map<String, Value> {
         p.remove("address");
     }
     let provider_props = json!({
-        "name": string(), "type": one_of(&["openai", "tei", "cohere", "anthropic"]), "base_url": string(),
+        "name": string(), "type": one_of(&["openai", "anthropic", "tei", "cohere"]), "base_url": string(),
         "timeout_s": {"type": "integer", "minimum": 1},
-        "responses": one_of(&["bridge", "native"]),
+        // anthropic providers only.
         "anthropic_version": string(),
-        "beta_headers": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},
+        "beta_headers": {"oneOf": [one_of(&["forward", "drop"]), strings()]},
+        // openai providers only.
+        "responses": one_of(&["bridge", "native"]),
     });
     let mut provider_patch = json!({"type": "object", "description": "Any fields of a provider but name and type.",
         "properties": provider_props.clone()});
@@ -403,6 +409,7 @@ fn schemas() -> Map<String, Value> {
                     "provider": or_null(string()), "upstream_model": or_null(string()),
                     "targets": array(r("TargetState")), "routing": one_of(&["weighted", "least_busy"]),
                     "fallbacks": strings(), "max_attempts": int(), "created_at": time(),
+                    "aliases": strings(), "max_tokens_default": int(),
                 },
             }),
         ),
@@ -541,6 +548,39 @@ fn schemas() -> Map<String, Value> {
             &["id", "object", "created", "owned_by", "kind"],
             json!({"id": string(), "object": one_of(&["model"]), "created": int(), "owned_by": or_null(string()),
                    "kind": one_of(&["chat", "embeddings", "scoring"])})))}),
+            ),
+        ),
+        (
+            "MessagesRequest",
+            json!({
+                "type": "object", "required": ["model", "messages"],
+                "description": "Anthropic's Messages body. `max_tokens` is required on /messages (not read by count_tokens); to an OpenAI upstream the members chat has no place for are dropped.",
+                "properties": {"model": string(), "max_tokens": {"type": "integer", "minimum": 1},
+                    "messages": {"type": "array", "minItems": 1, "items": object(&["role", "content"], json!({
+                        "role": one_of(&["user", "assistant"]),
+                        "content": {"anyOf": [{"type": "string"}, array(object(&["type"], json!({"type": string()})))]}}))},
+                    "system": {"anyOf": [{"type": "string"}, array(object(&["type", "text"], json!({"type": one_of(&["text"]), "text": string()})))]},
+                    "stream": boolean(), "tools": array(object(&["name"], json!({"name": string(), "description": string(), "input_schema": {"type": "object"}}))),
+                    "tool_choice": {"type": "object"}},
+            }),
+        ),
+        (
+            "Message",
+            json!({
+                "type": "object", "required": ["id", "type", "role", "model", "content", "stop_reason", "usage"],
+                "properties": {"id": string(), "type": one_of(&["message"]), "role": one_of(&["assistant"]), "model": string(),
+                    "content": array(object(&["type"], json!({"type": one_of(&["text", "tool_use", "thinking"])}))),
+                    "stop_reason": or_null(string()), "stop_sequence": or_null(string()),
+                    "usage": object(&["input_tokens", "output_tokens"], json!({"input_tokens": int(), "output_tokens": int(),
+                        "cache_read_input_tokens": int(), "cache_creation_input_tokens": int()})),
+                    "approvals": array(r("Approval"))},
+            }),
+        ),
+        (
+            "InputTokens",
+            object(
+                &["input_tokens"],
+                json!({"input_tokens": {"type": "integer", "minimum": 1}}),
             ),
         ),
         ("ChatMessage", message),
@@ -761,6 +801,14 @@ fn bodies(method: &str, path: &str) -> Option<Bodies> {
             Some(("202", JSON, r("EventsAccepted"))),
         ),
         ("get", "/v1/models") => b(None, ok("ModelList")),
+        ("post", "/v1/messages")
+        | ("post", "/v1/agents/{agent}/messages")
+        | ("post", "/v1/agents/{agent}/v1/messages") => b(req("MessagesRequest"), ok("Message")),
+        ("post", "/v1/messages/count_tokens")
+        | ("post", "/v1/agents/{agent}/messages/count_tokens")
+        | ("post", "/v1/agents/{agent}/v1/messages/count_tokens") => {
+            b(req("MessagesRequest"), ok("InputTokens"))
+        }
         ("post", "/v1/embeddings") => b(req("EmbeddingsRequest"), ok("Embeddings")),
         ("post", "/v1/rerank") => b(req("RerankRequest"), ok("Rerank")),
         ("post", "/api/admin/sso") => b(req("NewSsoProvider"), created("SsoProvider")),

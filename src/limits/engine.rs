@@ -68,6 +68,15 @@ impl Subject {
             limits,
         }
     }
+    /// The `count_tokens` counters of `of`: the same sliding minute and
+    /// shared counters as requests, under a key of their own.
+    pub fn count_tokens(of: &Subject) -> Subject {
+        Subject {
+            key: format!("c{}", of.key),
+            whose: of.whose,
+            limits: of.limits.count_tokens(),
+        }
+    }
     pub fn user(id: &str, limits: Limits) -> Subject {
         Subject {
             key: format!("u:{id}"),

@@ -24,6 +24,10 @@ pub struct Limits {
     pub tokens_per_minute: Option<u64>,
     pub tokens_per_day: Option<u64>,
     pub max_parallel: Option<u64>,
+    /// `POST .../messages/count_tokens` calls per minute (they count against
+    /// nothing else). Not among [`FIELDS`]: the console's four limits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count_tokens_per_minute: Option<u64>,
 }
 
 pub const FIELDS: [&str; 4] = [
@@ -57,6 +61,7 @@ impl Limits {
             tokens_per_minute: Some(0),
             tokens_per_day: Some(0),
             max_parallel: Some(0),
+            count_tokens_per_minute: Some(0),
         }
     }
 
@@ -65,6 +70,17 @@ impl Limits {
             && self.tokens_per_minute.is_none()
             && self.tokens_per_day.is_none()
             && self.max_parallel.is_none()
+            && self.count_tokens_per_minute.is_none()
+    }
+
+    /// The limits a `count_tokens` call must fit: its own per-minute count,
+    /// kept as a request count on counters of its own (see
+    /// [`Subject::count_tokens`]).
+    pub fn count_tokens(&self) -> Limits {
+        Limits {
+            requests_per_minute: self.count_tokens_per_minute,
+            ..Limits::default()
+        }
     }
 
     /// Reads a request's `limits` value: an object (fields absent or null
@@ -90,6 +106,11 @@ impl Limits {
             };
             *out.field_mut(name) = value;
         }
+        let name = "count_tokens_per_minute";
+        out.count_tokens_per_minute = match obj.get(name) {
+            None | Some(Value::Null) => None,
+            Some(x) => Some(positive(name, x)?),
+        };
         Ok(out)
     }
 
@@ -207,6 +228,7 @@ mod tests {
             tokens_per_minute: None,
             tokens_per_day: Some(100_000),
             max_parallel: Some(4),
+            count_tokens_per_minute: Some(5),
         };
         assert_eq!(Limits::from_db(l.to_db().as_deref()), Ok(l));
         assert_eq!(Limits::default().to_db(), None);

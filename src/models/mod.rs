@@ -666,3 +666,59 @@ impl NewProvider {
         ))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(id: &str, aliases: &[&str]) -> ModelRow {
+        ModelRow {
+            id: id.into(),
+            kind: "chat".into(),
+            provider: "p".into(),
+            upstream_model: format!("up-{id}"),
+            created_at: 0,
+            routing: "weighted".into(),
+            fallbacks: None,
+            max_attempts: 3,
+            aliases: Some(serde_json::to_string(aliases).unwrap()),
+            max_tokens_default: 4096,
+        }
+    }
+
+    #[test]
+    fn a_name_resolves_to_an_id_then_an_exact_alias_then_the_longest_wildcard() {
+        let provider = ProviderRow {
+            name: "p".into(),
+            kind: "anthropic".into(),
+            base_url: "http://127.0.0.1:9".into(),
+            api_key: None,
+            timeout_s: 5,
+            created_at: 0,
+            anthropic_version: None,
+            beta_headers: None,
+            responses: "bridge".into(),
+        };
+        let c = CatalogSnapshot::build(
+            vec![provider],
+            vec![
+                row("sonnet", &["claude-sonnet-*", "fixed"]),
+                row("sonnet-45", &["claude-sonnet-4-5*"]),
+                row("any", &["claude-*", "claude-sonnet-4-5-exact"]),
+            ],
+            Vec::new(),
+            &RoutingState::new(std::time::Duration::ZERO),
+        );
+        let id = |name: &str| c.model(name).map(|m| m.id.clone());
+        assert_eq!(id("sonnet").as_deref(), Some("sonnet"));
+        assert_eq!(id("fixed").as_deref(), Some("sonnet"));
+        assert_eq!(id("claude-sonnet-4-5-exact").as_deref(), Some("any"));
+        assert_eq!(id("claude-sonnet-4-5-2025").as_deref(), Some("sonnet-45"));
+        assert_eq!(id("claude-sonnet-4").as_deref(), Some("sonnet"));
+        assert_eq!(id("claude-haiku").as_deref(), Some("any"));
+        // A wildcard needs at least one character after its prefix.
+        assert_eq!(id("claude-"), None);
+        assert_eq!(id("gpt-4"), None);
+        assert_eq!(c.providers[0].anthropic_version, "2023-06-01");
+    }
+}

@@ -287,10 +287,28 @@ pub async fn embed(
         },
         Tokens {
             prompt,
-            completion: 0,
+            ..Tokens::default()
         },
         answered,
     ))
+}
+
+/// An answer that names its model (`model`): the name a client sent for it
+/// may be one of its aliases.
+pub trait NamesModel {
+    fn set_model(&mut self, name: &str);
+}
+
+impl NamesModel for EmbeddingsResponse {
+    fn set_model(&mut self, name: &str) {
+        self.model = name.to_string();
+    }
+}
+
+impl NamesModel for RerankResponse {
+    fn set_model(&mut self, name: &str) {
+        self.model = name.to_string();
+    }
 }
 
 /// `/v1/rerank` through the model's targets.
@@ -331,7 +349,7 @@ pub async fn rerank(
         },
         Tokens {
             prompt,
-            completion: 0,
+            ..Tokens::default()
         },
         answered,
     ))

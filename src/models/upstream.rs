@@ -217,11 +217,13 @@ pub async fn post(
     })?;
     // The request id and trace context are the task's, read where it runs.
     let request_id = REQUEST_ID.try_with(HeaderValue::clone).ok();
-    let anthropic_version = CLIENT_ANTHROPIC_VERSION
-        .try_with(Clone::clone)
-        .ok()
-        .flatten()
-        .unwrap_or_else(|| provider.anthropic_version.clone());
+    let anthropic_version = (provider.kind == crate::models::ProviderType::Anthropic).then(|| {
+        CLIENT_ANTHROPIC_VERSION
+            .try_with(Clone::clone)
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| provider.anthropic_version.clone())
+    });
     let headers = || {
         let mut headers = HeaderMap::with_capacity(8);
         headers.insert(
@@ -236,12 +238,12 @@ pub async fn post(
                 "application/json"
             }),
         );
-        if provider.kind == crate::models::ProviderType::Anthropic {
+        if let Some(version) = &anthropic_version {
             // Anthropic's own credential header; the client's never goes.
             if let Some(key) = provider.x_api_key() {
                 headers.insert(X_API_KEY, key.clone());
             }
-            headers.insert(ANTHROPIC_VERSION_HEADER, anthropic_version.clone());
+            headers.insert(ANTHROPIC_VERSION_HEADER, version.clone());
         } else if let Some(auth) = provider.authorization() {
             headers.insert(header::AUTHORIZATION, auth.clone());
         }

@@ -158,12 +158,24 @@ pub trait ChatHooks: Send + 'static {
         Vec::new()
     }
 
-    /// Whether the stream speaks OpenAI: `data: [DONE]` at its end, the
-    /// error message after a failure, and the upstream's named events passed
-    /// on. False when the hooks' frames are the whole answer (the AG-UI
-    /// endpoint's events).
+    /// Whether the stream ends with its dialect's frames (`stream_done`,
+    /// `error_frame`) and passes the upstream's named events on. False when
+    /// the hooks' frames are the whole answer (the AG-UI endpoint's events).
     fn openai_frames(&self) -> bool {
         true
+    }
+
+    // The inbound dialect: what ends the client's stream. Chat's are the
+    // defaults; another dialect's hooks (`crate::proxy::messages`) give its own.
+
+    /// What ends a stream that went well, after `on_stream_end`'s frames.
+    fn stream_done(&self) -> &'static [u8] {
+        DONE
+    }
+
+    /// The message that ends a stream that failed after it began.
+    fn error_frame(&self, error: &Error) -> SseFrame {
+        SseFrame::json(&error.openai_body())
     }
 
     // The inbound-dialect seam: hooks that answer the client in another
@@ -492,7 +504,7 @@ fn native_answer<H: ChatHooks>(
         .map_err(|what| AttemptError::new(Failure::BadAnswer, upstream::bad_answer(what)))?;
     let tokens = tokens.unwrap_or(Tokens {
         prompt: prompt_estimate,
-        completion: 0,
+        ..Tokens::default()
     });
     Ok((b, tokens))
 }
@@ -529,6 +541,7 @@ fn answer_tree(
     let tokens = usage_tokens(obj.get("usage")).unwrap_or_else(|| Tokens {
         prompt: prompt_estimate,
         completion: estimate_tokens(completion_chars(obj, "message")),
+        ..Tokens::default()
     });
     Ok((v, tokens))
 }
@@ -655,6 +668,7 @@ impl<H> StreamRelay<H> {
         usage_tokens(self.usage.as_ref()).unwrap_or(Tokens {
             prompt: self.prompt_estimate,
             completion: estimate_tokens(self.completion_chars),
+            ..Tokens::default()
         })
     }
 
@@ -747,16 +761,20 @@ impl<H> StreamRelay<H> {
             }
         }
         let mut out = Vec::new();
-        let mut openai = true;
-        if let Some(h) = self.hooks.as_mut() {
-            for f in h.on_stream_error(e) {
-                f.write_to(&mut out);
+        match self.hooks.as_mut() {
+            Some(h) => {
+                for f in h.on_stream_error(e) {
+                    f.write_to(&mut out);
+                }
+                if h.openai_frames() {
+                    h.error_frame(e).write_to(&mut out);
+                    out.extend_from_slice(h.stream_done());
+                }
             }
-            openai = h.openai_frames();
-        }
-        if openai {
-            SseFrame::json(&e.openai_body()).write_to(&mut out);
-            out.extend_from_slice(DONE);
+            None => {
+                SseFrame::json(&e.openai_body()).write_to(&mut out);
+                out.extend_from_slice(DONE);
+            }
         }
         self.finish(e.status());
         self.phase = Phase::Done;
@@ -942,18 +960,23 @@ impl<H: ChatHooks> StreamRelay<H> {
         }
     }
 
-    /// Ends a stream that went well: hook frames, then `[DONE]`.
+    /// Ends a stream that went well: hook frames, then `[DONE]` (or what
+    /// ends the inbound dialect's stream).
     async fn end(&mut self) -> Bytes {
         let mut out = Vec::new();
-        let mut openai = true;
+        let mut done: Option<&[u8]> = Some(DONE);
         if let Some(h) = self.hooks.as_mut() {
             for f in h.on_stream_end(self.usage.as_ref()).await {
                 f.write_to(&mut out);
             }
-            openai = h.openai_frames();
+            if h.openai_frames() {
+                done = Some(h.stream_done());
+            } else {
+                done = None;
+            }
         }
-        if openai {
-            out.extend_from_slice(DONE);
+        if let Some(done) = done {
+            out.extend_from_slice(done);
         }
         self.finish(200);
         self.phase = Phase::Draining;

@@ -6,6 +6,7 @@
 //! (`crate::models::adapters`).
 
 pub mod chat;
+pub mod messages;
 pub mod responses;
 
 pub use crate::usage::UsageContext;

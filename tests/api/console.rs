@@ -1545,6 +1545,118 @@ async fn a_fresh_install_shows_the_next_steps_and_its_empty_charts_say_no_reques
 }
 
 #[tokio::test]
+async fn an_anthropic_provider_and_a_models_aliases_are_set_in_the_console_under_the_apis_rules() {
+    let app = spawn_app().await;
+    let admin = app.admin_token().await;
+    let s = console_sign_in(&app, ADMIN_EMAIL, ADMIN_PASSWORD).await;
+    let (_, page) = get_page(&app, &s.cookie, "/console/admin/models").await;
+    assert!(
+        page.contains("<option value=\"anthropic\">anthropic</option>"),
+        "{page}"
+    );
+    assert!(page.contains("name=\"anthropic_version\"") && page.contains("name=\"beta_headers\""));
+    let r = post_form(
+        &app,
+        &s,
+        "/console/admin/providers",
+        None,
+        &[
+            ("csrf", &s.csrf),
+            ("name", "claude"),
+            ("type", "anthropic"),
+            ("base_url", "https://api.anthropic.com"),
+            ("api_key", "sk-ant-console"),
+            ("timeout_s", "60"),
+            ("anthropic_version", "2024-10-22"),
+            ("beta_headers", "beta-a, beta-b"),
+        ],
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let v: Value = app
+        .get("/api/admin/providers/claude", &admin)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            v["type"].clone(),
+            v["anthropic_version"].clone(),
+            v["beta_headers"].clone()
+        ),
+        (
+            json!("anthropic"),
+            json!("2024-10-22"),
+            json!(["beta-a", "beta-b"])
+        )
+    );
+    // The settings are anthropic's only: the API's error comes back.
+    let r = post_form(
+        &app,
+        &s,
+        "/console/admin/providers",
+        None,
+        &[
+            ("csrf", &s.csrf),
+            ("name", "plain"),
+            ("type", "openai"),
+            ("base_url", "http://127.0.0.1:9/v1"),
+            ("beta_headers", "drop"),
+        ],
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    assert!(r.text().await.unwrap().contains("beta_headers"));
+
+    let model_form = |aliases: &'static str, max: &'static str| {
+        vec![
+            ("csrf", s.csrf.clone()),
+            ("id", "sonnet".to_string()),
+            ("kind", "chat".to_string()),
+            ("provider_0", "claude".to_string()),
+            ("upstream_model_0", "claude-sonnet-4-5".to_string()),
+            ("weight_0", "1".to_string()),
+            ("routing", "weighted".to_string()),
+            ("fallbacks", String::new()),
+            ("max_attempts", "3".to_string()),
+            ("aliases", aliases.to_string()),
+            ("max_tokens_default", max.to_string()),
+        ]
+    };
+    let f = model_form("claude-sonnet-*, sonnet-latest", "8192");
+    let pairs: Vec<(&str, &str)> = f.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let r = post_form(&app, &s, "/console/admin/models", None, &pairs).await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let (_, page) = get_page(&app, &s.cookie, "/console/admin/models/sonnet").await;
+    assert!(
+        page.contains("value=\"claude-sonnet-*, sonnet-latest\""),
+        "{page}"
+    );
+    assert!(page.contains("value=\"8192\""), "{page}");
+    // A star inside a name is refused with the API's message; emptying the field removes them.
+    let f = model_form("a*b", "8192");
+    let pairs: Vec<(&str, &str)> = f.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let r = post_form(&app, &s, "/console/admin/models/sonnet", None, &pairs).await;
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    assert!(r.text().await.unwrap().contains("aliases"));
+    let f = model_form("", "1000000");
+    let pairs: Vec<(&str, &str)> = f.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let r = post_form(&app, &s, "/console/admin/models/sonnet", None, &pairs).await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let v: Value = app
+        .get("/api/admin/models/sonnet", &admin)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (v["aliases"].clone(), v["max_tokens_default"].clone()),
+        (json!([]), json!(1000000))
+    );
+}
+
+#[tokio::test]
 async fn the_provider_list_shows_and_sets_how_responses_requests_reach_it() {
     let app = spawn_app().await;
     let s = console_sign_in(&app, ADMIN_EMAIL, ADMIN_PASSWORD).await;

@@ -205,6 +205,73 @@ async fn a_model_added_on_one_server_is_served_by_another() {
 }
 
 #[tokio::test]
+async fn an_alias_added_on_one_server_resolves_on_another_within_a_second() {
+    let db = pg_or_skip!();
+    let stub = gatehouse_stub_upstream::Stub::start().await;
+    let (a, b) = tokio::join!(spawn_server(&db, &[]), spawn_server(&db, &[]));
+    let c = client();
+    let admin = login(&c, &a.url, ADMIN_EMAIL, ADMIN_PASSWORD).await;
+    let post = |url: String, body: Value| {
+        let c = c.clone();
+        let admin = admin.clone();
+        async move {
+            c.post(url)
+                .bearer_auth(admin)
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    let r = post(
+        format!("{}/api/admin/providers", a.url),
+        json!({"name": "claude", "type": "anthropic", "base_url": stub.url()}),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let r = post(
+        format!("{}/api/admin/models", a.url),
+        json!({"id": "sonnet", "kind": "chat", "provider": "claude", "upstream_model": "ms-claude"}),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let key = post(format!("{}/api/api-keys", b.url), json!({"name": "k"}))
+        .await
+        .json::<Value>()
+        .await
+        .unwrap()["key"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = c
+        .patch(format!("{}/api/admin/models/sonnet", a.url))
+        .bearer_auth(&admin)
+        .json(&json!({"aliases": ["claude-sonnet-*"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let body =
+        json!({"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": "hi"}]});
+    let took = eventually(Duration::from_secs(1), || async {
+        let r = c
+            .post(format!("{}/v1/chat/completions", b.url))
+            .bearer_auth(&key)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        r.status() == StatusCode::OK
+    })
+    .await;
+    assert!(
+        took.is_some(),
+        "server B does not resolve the alias added on A"
+    );
+    assert_eq!(stub.requests_for_model("ms-claude")[0].path, "/v1/messages");
+}
+
+#[tokio::test]
 async fn of_concurrent_renewals_spread_over_servers_exactly_one_succeeds() {
     let db = pg_or_skip!();
     let (a, b, s3) = tokio::join!(

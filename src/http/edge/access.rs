@@ -27,6 +27,10 @@ pub struct AccessFields {
     pub device_id: Option<String>,
     pub model: Option<String>,
     pub provider: Option<String>,
+    /// The inbound dialect of a model request (`chat`, `messages`).
+    pub api: Option<&'static str>,
+    /// The dialect of the attempt that answered (`chat`, `messages`).
+    pub upstream_api: Option<&'static str>,
 }
 
 /// The request's slot for [`AccessFields`], in its extensions; empty when
@@ -118,8 +122,9 @@ impl Access {
         self.route.as_ref().map_or("unmatched", Route::as_str)
     }
 
-    /// Writes the access line for `resp`.
-    pub fn finish(self, resp: &Response) {
+    /// Writes the access line for `resp`; `upstream_api` names the dialect
+    /// of a provider (for the attempt that answered).
+    pub fn finish(self, resp: &Response, upstream_api: impl Fn(&str) -> Option<&'static str>) {
         // Off when the request began: no line.
         let Some(note) = &self.note.0 else {
             return;
@@ -134,6 +139,9 @@ impl Access {
                 .get(X_GATEHOUSE_PROVIDER)
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_string);
+        }
+        if f.api.is_some() && f.upstream_api.is_none() {
+            f.upstream_api = f.provider.as_deref().and_then(upstream_api);
         }
         let request_id = self
             .request_id
@@ -153,6 +161,8 @@ impl Access {
             device_id = f.device_id.as_deref(),
             model = f.model.as_deref(),
             provider = f.provider.as_deref(),
+            api = f.api,
+            upstream_api = f.upstream_api,
             "request"
         );
     }

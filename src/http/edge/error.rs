@@ -49,3 +49,103 @@ pub fn render_openai(mut resp: Response) -> Response {
     }
     resp
 }
+
+/// Whether errors on this request take Anthropic's shape (contract,
+/// "Errors on the Anthropic routes"): the Messages routes (agent routes
+/// included), and `GET /v1/models` asked in Anthropic's way
+/// (`anthropic-version`, or an `x-api-key` credential).
+pub fn anthropic_dialect(req: &axum::extract::Request) -> bool {
+    let path = req.uri().path();
+    if path == "/v1/models" {
+        let h = req.headers();
+        return h.contains_key("anthropic-version") || h.contains_key("x-api-key");
+    }
+    is_messages_path(path)
+}
+
+/// `/v1/messages[/count_tokens]`, and under an agent
+/// `/v1/agents/{agent}[/v1]/messages[/count_tokens]`.
+pub fn is_messages_path(path: &str) -> bool {
+    if matches!(path, "/v1/messages" | "/v1/messages/count_tokens") {
+        return true;
+    }
+    let Some(rest) = path.strip_prefix("/v1/agents/") else {
+        return false;
+    };
+    let Some((agent, tail)) = rest.split_once('/') else {
+        return false;
+    };
+    !agent.is_empty()
+        && matches!(
+            tail,
+            "messages" | "messages/count_tokens" | "v1/messages" | "v1/messages/count_tokens"
+        )
+}
+
+/// On Anthropic routes a credential is read from `x-api-key` first, else
+/// from `Authorization: Bearer` (Claude Code sends `ANTHROPIC_API_KEY` as
+/// the first, `ANTHROPIC_AUTH_TOKEN` as the second): an `x-api-key` is
+/// handed to the extractors as the bearer credential.
+pub fn anthropic_credential(req: &mut axum::extract::Request) {
+    let Some(key) = req.headers_mut().remove("x-api-key") else {
+        return;
+    };
+    let Ok(text) = key.to_str() else { return };
+    if let Ok(v) = HeaderValue::from_str(&format!("Bearer {}", text.trim())) {
+        req.headers_mut().insert(header::AUTHORIZATION, v);
+    }
+}
+
+/// Marks a request answered in Anthropic's dialect (see [`anthropic_dialect`]).
+#[derive(Clone, Copy, Debug)]
+pub struct AnthropicDialect;
+
+const REQUEST_ID: HeaderName = HeaderName::from_static("request-id");
+
+/// Re-renders an error answer in Anthropic's shape, and sends `request-id`
+/// (equal to `x-request-id`) on every answer of these routes.
+pub fn render_anthropic(mut resp: Response, request_id: &HeaderValue) -> Response {
+    if let Some(err) = resp.extensions_mut().remove::<Error>() {
+        let id = request_id.to_str().unwrap_or_default();
+        let body = crate::wire::messages::error::anthropic_body(&err, id);
+        let mut new = (status_of(err.kind), axum::Json(body)).into_response();
+        for (k, v) in resp.headers() {
+            if k != header::CONTENT_TYPE && k != header::CONTENT_LENGTH {
+                new.headers_mut().insert(k.clone(), v.clone());
+            }
+        }
+        resp = new;
+    }
+    resp.headers_mut().insert(REQUEST_ID, request_id.clone());
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_paths_are_told_apart_from_their_neighbours() {
+        for p in [
+            "/v1/messages",
+            "/v1/messages/count_tokens",
+            "/v1/agents/bot@acme/messages",
+            "/v1/agents/bot@acme/messages/count_tokens",
+            "/v1/agents/bot%40acme/v1/messages",
+            "/v1/agents/bot@acme/v1/messages/count_tokens",
+        ] {
+            assert!(is_messages_path(p), "{p}");
+        }
+        for p in [
+            "/v1/chat/completions",
+            "/v1/messages/",
+            "/v1/messagesx",
+            "/v1/agents//messages",
+            "/v1/agents/bot@acme/chat/completions",
+            "/v1/agents/bot@acme/x/messages",
+            "/v1/agents/bot@acme/events",
+        ] {
+            assert!(!is_messages_path(p), "{p}");
+        }
+    }
+}

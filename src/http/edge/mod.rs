@@ -74,6 +74,7 @@ where
     Fut: Future<Output = Response>,
 {
     let id = request_id(&mut req);
+    let request_id = id.clone();
     let anthropic_version = req
         .headers()
         .get(crate::models::upstream::ANTHROPIC_VERSION_HEADER)
@@ -86,6 +87,12 @@ where
         let access = access::Access::begin(&mut req, route);
         let path = req.uri().path();
         let v1 = path.starts_with("/v1/") || path == "/v1";
+        let anthropic = error::anthropic_dialect(&req);
+        if anthropic {
+            error::anthropic_credential(&mut req);
+            req.extensions_mut().insert(error::AnthropicDialect);
+        }
+        let path = req.uri().path();
         let mut limit = body_limit_for(path, app.settings.max_body_bytes);
         limit.timeout = std::time::Duration::from_secs(app.settings.body_timeout_s);
         req.extensions_mut().insert(limit);
@@ -98,10 +105,16 @@ where
             resp.status().as_u16(),
             started.elapsed().as_secs_f64() * 1000.0,
         );
-        if v1 {
+        if anthropic {
+            resp = error::render_anthropic(resp, &request_id);
+        } else if v1 {
             resp = error::render_openai(resp);
         }
-        access.finish(&resp);
+        access.finish(&resp, |provider| {
+            let catalog = app.catalog();
+            let p = catalog.providers.iter().find(|p| p.name == provider)?;
+            crate::models::adapters::chat_adapter(p.kind).map(|a| a.upstream_api())
+        });
         resp
     };
     // Instrument the future (a guard held across .await would leak the span to other tasks).

@@ -313,16 +313,36 @@ pub(crate) async fn change_provider(
 #[into_params(parameter_in = Query)]
 struct ModelsQuery {
     kind: Option<String>,
+    /// Anthropic's shape: 1 to 1000, default 20.
+    limit: Option<String>,
+    /// Anthropic's shape: the page after this id.
+    after_id: Option<String>,
 }
 
-/// Models this API key may use, optionally of one kind.
+/// Models this API key may use, optionally of one kind; in Anthropic's list
+/// shape (chat models, paged) when asked with `anthropic-version` or `x-api-key`.
 #[utoipa::path(get, path = "/v1/models", tag = "v1", params(ModelsQuery),
-    responses((status = 200, description = "OpenAI-style model list with kind")))]
+    responses((status = 200, description = "OpenAI-style model list with kind; Anthropic's `{data: [{type, id, display_name, created_at}], has_more, first_id, last_id}` when asked Anthropic's way")))]
 async fn v1_models(
     State(app): State<AppState>,
     auth: ApiKeyAuth,
+    anthropic: Option<axum::Extension<crate::http::edge::error::AnthropicDialect>>,
     axum::extract::Query(q): axum::extract::Query<ModelsQuery>,
-) -> Result<impl IntoResponse> {
+) -> Result<axum::response::Response> {
+    if anthropic.is_some() {
+        use crate::wire::messages::models_list;
+        let limit = models_list::parse_limit(q.limit.as_deref())?;
+        let catalog = app.catalog();
+        let models = catalog
+            .model_order
+            .iter()
+            .filter_map(|id| catalog.model(id))
+            .filter(|m| m.kind == crate::models::ModelKind::Chat && auth.key.allows(&m.id))
+            .map(|m| (m.id.as_str(), m.created_at))
+            .collect();
+        let page = models_list::page(models, limit, q.after_id.as_deref());
+        return Ok(Json(page).into_response());
+    }
     let want = match q.kind.as_deref() {
         None | Some("") => None,
         Some(k) => Some(crate::models::ModelKind::parse(k).ok_or_else(|| {
@@ -339,7 +359,7 @@ async fn v1_models(
             json!({"id": m.id, "object": "model", "created": m.created_at / 1000, "owned_by": m.first_provider(), "kind": m.kind.as_str()})
         })
         .collect();
-    Ok(Json(json!({"object": "list", "data": data})))
+    Ok(Json(json!({"object": "list", "data": data})).into_response())
 }
 
 // The rules of adding and removing providers and models, shared by the admin

@@ -229,7 +229,10 @@ async fn prepare_request<R: TurnRoute>(
         agent.pii.user_choosable,
         h.pii_mode.as_deref(),
     )?;
-    AccessNote::of(req.extensions()).set(|f| f.model = Some(agent.model.clone()));
+    AccessNote::of(req.extensions()).set(|f| {
+        f.model = Some(agent.model.clone());
+        f.api = Some("chat");
+    });
     let bytes = read_body(req).await?;
     let request = route.read(&bytes, pii_mode, &mut h)?;
     let offered = turn::check(&request)?;

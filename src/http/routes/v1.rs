@@ -139,15 +139,25 @@ pub(crate) fn named_model(
     let catalog = app.catalog();
     // Usage records and the access line name the model's id, also when the
     // client sent one of its aliases.
-    let found = catalog.model(name);
-    let id = found.map_or(name, |m| m.id.as_str());
+    let id = catalog.model(name).map_or(name, |m| m.id.as_str());
     ticket.set_model(id);
     note.set(|f| f.model = Some(id.to_string()));
+    key_model(&catalog, auth, name, kind)
+}
+
+/// The model `name` (an id or an alias) if the key may use it and it is of
+/// this kind.
+pub(crate) fn key_model(
+    catalog: &crate::models::CatalogSnapshot,
+    auth: &ApiKeyAuth,
+    name: &str,
+    kind: ModelKind,
+) -> Result<Arc<Model>> {
     // The key's list names ids: an alias of an allowed model is allowed.
-    if !found.is_some_and(|m| auth.key.allows(&m.id)) {
+    if !catalog.model(name).is_some_and(|m| auth.key.allows(&m.id)) {
         auth.check_model(name)?;
     }
-    resolve(&catalog, name, kind)
+    resolve(catalog, name, kind)
 }
 
 /// The client's name for its model when it is an alias (None: the id).
@@ -164,6 +174,7 @@ async fn chat_request(
     ticket: &mut UsageTicket,
 ) -> Result<(Arc<Model>, ChatInput, Option<String>)> {
     let note = AccessNote::of(req.extensions());
+    note.set(|f| f.api = Some("chat"));
     let bytes = read_body(req).await?;
     let (name, body) = match RawChat::read(bytes.clone()) {
         Some(raw) => (raw.model().to_string(), ChatInput::Raw(raw)),
@@ -306,20 +317,30 @@ async fn retrieval_route<B, T, F, Fut>(
     call: F,
 ) -> Result<Response>
 where
-    T: serde::Serialize,
+    T: serde::Serialize + retrieval::NamesModel,
     F: FnOnce(Arc<Model>, B) -> Fut,
     Fut: std::future::Future<Output = Result<(T, Tokens, Answered)>>,
 {
     let mut ticket = UsageTicket::new(&app.usage, key_context(auth), kind.as_str());
     let prepared = async {
         let (model, body) = model_request(app, auth, req, kind, &mut ticket).await?;
-        Ok::<_, Error>((model, parse(body)?))
+        let alias = requested_model(&body)
+            .ok()
+            .and_then(|n| alias_sent(&model, n));
+        Ok::<_, Error>((model, parse(body)?, alias))
     }
     .await;
-    let (model, body) = recorded(&mut ticket, prepared)?;
+    let (model, body, alias) = recorded(&mut ticket, prepared)?;
     Ok(
         admitted(app, &key_subjects(auth), ticket, |mut ticket| async move {
-            let result = call(model, body).await;
+            let id = model.id.clone();
+            let mut result = call(model, body).await;
+            // The answer names what the client sent (a fallback's, the fallback).
+            if let (Ok((answer, _, answered)), Some(name)) = (&mut result, &alias) {
+                if answered.model == id {
+                    answer.set_model(name);
+                }
+            }
             routed_response(&mut ticket, result)
         })
         .await,

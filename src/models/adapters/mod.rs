@@ -194,6 +194,11 @@ pub trait ChatAdapter: Sync {
     /// The path under the provider's `base_url`.
     fn chat_path(&self) -> &'static str;
 
+    /// The upstream's dialect, as the access line names it (`upstream_api`).
+    fn upstream_api(&self) -> &'static str {
+        "chat"
+    }
+
     /// The upstream's request body for a chat request (`chat`: OpenAI chat
     /// JSON with the upstream's model) to a target of `model`.
     fn chat_request(&self, chat: Bytes, model: &crate::models::Model) -> Result<Bytes, Error> {

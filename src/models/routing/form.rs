@@ -846,4 +846,54 @@ mod tests {
             cur
         );
     }
+
+    #[test]
+    fn aliases_are_exact_or_one_trailing_star_at_most_32_of_at_most_256_characters() {
+        let names = |n: usize| (0..n).map(|i| format!("a{i}")).collect::<Vec<_>>();
+        assert!(check_aliases(&names(MAX_ALIASES)).is_ok());
+        assert_eq!(
+            check_aliases(&names(MAX_ALIASES + 1)).unwrap_err().param,
+            "aliases"
+        );
+        assert!(check_aliases(&["x".repeat(MAX_ALIAS_CHARS)]).is_ok());
+        assert!(check_aliases(&["x".repeat(MAX_ALIAS_CHARS + 1)]).is_err());
+        assert!(check_aliases(&["claude-*".into(), "c*".into()]).is_ok());
+        for bad in ["*", "a*b", "a**", "*a", "", "a b"] {
+            let e = check_aliases(&[bad.to_string()]).unwrap_err();
+            assert_eq!(e.param, "aliases[0]", "{bad}");
+            assert!(e.message.contains("'aliases'"), "{bad}: {}", e.message);
+        }
+        assert_eq!(
+            check_aliases(&["x".into(), "x".into()]).unwrap_err().param,
+            "aliases[1]"
+        );
+    }
+
+    #[test]
+    fn aliases_clash_with_ids_and_other_aliases_and_anthropic_serves_chat_only() {
+        use crate::models::ProviderType;
+        let mut s = spec(&[("vllm-1", 1)]);
+        s.aliases = vec!["claude-*".into()];
+        let others = [("other", vec!["o-1".to_string()])];
+        let it = || others.iter().map(|(id, a)| (*id, a.as_slice()));
+        let kind = |p: &str| (p == "claude").then_some(ProviderType::Anthropic);
+        assert!(s.check_catalog(it(), kind).is_ok());
+        for (alias, why) in [("other", "an id"), ("o-1", "an alias"), ("m", "its own id")] {
+            let mut bad = s.clone();
+            bad.aliases = vec![alias.into()];
+            let e = bad.check_catalog(it(), kind).unwrap_err();
+            assert_eq!(e.param, "aliases[0]", "{why}");
+        }
+        let mut bad = s.clone();
+        bad.id = "o-1".into();
+        assert_eq!(bad.check_catalog(it(), kind).unwrap_err().param, "id");
+        let mut emb = s.clone();
+        emb.kind = ModelKind::Embeddings;
+        assert!(emb.check_catalog(it(), kind).is_ok());
+        emb.targets[0].provider = "claude".into();
+        assert_eq!(emb.check_catalog(it(), kind).unwrap_err().param, "provider");
+        let mut chat = emb.clone();
+        chat.kind = ModelKind::Chat;
+        assert!(chat.check_catalog(it(), kind).is_ok());
+    }
 }

@@ -24,6 +24,12 @@ struct AnswerView<'a> {
 struct UsageView {
     prompt_tokens: Option<i64>,
     completion_tokens: Option<i64>,
+    prompt_tokens_details: Option<DetailsView>,
+}
+
+#[derive(serde::Deserialize)]
+struct DetailsView {
+    cached_tokens: Option<i64>,
 }
 
 /// A plain answer as the upstream's bytes with `model` naming the alias
@@ -42,6 +48,11 @@ pub fn splice_answer(bytes: &[u8], alias: &str) -> Option<(Bytes, Tokens)> {
     let tokens = Tokens {
         prompt: usage.prompt_tokens?,
         completion: usage.completion_tokens.unwrap_or(0),
+        cache_read: usage
+            .prompt_tokens_details
+            .and_then(|d| d.cached_tokens)
+            .unwrap_or(0),
+        cache_write: 0,
     };
     let mut out = Vec::with_capacity(bytes.len() + alias.len() + 16);
     match view.model {
@@ -310,7 +321,8 @@ mod tests {
             tokens,
             Tokens {
                 prompt: 3,
-                completion: 4
+                completion: 4,
+                ..Tokens::default()
             }
         );
         // The alias is JSON-escaped.
@@ -330,7 +342,8 @@ mod tests {
             tokens,
             Tokens {
                 prompt: 1,
-                completion: 0
+                completion: 0,
+                ..Tokens::default()
             }
         );
     }

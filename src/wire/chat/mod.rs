@@ -127,6 +127,12 @@ pub fn usage_tokens(usage: Option<&Value>) -> Option<Tokens> {
     Some(Tokens {
         prompt: p.unwrap_or(0),
         completion: c.unwrap_or(0),
+        cache_read: u
+            .get("prompt_tokens_details")
+            .and_then(|d| d.get("cached_tokens"))
+            .and_then(Value::as_i64)
+            .unwrap_or(0),
+        cache_write: 0,
     })
 }
 
@@ -378,7 +384,8 @@ mod tests {
             )),
             Some(Tokens {
                 prompt: 3,
-                completion: 4
+                completion: 4,
+                ..Tokens::default()
             })
         );
         assert_eq!(usage_tokens(Some(&json!({"total_tokens": 7}))), None);

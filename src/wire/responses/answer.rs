@@ -206,6 +206,7 @@ pub fn from_chat(chat: &Value, meta: &ResponseMeta, echo: &Echo) -> Value {
     let estimate = Tokens {
         prompt: echo.prompt_estimate,
         completion: estimate_tokens(completion),
+        ..Tokens::default()
     };
     let usage = usage_of(chat.get("usage"), estimate);
     response_object(meta, echo, status, output, usage, incomplete, Value::Null)

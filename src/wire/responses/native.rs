@@ -26,6 +26,13 @@ pub fn tokens_of(usage: Option<&Value>) -> Option<Tokens> {
     Some(Tokens {
         prompt: i.unwrap_or(0),
         completion: o.unwrap_or(0),
+        // Responses counts cached input inside `input_tokens`, as chat does.
+        cache_read: u
+            .get("input_tokens_details")
+            .and_then(|d| d.get("cached_tokens"))
+            .and_then(Value::as_i64)
+            .unwrap_or(0),
+        cache_write: 0,
     })
 }
 
@@ -163,7 +170,8 @@ mod tests {
             t,
             Some(Tokens {
                 prompt: 4,
-                completion: 2
+                completion: 2,
+                ..Tokens::default()
             })
         );
         assert!(answer(br#"{"error":{"message":"no"}}"#, "a").is_err());
@@ -208,7 +216,8 @@ mod tests {
             r.tokens,
             Some(Tokens {
                 prompt: 1,
-                completion: 2
+                completion: 2,
+                ..Tokens::default()
             })
         );
         assert!(s.fail("x", "y").is_empty());

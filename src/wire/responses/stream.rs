@@ -320,6 +320,7 @@ impl ResponsesStream {
         let estimate = Tokens {
             prompt: self.echo.prompt_estimate,
             completion: estimate_tokens(self.completion_chars),
+            ..Tokens::default()
         };
         usage_of(chat_usage, estimate)
     }

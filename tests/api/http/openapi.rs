@@ -82,6 +82,12 @@ const CONTRACT_ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/responses/{id}/input_items"),
     ("post", "/v1/responses/{id}/cancel"),
     ("post", "/v1/agents/{agent}/responses"),
+    ("post", "/v1/messages"),
+    ("post", "/v1/messages/count_tokens"),
+    ("post", "/v1/agents/{agent}/messages"),
+    ("post", "/v1/agents/{agent}/messages/count_tokens"),
+    ("post", "/v1/agents/{agent}/v1/messages"),
+    ("post", "/v1/agents/{agent}/v1/messages/count_tokens"),
 ];
 
 /// The routes the contract lists as taking no credential.

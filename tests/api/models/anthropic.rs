@@ -857,3 +857,105 @@ async fn agent_chat_reaches_an_anthropic_model_plain_and_streamed_with_tool_rule
     assert_eq!(args, r#"{"q":"x"}"#);
     assert_eq!(chunks.last().unwrap(), "[DONE]");
 }
+
+#[tokio::test]
+async fn embeddings_and_rerank_resolve_aliases_and_name_them_in_the_answer() {
+    let env = env().await;
+    for (id, kind, upstream, alias) in [
+        ("emb", "embeddings", "up-emb", "text-embedding-*"),
+        ("rr", "scoring", "up-rr", "rerank-latest"),
+    ] {
+        let r = env
+            .app
+            .post(
+                "/api/admin/models",
+                &env.admin,
+                &json!({"id": id, "kind": kind, "provider": "openai", "upstream_model": upstream, "aliases": [alias]}),
+            )
+            .await;
+        assert_eq!(r.status(), 201);
+    }
+    let r = env
+        .post(
+            "/v1/embeddings",
+            &json!({"model": "text-embedding-3-small", "input": "hi"}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["model"],
+        "text-embedding-3-small"
+    );
+    assert_eq!(env.stub.requests_for_model("up-emb").len(), 1);
+    let r = env
+        .post(
+            "/v1/rerank",
+            &json!({"model": "rerank-latest", "query": "q", "documents": ["a", "b"]}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.json::<Value>().await.unwrap()["model"], "rerank-latest");
+    wait_usage(&env, "model", "emb", 1).await;
+    wait_usage(&env, "model", "rr", 1).await;
+}
+
+#[tokio::test]
+async fn an_anthropic_provider_and_aliases_from_the_config_file_serve_chat_at_start() {
+    let stub = gatehouse_stub_upstream::Stub::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gatehouse.toml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"
+[[providers]]
+name = "claude"
+type = "anthropic"
+base_url = "{}"
+api_key = "sk-ant-file"
+anthropic_version = "2024-10-22"
+beta_headers = ["beta-a"]
+
+[[models]]
+id = "sonnet"
+kind = "chat"
+provider = "claude"
+upstream_model = "claude-up-file"
+aliases = ["claude-sonnet-*"]
+max_tokens_default = 321
+"#,
+            stub.url()
+        ),
+    )
+    .unwrap();
+    let p = path.clone();
+    let app = crate::common::spawn_app_with(move |s| s.config_file = Some(p)).await;
+    let admin = app.admin_token().await;
+    let v: Value = app
+        .get("/api/admin/providers/claude", &admin)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (v["anthropic_version"].clone(), v["beta_headers"].clone()),
+        (json!("2024-10-22"), json!(["beta-a"]))
+    );
+    let key = app.api_key(&admin, json!({"name": "k"})).await;
+    let r = app
+        .post(
+            "/v1/chat/completions",
+            &key,
+            &json!({"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": "hi"}]}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["model"],
+        "claude-sonnet-4-5"
+    );
+    let sent = &stub.requests_for_model("claude-up-file")[0];
+    assert_eq!(sent.body["max_tokens"], 321);
+    assert_eq!(sent.header("x-api-key"), Some("sk-ant-file"));
+    assert_eq!(sent.header("anthropic-version"), Some("2024-10-22"));
+}

@@ -1,0 +1,317 @@
+//! Chat stream chunks as Messages SSE events (contract, "Translation:
+//! Messages → OpenAI chat" → "Stream"): `message_start` first (with the
+//! gateway's estimate of the prompt, never 0), then one content block at a
+//! time (`content_block_start`/`_delta`/`_stop`), `message_delta` with the
+//! stop reason and usage, and `message_stop`. Each non-empty upstream piece
+//! is one delta; nothing is collected.
+
+use std::collections::HashMap;
+
+use serde_json::{json, Value};
+
+use super::from_chat_answer::{block_id, messages_usage, stop_reason};
+use super::to_chat::ToolNames;
+use crate::usage::{estimate_tokens, Tokens};
+use crate::wire::sse::SseFrame;
+
+/// An event frame `event: <type>` with its JSON data.
+pub fn frame(data: Value) -> SseFrame {
+    let event = data
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("message")
+        .to_string();
+    SseFrame::Event {
+        event,
+        data: data.to_string(),
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Block {
+    Thinking,
+    Text,
+    /// A tool call of this chat `tool_calls` index.
+    Tool(u64),
+}
+
+/// The translation of one stream.
+pub struct ToMessages {
+    id: String,
+    model: String,
+    input_estimate: i64,
+    names: ToolNames,
+    started: bool,
+    /// The open block and its index.
+    open: Option<(Block, u64)>,
+    next_index: u64,
+    /// Block index of each chat tool call index.
+    tools: HashMap<u64, u64>,
+    finish: Option<String>,
+    usage: Option<Value>,
+    output_chars: usize,
+}
+
+impl ToMessages {
+    /// `input_estimate`: the gateway's estimate of the prompt (at least 1 is sent).
+    pub fn new(id: String, model: String, input_estimate: i64, names: ToolNames) -> ToMessages {
+        ToMessages {
+            id,
+            model,
+            input_estimate: input_estimate.max(1),
+            names,
+            started: false,
+            open: None,
+            next_index: 0,
+            tools: HashMap::new(),
+            finish: None,
+            usage: None,
+            output_chars: 0,
+        }
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The name `message_start` gives (before it went out).
+    pub fn set_model(&mut self, model: String) {
+        self.model = model;
+    }
+
+    pub fn started(&self) -> bool {
+        self.started
+    }
+
+    /// `message_start`, once.
+    pub fn start(&mut self, out: &mut Vec<SseFrame>) {
+        if self.started {
+            return;
+        }
+        self.started = true;
+        out.push(frame(json!({"type": "message_start", "message": {
+            "id": self.id, "type": "message", "role": "assistant", "model": self.model,
+            "content": [], "stop_reason": null, "stop_sequence": null,
+            "usage": {"input_tokens": self.input_estimate, "output_tokens": 0}}})));
+    }
+
+    fn close(&mut self, out: &mut Vec<SseFrame>) {
+        if let Some((_, index)) = self.open.take() {
+            out.push(frame(json!({"type": "content_block_stop", "index": index})));
+        }
+    }
+
+    /// The index of `block`, opened (after closing another) when needed.
+    fn open(&mut self, block: Block, start: Value, out: &mut Vec<SseFrame>) -> u64 {
+        if let Some((b, i)) = self.open {
+            if b == block {
+                return i;
+            }
+        }
+        self.close(out);
+        let index = self.next_index;
+        self.next_index += 1;
+        self.open = Some((block, index));
+        out.push(frame(
+            json!({"type": "content_block_start", "index": index, "content_block": start}),
+        ));
+        index
+    }
+
+    /// The events for one chat chunk (choice 0; others are not Messages').
+    pub fn chunk(&mut self, chunk: &Value, out: &mut Vec<SseFrame>) {
+        self.start(out);
+        if let Some(u) = chunk.get("usage").filter(|u| u.is_object()) {
+            self.usage = Some(u.clone());
+        }
+        let Some(choice) = chunk
+            .get("choices")
+            .and_then(Value::as_array)
+            .and_then(|cs| {
+                cs.iter()
+                    .find(|c| c.get("index").and_then(Value::as_u64).unwrap_or(0) == 0)
+            })
+        else {
+            return;
+        };
+        if let Some(delta) = choice.get("delta") {
+            if let Some(r) = delta
+                .get("reasoning_content")
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+            {
+                let i = self.open(
+                    Block::Thinking,
+                    json!({"type": "thinking", "thinking": "", "signature": ""}),
+                    out,
+                );
+                out.push(frame(json!({"type": "content_block_delta", "index": i,
+                    "delta": {"type": "thinking_delta", "thinking": r}})));
+            }
+            if let Some(t) = delta
+                .get("content")
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+            {
+                self.output_chars += t.chars().count();
+                let i = self.open(Block::Text, json!({"type": "text", "text": ""}), out);
+                out.push(frame(json!({"type": "content_block_delta", "index": i,
+                    "delta": {"type": "text_delta", "text": t}})));
+            }
+            for tc in delta
+                .get("tool_calls")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                self.tool_piece(tc, out);
+            }
+        }
+        if let Some(f) = choice.get("finish_reason").and_then(Value::as_str) {
+            self.finish = Some(f.to_string());
+        }
+    }
+
+    fn tool_piece(&mut self, tc: &Value, out: &mut Vec<SseFrame>) {
+        let at = tc.get("index").and_then(Value::as_u64).unwrap_or(0);
+        let index = match self.tools.get(&at) {
+            Some(i) => *i,
+            None => {
+                let id = tc.get("id").and_then(Value::as_str).unwrap_or("");
+                let name = tc
+                    .pointer("/function/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                let start = json!({"type": "tool_use", "id": block_id(id, at as usize),
+                    "name": self.names.original(name), "input": {}});
+                let i = self.open(Block::Tool(at), start, out);
+                self.tools.insert(at, i);
+                i
+            }
+        };
+        if let Some(a) = tc
+            .pointer("/function/arguments")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+        {
+            self.output_chars += a.chars().count();
+            out.push(frame(json!({"type": "content_block_delta", "index": index,
+                "delta": {"type": "input_json_delta", "partial_json": a}})));
+        }
+    }
+
+    /// The end of the answer: the open block closed, `message_delta` with
+    /// the stop reason and usage (the upstream's `usage`, else estimates).
+    /// `message_stop` is [`ToMessages::stop`], so events may go between.
+    pub fn finish(&mut self, usage: Option<&Value>, out: &mut Vec<SseFrame>) {
+        self.start(out);
+        self.close(out);
+        let usage = usage.or(self.usage.as_ref());
+        let fallback = Tokens {
+            prompt: self.input_estimate,
+            completion: estimate_tokens(self.output_chars),
+            ..Tokens::default()
+        };
+        out.push(frame(json!({"type": "message_delta",
+            "delta": {"stop_reason": stop_reason(self.finish.as_deref()), "stop_sequence": null},
+            "usage": messages_usage(usage, fallback)})));
+    }
+
+    pub fn stop(&self, out: &mut Vec<SseFrame>) {
+        out.push(frame(json!({"type": "message_stop"})));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn events(frames: &[SseFrame]) -> Vec<Value> {
+        frames
+            .iter()
+            .map(|f| match f {
+                SseFrame::Event { event, data } => {
+                    let v: Value = serde_json::from_str(data).unwrap();
+                    assert_eq!(v["type"], event.as_str());
+                    v
+                }
+                SseFrame::Data(_) => panic!("a Messages frame without an event name"),
+            })
+            .collect()
+    }
+
+    fn types(v: &[Value]) -> Vec<&str> {
+        v.iter().map(|e| e["type"].as_str().unwrap()).collect()
+    }
+
+    #[test]
+    fn text_then_tools_make_blocks_in_order_with_one_delta_per_piece() {
+        let mut t = ToMessages::new("msg_1".into(), "claude-x".into(), 0, ToolNames::default());
+        let mut out = vec![];
+        for c in [
+            json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}),
+            json!({"choices": [{"index": 0, "delta": {"content": "Hel"}}]}),
+            json!({"choices": [{"index": 0, "delta": {"content": "lo"}}]}),
+            json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "call_a", "function": {"name": "Read", "arguments": ""}}]}}]}),
+            json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "{\"p\":"}}]}}]}),
+            json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "1}"}}]}}]}),
+            json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 1, "id": "call_b", "function": {"name": "Bash", "arguments": "{}"}}]}}]}),
+            json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
+            json!({"choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": 3}}),
+        ] {
+            t.chunk(&c, &mut out);
+        }
+        t.finish(None, &mut out);
+        t.stop(&mut out);
+        let ev = events(&out);
+        assert_eq!(
+            types(&ev),
+            vec![
+                "message_start",
+                "content_block_start",
+                "content_block_delta",
+                "content_block_delta",
+                "content_block_stop",
+                "content_block_start",
+                "content_block_delta",
+                "content_block_delta",
+                "content_block_stop",
+                "content_block_start",
+                "content_block_delta",
+                "content_block_stop",
+                "message_delta",
+                "message_stop"
+            ]
+        );
+        assert_eq!(ev[0]["message"]["usage"]["input_tokens"], 1, "never 0");
+        assert_eq!(ev[0]["message"]["model"], "claude-x");
+        assert_eq!(ev[2]["delta"], json!({"type": "text_delta", "text": "Hel"}));
+        assert_eq!(
+            ev[5]["content_block"],
+            json!({"type": "tool_use", "id": "call_a", "name": "Read", "input": {}})
+        );
+        assert_eq!(ev[5]["index"], 1);
+        assert_eq!(
+            ev[6]["delta"],
+            json!({"type": "input_json_delta", "partial_json": "{\"p\":"})
+        );
+        assert_eq!(ev[9]["index"], 2);
+        assert_eq!(ev[12]["delta"]["stop_reason"], "tool_use");
+        assert_eq!(ev[12]["usage"]["input_tokens"], 12);
+        assert_eq!(ev[12]["usage"]["output_tokens"], 3);
+    }
+
+    #[test]
+    fn an_empty_answer_still_starts_and_ends_and_estimates_output() {
+        let mut t = ToMessages::new("msg_2".into(), "m".into(), 40, ToolNames::default());
+        let mut out = vec![];
+        t.chunk(&json!({"choices": [{"index": 0, "delta": {"content": "abcdefgh"}, "finish_reason": "stop"}]}), &mut out);
+        t.finish(None, &mut out);
+        let ev = events(&out);
+        assert_eq!(ev[0]["message"]["usage"]["input_tokens"], 40);
+        let delta = ev.iter().find(|e| e["type"] == "message_delta").unwrap();
+        assert_eq!(delta["delta"]["stop_reason"], "end_turn");
+        assert_eq!(delta["usage"]["input_tokens"], 40);
+        assert_eq!(delta["usage"]["output_tokens"], 2);
+    }
+}
