@@ -353,6 +353,24 @@ def test_responses_routes_validate(check, gateway, stub):
     assert ans["model"] == "py-openapi-agent-chat"
 
 
+def test_messages_routes_validate(check, gateway):
+    key = gateway.key
+    body = {"model": "py-chat", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}
+    check.call("POST", "/v1/messages", token=key, expect=200, body=body)
+    check.call("POST", "/v1/messages/count_tokens", token=key, expect=200,
+               body={"model": "py-chat", "messages": [{"role": "user", "content": "hi"}]})
+    _, login = check.call("POST", "/api/auth/jwt/login", form={"username": ADMIN_EMAIL, "password": ADMIN_PASSWORD})
+    _, tokens = check.call("POST", "/api/agent-tokens", token=login["access_token"], expect=201,
+                           body={"agent": AGENT, "device_label": "messages laptop"})
+    a = {"agent": AGENT}
+    for path in ["/v1/agents/{agent}/messages", "/v1/agents/{agent}/v1/messages"]:
+        check.call("POST", path, params=a, token=tokens["access_token"], expect=200,
+                   headers={"X-Service-Tool-Mode": "auto"}, body=body)
+    for path in ["/v1/agents/{agent}/messages/count_tokens", "/v1/agents/{agent}/v1/messages/count_tokens"]:
+        check.call("POST", path, params=a, token=tokens["access_token"], expect=200,
+                   body={"model": "x", "messages": [{"role": "user", "content": "hi"}]})
+
+
 # Routes not exercised above: the SSO admin routes need a reachable OpenID
 # Connect provider (tests/api/sso/flow.rs drives them), the callback a real
 # authorization round trip.
