@@ -40,6 +40,12 @@ run "npm ci (tests/agui: @ag-ui/core, @ag-ui/client)" npm.log \
 run "npm ci (tests/oidc: oidc-provider, the OpenID Connect provider of the SSO tests)" npm-oidc.log \
   bash -c 'cd tests/oidc && npm ci --silent --no-audit --no-fund'
 
+# The real agent CLIs of the client tests (tests/python/test_claude_code.py,
+# test_codex_cli.py): Claude Code and Codex, pinned; each package brings its
+# native binary for this platform.
+run "npm ci (tests/agent-clis: @anthropic-ai/claude-code, @openai/codex)" npm-agent-clis.log \
+  bash -c 'cd tests/agent-clis && npm ci --silent --no-audit --no-fund'
+
 run "cargo test (SQLite)" sqlite.log cargo test --workspace --no-fail-fast
 
 if why=$(scripts/pg.sh available); then

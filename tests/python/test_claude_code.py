@@ -1,0 +1,207 @@
+"""The real Claude Code CLI (npm @anthropic-ai/claude-code, tests/agent-clis)
+through Gatehouse (issue 31): `claude -p`, offline, with the environment of
+docs/agent-clis.md.
+
+Claude Code speaks only Anthropic Messages. To an `openai` provider Gatehouse
+translates its requests to chat completions and the stub's chat answers back
+to Messages streams; to an `anthropic` provider it passes them through. Either
+way the CLI must answer a prompt and complete a Bash tool round trip."""
+
+import json
+
+import pytest
+
+from agent_clis import (
+    SHELL_COMMAND,
+    SHELL_OUTPUT,
+    claude_cmd,
+    claude_env,
+    new_key,
+    new_model,
+    result_json,
+    run,
+    run_two_turns,
+    text_of,
+    tool_messages,
+    unique,
+)
+from conftest import http
+
+BASH_CALL = {
+    "id": "call_cc_bash_1",
+    "name": "Bash",
+    "arguments": json.dumps({"command": SHELL_COMMAND, "description": "Print the marker"}),
+}
+FINAL_TEXT = "The command printed the marker."
+
+
+@pytest.mark.parametrize("credential", ["ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"])
+def test_claude_code_answers_a_prompt_through_gatehouse(gateway, stub, tmp_path, credential):
+    model, upstream = new_model(gateway, prefix="cc")
+    stub.script(upstream, {"content": "Pong from the stub upstream."})
+
+    done = run(
+        claude_cmd(model, "Reply with pong."),
+        claude_env(tmp_path / "home", gateway.url, gateway.key, credential),
+        tmp_path / "work",
+    )
+
+    result = result_json(done)
+    assert done.returncode == 0, (result, done.stderr)
+    assert result["is_error"] is False, result
+    assert result["result"] == "Pong from the stub upstream."
+    # It reached the stub as a chat completion under the upstream name,
+    # with Claude Code's own prompt translated.
+    reqs = stub.requests(upstream)
+    assert len(reqs) == 1
+    assert reqs[0]["path"] == "/v1/chat/completions"
+    body = reqs[0]["body"]
+    assert body["stream"] is True
+    assert body["messages"][0]["role"] == "system"
+    users = [m for m in body["messages"] if m["role"] == "user"]
+    assert "Reply with pong." in text_of(users[-1]["content"])
+    assert any(t["function"]["name"] == "Bash" for t in body["tools"])
+    # Claude Code's credential and Anthropic headers stay at the gateway.
+    assert gateway.key not in json.dumps(reqs[0]["headers"])
+    assert not any(h.startswith("anthropic-") for h in reqs[0]["headers"])
+
+
+def test_claude_code_runs_a_bash_tool_call_and_sends_its_output_back(gateway, stub, tmp_path):
+    model, upstream = new_model(gateway, prefix="cc-tool")
+
+    done = run_two_turns(
+        stub,
+        upstream,
+        {"tool_calls": [BASH_CALL]},
+        {"content": FINAL_TEXT},
+        claude_cmd(model, "Run the marker command.", "--allowedTools", "Bash"),
+        claude_env(tmp_path / "home", gateway.url, gateway.key),
+        tmp_path / "work",
+    )
+
+    result = result_json(done)
+    assert done.returncode == 0, (result, done.stderr)
+    assert result["is_error"] is False, result
+    assert result["result"] == FINAL_TEXT
+    assert result["num_turns"] == 2
+    reqs = stub.requests(upstream)
+    assert len(reqs) == 2, [r["body"]["messages"][-1] for r in reqs]
+    second = reqs[1]["body"]["messages"]
+    # The assistant's call went back as OpenAI tool_calls, under its id...
+    calls = [c for m in second if m["role"] == "assistant" for c in m.get("tool_calls") or []]
+    assert [c["id"] for c in calls] == ["call_cc_bash_1"]
+    assert json.loads(calls[0]["function"]["arguments"])["command"] == SHELL_COMMAND
+    # ...and the tool_result Claude Code made from the command's real output
+    # as a tool message answering it.
+    tools = tool_messages(reqs[1])
+    assert [t["tool_call_id"] for t in tools] == ["call_cc_bash_1"]
+    assert SHELL_OUTPUT in text_of(tools[0]["content"])
+    assert SHELL_OUTPUT not in json.dumps(reqs[0]["body"])
+
+
+def test_claude_code_reports_a_wrong_key_as_an_authentication_failure(gateway, stub, tmp_path):
+    model, upstream = new_model(gateway, prefix="cc-401")
+    stub.script(upstream, {"content": "never sent"})
+
+    done = run(
+        claude_cmd(model, "Reply with pong."),
+        claude_env(tmp_path / "home", gateway.url, "gh-not-a-key"),
+        tmp_path / "work",
+    )
+
+    result = result_json(done)
+    assert done.returncode != 0
+    assert result["is_error"] is True
+    assert result["api_error_status"] == 401
+    assert stub.requests(upstream) == []
+
+
+def test_claude_code_reaches_a_model_by_its_claude_name_through_an_alias(gateway, stub, tmp_path):
+    # Claude Code sends fixed claude-* names; an alias maps them to a model.
+    alias = unique("claude-gatehouse-test")
+    model, upstream = new_model(gateway, prefix="cc-alias", aliases=[f"{alias}-*"])
+    stub.script(upstream, {"content": "Answered by the aliased model."})
+
+    done = run(
+        claude_cmd(f"{alias}-4-5", "Reply with pong."),
+        claude_env(tmp_path / "home", gateway.url, gateway.key),
+        tmp_path / "work",
+    )
+
+    result = result_json(done)
+    assert done.returncode == 0, (result, done.stderr)
+    assert result["result"] == "Answered by the aliased model."
+    assert len(stub.requests(upstream)) == 1
+    # The CLI's own bookkeeping names the model it asked for.
+    assert f"{alias}-4-5" in result["modelUsage"]
+
+
+@pytest.fixture(scope="module")
+def anthropic_provider(gateway, stub):
+    """A provider of type `anthropic` on the stub, which speaks Messages at
+    {base_url}/v1/messages: Claude Code's requests pass through."""
+    name = unique("stub-anthropic")
+    provider = {"name": name, "type": "anthropic", "base_url": stub.url, "api_key": "sk-ant-stub", "timeout_s": 10}
+    status, body = http("POST", f"{gateway.url}/api/admin/providers", provider, gateway.admin)
+    assert status == 201, body
+    return name
+
+
+def test_claude_code_answers_through_an_anthropic_provider(gateway, stub, tmp_path, anthropic_provider):
+    model, upstream = new_model(gateway, provider=anthropic_provider, prefix="cc-pass")
+    stub.script(upstream, {"content": "Pong from the Messages stub."})
+
+    done = run(
+        claude_cmd(model, "Reply with pong."),
+        claude_env(tmp_path / "home", gateway.url, gateway.key),
+        tmp_path / "work",
+    )
+
+    result = result_json(done)
+    assert done.returncode == 0, (result, done.stderr)
+    assert result["result"] == "Pong from the Messages stub."
+    reqs = stub.requests(upstream)
+    assert len(reqs) == 1
+    assert reqs[0]["path"] == "/v1/messages"
+    # Passed through: Claude Code's own body, model replaced, provider's key.
+    body = reqs[0]["body"]
+    assert body["model"] == upstream
+    assert body["stream"] is True
+    assert any(t["name"] == "Bash" for t in body["tools"])
+    assert reqs[0]["headers"]["x-api-key"] == "sk-ant-stub"
+    assert "claude-code-20250219" in reqs[0]["headers"]["anthropic-beta"]
+    assert gateway.key not in json.dumps(reqs[0]["headers"])
+
+
+def test_claude_code_completes_a_bash_round_trip_through_an_anthropic_provider(
+    gateway, stub, tmp_path, anthropic_provider
+):
+    model, upstream = new_model(gateway, provider=anthropic_provider, prefix="cc-pass-tool")
+
+    done = run_two_turns(
+        stub,
+        upstream,
+        {"tool_calls": [BASH_CALL]},
+        {"content": FINAL_TEXT},
+        claude_cmd(model, "Run the marker command.", "--allowedTools", "Bash"),
+        claude_env(tmp_path / "home", gateway.url, gateway.key),
+        tmp_path / "work",
+    )
+
+    result = result_json(done)
+    assert done.returncode == 0, (result, done.stderr)
+    assert result["result"] == FINAL_TEXT
+    reqs = stub.requests(upstream)
+    assert len(reqs) == 2
+    last = reqs[1]["body"]["messages"][-1]
+    results = [b for b in last["content"] if isinstance(b, dict) and b.get("type") == "tool_result"]
+    assert len(results) == 1
+    tool_use_ids = [
+        b["id"]
+        for m in reqs[1]["body"]["messages"]
+        if m["role"] == "assistant" and isinstance(m["content"], list)
+        for b in m["content"]
+        if b.get("type") == "tool_use"
+    ]
+    assert results[0]["tool_use_id"] in tool_use_ids
+    assert SHELL_OUTPUT in json.dumps(results[0]["content"])

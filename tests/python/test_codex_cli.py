@@ -1,0 +1,163 @@
+"""The real Codex CLI (npm @openai/codex, tests/agent-clis) through Gatehouse
+(issue 32): `codex exec`, offline, with a CODEX_HOME whose config.toml has a
+`model_providers` entry for Gatehouse (`wire_api = "responses"`), as
+docs/agent-clis.md tells users.
+
+Codex speaks only the Responses API, as streams. To an `openai` provider in
+the default `bridge` mode Gatehouse translates it to chat completions and the
+stub's chat answers back into the Responses event grammar; Codex must answer a
+prompt and complete a shell-command round trip."""
+
+import json
+
+import pytest
+
+from agent_clis import (
+    SHELL_COMMAND,
+    SHELL_OUTPUT,
+    codex_cmd,
+    codex_env,
+    new_model,
+    run,
+    run_two_turns,
+    text_of,
+    tool_messages,
+    unique,
+)
+from conftest import http
+
+EXEC_CALL = {"id": "call_codex_exec_1", "name": "exec_command", "arguments": json.dumps({"cmd": SHELL_COMMAND})}
+FINAL_TEXT = "The command printed the marker."
+
+
+def test_codex_exec_answers_a_prompt_through_gatehouse(gateway, stub, tmp_path):
+    model, upstream = new_model(gateway, prefix="codex")
+    stub.script(upstream, {"content": "Pong from the stub upstream."})
+    last = tmp_path / "last.txt"
+
+    done = run(
+        codex_cmd("Reply with pong.", last),
+        codex_env(tmp_path / "home", gateway.v1, model, gateway.key),
+        tmp_path / "work",
+    )
+
+    assert done.returncode == 0, f"stdout: {done.stdout}\nstderr: {done.stderr}"
+    assert last.read_text().strip() == "Pong from the stub upstream."
+    reqs = stub.requests(upstream)
+    assert len(reqs) == 1
+    assert reqs[0]["path"] == "/v1/chat/completions"
+    body = reqs[0]["body"]
+    assert body["stream"] is True
+    # Codex's developer messages become system messages; its prompt the last user text.
+    assert body["messages"][0]["role"] == "system"
+    assert "developer" not in [m["role"] for m in body["messages"]]
+    users = [m for m in body["messages"] if m["role"] == "user"]
+    assert text_of(users[-1]["content"]) == "Reply with pong."
+    assert any(t["function"]["name"] == "exec_command" for t in body["tools"])
+    assert gateway.key not in json.dumps(reqs[0]["headers"])
+
+
+def test_codex_exec_runs_a_shell_command_and_sends_its_output_back(gateway, stub, tmp_path):
+    model, upstream = new_model(gateway, prefix="codex-tool")
+    last = tmp_path / "last.txt"
+
+    done = run_two_turns(
+        stub,
+        upstream,
+        {"tool_calls": [EXEC_CALL]},
+        {"content": FINAL_TEXT},
+        codex_cmd("Run the marker command.", last),
+        codex_env(tmp_path / "home", gateway.v1, model, gateway.key),
+        tmp_path / "work",
+    )
+
+    assert done.returncode == 0, f"stdout: {done.stdout}\nstderr: {done.stderr}"
+    assert last.read_text().strip() == FINAL_TEXT
+    reqs = stub.requests(upstream)
+    assert len(reqs) == 2, [r["body"]["messages"][-1] for r in reqs]
+    second = reqs[1]["body"]["messages"]
+    # Codex echoed the function_call item; the bridge made it tool_calls again...
+    calls = [c for m in second if m["role"] == "assistant" for c in m.get("tool_calls") or []]
+    assert [c["id"] for c in calls] == ["call_codex_exec_1"]
+    assert json.loads(calls[0]["function"]["arguments"]) == {"cmd": SHELL_COMMAND}
+    # ...and its function_call_output, holding the command's real output, a tool message.
+    tools = tool_messages(reqs[1])
+    assert [t["tool_call_id"] for t in tools] == ["call_codex_exec_1"]
+    assert SHELL_OUTPUT in text_of(tools[0]["content"])
+    assert SHELL_OUTPUT not in json.dumps(reqs[0]["body"])
+
+
+def test_codex_exec_fails_on_a_wrong_key_without_reaching_the_upstream(gateway, stub, tmp_path):
+    model, upstream = new_model(gateway, prefix="codex-401")
+    stub.script(upstream, {"content": "never sent"})
+    last = tmp_path / "last.txt"
+
+    done = run(
+        codex_cmd("Reply with pong.", last),
+        codex_env(tmp_path / "home", gateway.v1, model, "gh-not-a-key"),
+        tmp_path / "work",
+    )
+
+    assert done.returncode != 0
+    assert "401" in done.stdout + done.stderr
+    assert stub.requests(upstream) == []
+
+
+@pytest.fixture(scope="module")
+def native_provider(gateway, stub):
+    """An `openai` provider in `native` mode: Responses bodies go to the
+    stub's own /v1/responses unchanged but for `model`."""
+    name = unique("stub-native")
+    provider = {"name": name, "type": "openai", "base_url": f"{stub.url}/v1", "timeout_s": 10, "responses": "native"}
+    status, body = http("POST", f"{gateway.url}/api/admin/providers", provider, gateway.admin)
+    assert status == 201, body
+    return name
+
+
+def test_codex_exec_answers_through_a_native_responses_provider(gateway, stub, tmp_path, native_provider):
+    model, upstream = new_model(gateway, provider=native_provider, prefix="codex-native")
+    stub.script(upstream, {"content": "Pong from the Responses stub."})
+    last = tmp_path / "last.txt"
+
+    done = run(
+        codex_cmd("Reply with pong.", last),
+        codex_env(tmp_path / "home", gateway.v1, model, gateway.key),
+        tmp_path / "work",
+    )
+
+    assert done.returncode == 0, f"stdout: {done.stdout}\nstderr: {done.stderr}"
+    assert last.read_text().strip() == "Pong from the Responses stub."
+    reqs = stub.requests(upstream)
+    assert len(reqs) == 1
+    assert reqs[0]["path"] == "/v1/responses"
+    # Codex's own body, only the model replaced.
+    body = reqs[0]["body"]
+    assert body["model"] == upstream
+    assert body["store"] is False
+    assert body["stream"] is True
+    assert any(t.get("name") == "exec_command" for t in body["tools"])
+
+
+def test_codex_exec_completes_a_shell_round_trip_through_a_native_responses_provider(
+    gateway, stub, tmp_path, native_provider
+):
+    model, upstream = new_model(gateway, provider=native_provider, prefix="codex-native-tool")
+    last = tmp_path / "last.txt"
+
+    done = run_two_turns(
+        stub,
+        upstream,
+        {"tool_calls": [EXEC_CALL]},
+        {"content": FINAL_TEXT},
+        codex_cmd("Run the marker command.", last),
+        codex_env(tmp_path / "home", gateway.v1, model, gateway.key),
+        tmp_path / "work",
+    )
+
+    assert done.returncode == 0, f"stdout: {done.stdout}\nstderr: {done.stderr}"
+    assert last.read_text().strip() == FINAL_TEXT
+    reqs = stub.requests(upstream)
+    assert len(reqs) == 2
+    outputs = [i for i in reqs[1]["body"]["input"] if i.get("type") == "function_call_output"]
+    assert [o["call_id"] for o in outputs] == ["call_codex_exec_1"]
+    assert SHELL_OUTPUT in json.dumps(outputs[0]["output"])
