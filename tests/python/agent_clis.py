@@ -185,3 +185,22 @@ def text_of(content) -> str:
     if isinstance(content, list):
         return "".join(p.get("text", "") for p in content if isinstance(p, dict))
     return ""
+
+
+def usage_of(gateway, model: str) -> dict:
+    """The gateway's usage totals for one model (`GET /api/admin/usage`)."""
+    status, body = http("GET", f"{gateway.url}/api/admin/usage?group_by=model", token=gateway.admin)
+    assert status == 200, body
+    rows = [r for r in body if r["key"] == model]
+    return rows[0] if rows else {"requests": 0, "errors": 0, "prompt_tokens": 0, "completion_tokens": 0}
+
+
+def wait_usage(gateway, model: str, requests: int) -> dict:
+    """The usage totals once `requests` are recorded (records are written
+    when an answer ends, just after the client has it)."""
+    deadline = time.monotonic() + 10
+    while True:
+        usage = usage_of(gateway, model)
+        if usage["requests"] >= requests or time.monotonic() > deadline:
+            return usage
+        time.sleep(0.05)

@@ -16,7 +16,6 @@ from agent_clis import (
     SHELL_OUTPUT,
     claude_cmd,
     claude_env,
-    new_key,
     new_model,
     result_json,
     run,
@@ -24,6 +23,7 @@ from agent_clis import (
     text_of,
     tool_messages,
     unique,
+    wait_usage,
 )
 from conftest import http
 
@@ -97,6 +97,9 @@ def test_claude_code_runs_a_bash_tool_call_and_sends_its_output_back(gateway, st
     assert [t["tool_call_id"] for t in tools] == ["call_cc_bash_1"]
     assert SHELL_OUTPUT in text_of(tools[0]["content"])
     assert SHELL_OUTPUT not in json.dumps(reqs[0]["body"])
+    # Both turns are the gateway's requests: counted, with the stub's token figures.
+    usage = wait_usage(gateway, model, 2)
+    assert (usage["requests"], usage["errors"], usage["prompt_tokens"]) == (2, 0, 20)
 
 
 def test_claude_code_reports_a_wrong_key_as_an_authentication_failure(gateway, stub, tmp_path):

@@ -23,6 +23,7 @@ from agent_clis import (
     text_of,
     tool_messages,
     unique,
+    wait_usage,
 )
 from conftest import http
 
@@ -85,6 +86,9 @@ def test_codex_exec_runs_a_shell_command_and_sends_its_output_back(gateway, stub
     assert [t["tool_call_id"] for t in tools] == ["call_codex_exec_1"]
     assert SHELL_OUTPUT in text_of(tools[0]["content"])
     assert SHELL_OUTPUT not in json.dumps(reqs[0]["body"])
+    # Both turns are the gateway's requests: counted, with the stub's token figures.
+    usage = wait_usage(gateway, model, 2)
+    assert (usage["requests"], usage["errors"], usage["prompt_tokens"]) == (2, 0, 20)
 
 
 def test_codex_exec_fails_on_a_wrong_key_without_reaching_the_upstream(gateway, stub, tmp_path):
