@@ -60,6 +60,27 @@ def new_key(gateway, **extra) -> str:
     return body["key"]
 
 
+def new_agent(gateway, model: str, **extra) -> tuple[str, str]:
+    """An agent on `model` and a signed-in device of the admin: returns
+    (agent address, access token)."""
+    address = unique("cli-agent")
+    body = {"address": address, "name": address, "model": model, "default_tool_mode": "auto", **extra}
+    status, answer = http("POST", f"{gateway.url}/api/admin/agents", body, gateway.admin)
+    assert status == 201, answer
+    status, answer = http(
+        "POST", f"{gateway.url}/api/agent-tokens", {"agent": address, "device_label": "agent-cli-test"}, gateway.admin
+    )
+    assert status == 201, answer
+    return address, answer["access_token"]
+
+
+def agent_tools(gateway, address: str) -> dict:
+    """The agent's tool list as the admin sees it: name -> status."""
+    status, body = http("GET", f"{gateway.url}/api/admin/agents/{address}/tools", token=gateway.admin)
+    assert status == 200, body
+    return {t["name"]: t["status"] for t in body}
+
+
 def base_env(home: Path) -> dict:
     home.mkdir(parents=True, exist_ok=True)
     return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "LANG": "C.UTF-8"}
@@ -84,7 +105,7 @@ def claude_cmd(model: str, prompt: str, *extra: str) -> list[str]:
     return [str(cli("claude")), "-p", prompt, "--model", model, "--output-format", "json", *extra]
 
 
-def codex_home(home: Path, base_url: str, model: str, key_var: str = "GATEHOUSE_API_KEY") -> Path:
+def codex_home(home: Path, base_url: str, model: str, key_var: str = "GATEHOUSE_API_KEY", extra_toml: str = "") -> Path:
     """A CODEX_HOME whose config.toml routes Codex through Gatehouse
     (docs/agent-clis.md), plus the tests' own settings: no retries, so a
     broken stream fails the test instead of being retried away."""
@@ -101,14 +122,14 @@ env_key = "{key_var}"
 wire_api = "responses"
 request_max_retries = 0
 stream_max_retries = 0
-"""
+{extra_toml}"""
     )
     return codex
 
 
-def codex_env(home: Path, base_url: str, model: str, key: str) -> dict:
+def codex_env(home: Path, base_url: str, model: str, key: str, extra_toml: str = "") -> dict:
     env = base_env(home)
-    env["CODEX_HOME"] = str(codex_home(home, base_url, model))
+    env["CODEX_HOME"] = str(codex_home(home, base_url, model, extra_toml=extra_toml))
     env["GATEHOUSE_API_KEY"] = key
     return env
 

@@ -12,10 +12,12 @@ import json
 import pytest
 
 from agent_clis import (
+    agent_tools,
     SHELL_COMMAND,
     SHELL_OUTPUT,
     claude_cmd,
     claude_env,
+    new_agent,
     new_model,
     result_json,
     run,
@@ -208,3 +210,37 @@ def test_claude_code_completes_a_bash_round_trip_through_an_anthropic_provider(
     ]
     assert results[0]["tool_use_id"] in tool_use_ids
     assert SHELL_OUTPUT in json.dumps(results[0]["content"])
+
+
+def test_claude_code_under_an_agent_offers_only_contract_tools_and_completes_a_round_trip(gateway, stub, tmp_path):
+    # The agent route with its access token: the agent's model, instructions
+    # and tool contract apply to Claude Code's requests.
+    model, upstream = new_model(gateway, prefix="cc-agent")
+    address, token = new_agent(gateway, model, instructions="You are the gatehouse test agent.", tool_contract=["Bash"])
+
+    done = run_two_turns(
+        stub,
+        upstream,
+        {"tool_calls": [BASH_CALL]},
+        {"content": FINAL_TEXT},
+        claude_cmd("claude-sonnet-4-5", "Run the marker command.", "--allowedTools", "Bash"),
+        claude_env(tmp_path / "home", f"{gateway.url}/v1/agents/{address}", token, "ANTHROPIC_AUTH_TOKEN"),
+        tmp_path / "work",
+    )
+
+    result = result_json(done)
+    assert done.returncode == 0, (result, done.stderr)
+    assert result["result"] == FINAL_TEXT
+    reqs = stub.requests(upstream)
+    assert len(reqs) == 2
+    first = reqs[0]["body"]
+    assert [t["function"]["name"] for t in first["tools"]] == ["Bash"]
+    assert first["messages"][0]["role"] == "system"
+    assert text_of(first["messages"][0]["content"]).startswith("You are the gatehouse test agent.")
+    tools = tool_messages(reqs[1])
+    assert [t["tool_call_id"] for t in tools] == ["call_cc_bash_1"]
+    assert SHELL_OUTPUT in text_of(tools[0]["content"])
+    # Claude Code's other tools were held, and the admin sees them so.
+    listed = agent_tools(gateway, address)
+    assert listed["Bash"] == "contract"
+    assert listed["Read"] == "held"

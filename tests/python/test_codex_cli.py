@@ -13,10 +13,12 @@ import json
 import pytest
 
 from agent_clis import (
+    agent_tools,
     SHELL_COMMAND,
     SHELL_OUTPUT,
     codex_cmd,
     codex_env,
+    new_agent,
     new_model,
     run,
     run_two_turns,
@@ -165,3 +167,37 @@ def test_codex_exec_completes_a_shell_round_trip_through_a_native_responses_prov
     outputs = [i for i in reqs[1]["body"]["input"] if i.get("type") == "function_call_output"]
     assert [o["call_id"] for o in outputs] == ["call_codex_exec_1"]
     assert SHELL_OUTPUT in json.dumps(outputs[0]["output"])
+
+
+def test_codex_under_an_agent_offers_only_contract_tools_and_completes_a_round_trip(gateway, stub, tmp_path):
+    # base_url is the agent's path and the access token is the key: the
+    # agent's model, instructions and tool contract apply to Codex.
+    model, upstream = new_model(gateway, prefix="codex-agent")
+    address, token = new_agent(
+        gateway, model, instructions="You are the gatehouse test agent.", tool_contract=["exec_command"]
+    )
+    last = tmp_path / "last.txt"
+
+    done = run_two_turns(
+        stub,
+        upstream,
+        {"tool_calls": [EXEC_CALL]},
+        {"content": FINAL_TEXT},
+        codex_cmd("Run the marker command.", last),
+        codex_env(tmp_path / "home", f"{gateway.url}/v1/agents/{address}", "gpt-5-codex", token),
+        tmp_path / "work",
+    )
+
+    assert done.returncode == 0, f"stdout: {done.stdout}\nstderr: {done.stderr}"
+    assert last.read_text().strip() == FINAL_TEXT
+    reqs = stub.requests(upstream)
+    assert len(reqs) == 2
+    first = reqs[0]["body"]
+    assert [t["function"]["name"] for t in first["tools"]] == ["exec_command"]
+    assert first["messages"][0] == {"role": "system", "content": "You are the gatehouse test agent."}
+    tools = tool_messages(reqs[1])
+    assert [t["tool_call_id"] for t in tools] == ["call_codex_exec_1"]
+    assert SHELL_OUTPUT in text_of(tools[0]["content"])
+    listed = agent_tools(gateway, address)
+    assert listed["exec_command"] == "contract"
+    assert listed["write_stdin"] == "held"
