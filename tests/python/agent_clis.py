@@ -96,6 +96,9 @@ def claude_env(home: Path, gateway_url: str, key: str, credential: str = "ANTHRO
             # No telemetry, error reports, update checks or model list: only
             # the Messages calls, so it runs with nothing but loopback.
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            # Tests only: Claude Code retries even a 401 for minutes; a failure
+            # must show at once, not be retried away.
+            "CLAUDE_CODE_MAX_RETRIES": "0",
         }
     )
     return env

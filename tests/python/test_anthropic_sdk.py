@@ -192,6 +192,8 @@ def test_count_tokens_counts_the_system_text_and_tools(gateway, client):
 
 def test_models_list_in_anthropic_shape_names_chat_models(gateway, client):
     model, _ = new_model(gateway, prefix="sdk-models")
+    raw = client.models.with_raw_response.list(limit=1000).http_response.json()
+    assert {"data", "has_more", "first_id", "last_id"} <= raw.keys()
     models = list(client.models.list(limit=1000))
     ids = [m.id for m in models]
     assert model in ids

@@ -35,11 +35,16 @@ BASH_CALL = {
     "arguments": json.dumps({"command": SHELL_COMMAND, "description": "Print the marker"}),
 }
 FINAL_TEXT = "The command printed the marker."
+# Gatehouse model ids the tests create start with a name Claude Code knows.
+# For a name it does not know (say `qwen3-coder`) Claude Code 2.1.197 treats
+# the model as a newer family and puts `role: "system"` messages into
+# `messages`, which the contract refuses (400 validation_error).
+CLAUDE_NAME = "claude-sonnet-4-5"
 
 
 @pytest.mark.parametrize("credential", ["ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"])
 def test_claude_code_answers_a_prompt_through_gatehouse(gateway, stub, tmp_path, credential):
-    model, upstream = new_model(gateway, prefix="cc")
+    model, upstream = new_model(gateway, prefix=CLAUDE_NAME)
     stub.script(upstream, {"content": "Pong from the stub upstream."})
 
     done = run(
@@ -69,7 +74,7 @@ def test_claude_code_answers_a_prompt_through_gatehouse(gateway, stub, tmp_path,
 
 
 def test_claude_code_runs_a_bash_tool_call_and_sends_its_output_back(gateway, stub, tmp_path):
-    model, upstream = new_model(gateway, prefix="cc-tool")
+    model, upstream = new_model(gateway, prefix=CLAUDE_NAME)
 
     done = run_two_turns(
         stub,
@@ -105,7 +110,7 @@ def test_claude_code_runs_a_bash_tool_call_and_sends_its_output_back(gateway, st
 
 
 def test_claude_code_reports_a_wrong_key_as_an_authentication_failure(gateway, stub, tmp_path):
-    model, upstream = new_model(gateway, prefix="cc-401")
+    model, upstream = new_model(gateway, prefix=CLAUDE_NAME)
     stub.script(upstream, {"content": "never sent"})
 
     done = run(
@@ -118,17 +123,19 @@ def test_claude_code_reports_a_wrong_key_as_an_authentication_failure(gateway, s
     assert done.returncode != 0
     assert result["is_error"] is True
     assert result["api_error_status"] == 401
+    # Claude Code shows the message of Gatehouse's Anthropic-shaped error.
+    assert "The API key is not valid." in result["result"]
     assert stub.requests(upstream) == []
 
 
 def test_claude_code_reaches_a_model_by_its_claude_name_through_an_alias(gateway, stub, tmp_path):
     # Claude Code sends fixed claude-* names; an alias maps them to a model.
-    alias = unique("claude-gatehouse-test")
+    alias = unique("claude-opus-4-1")
     model, upstream = new_model(gateway, prefix="cc-alias", aliases=[f"{alias}-*"])
     stub.script(upstream, {"content": "Answered by the aliased model."})
 
     done = run(
-        claude_cmd(f"{alias}-4-5", "Reply with pong."),
+        claude_cmd(f"{alias}-20250805", "Reply with pong."),
         claude_env(tmp_path / "home", gateway.url, gateway.key),
         tmp_path / "work",
     )
@@ -138,7 +145,7 @@ def test_claude_code_reaches_a_model_by_its_claude_name_through_an_alias(gateway
     assert result["result"] == "Answered by the aliased model."
     assert len(stub.requests(upstream)) == 1
     # The CLI's own bookkeeping names the model it asked for.
-    assert f"{alias}-4-5" in result["modelUsage"]
+    assert f"{alias}-20250805" in result["modelUsage"]
 
 
 @pytest.fixture(scope="module")
@@ -153,7 +160,7 @@ def anthropic_provider(gateway, stub):
 
 
 def test_claude_code_answers_through_an_anthropic_provider(gateway, stub, tmp_path, anthropic_provider):
-    model, upstream = new_model(gateway, provider=anthropic_provider, prefix="cc-pass")
+    model, upstream = new_model(gateway, provider=anthropic_provider, prefix=CLAUDE_NAME)
     stub.script(upstream, {"content": "Pong from the Messages stub."})
 
     done = run(
@@ -181,7 +188,7 @@ def test_claude_code_answers_through_an_anthropic_provider(gateway, stub, tmp_pa
 def test_claude_code_completes_a_bash_round_trip_through_an_anthropic_provider(
     gateway, stub, tmp_path, anthropic_provider
 ):
-    model, upstream = new_model(gateway, provider=anthropic_provider, prefix="cc-pass-tool")
+    model, upstream = new_model(gateway, provider=anthropic_provider, prefix=CLAUDE_NAME)
 
     done = run_two_turns(
         stub,
@@ -215,7 +222,7 @@ def test_claude_code_completes_a_bash_round_trip_through_an_anthropic_provider(
 def test_claude_code_under_an_agent_offers_only_contract_tools_and_completes_a_round_trip(gateway, stub, tmp_path):
     # The agent route with its access token: the agent's model, instructions
     # and tool contract apply to Claude Code's requests.
-    model, upstream = new_model(gateway, prefix="cc-agent")
+    model, upstream = new_model(gateway, prefix=CLAUDE_NAME)
     address, token = new_agent(gateway, model, instructions="You are the gatehouse test agent.", tool_contract=["Bash"])
 
     done = run_two_turns(
