@@ -201,3 +201,46 @@ def test_codex_under_an_agent_offers_only_contract_tools_and_completes_a_round_t
     listed = agent_tools(gateway, address)
     assert listed["exec_command"] == "contract"
     assert listed["write_stdin"] == "held"
+
+
+def test_codex_applies_a_patch_through_the_bridge_with_its_custom_apply_patch_tool(gateway, stub, tmp_path):
+    # For a model it knows (gpt-5.5...) Codex offers `apply_patch` as a custom
+    # (freeform) tool; the bridge offers it upstream as a function taking
+    # {"input"} and turns the call back into a custom_tool_call Codex applies.
+    model, upstream = new_model(gateway, prefix="gpt-5.5")
+    patch = "*** Begin Patch\n*** Add File: hello.txt\n+patched through gatehouse\n*** End Patch\n"
+    call = {"id": "call_codex_patch_1", "name": "apply_patch", "arguments": json.dumps({"input": patch})}
+    last = tmp_path / "last.txt"
+    work = tmp_path / "work"
+
+    done = run_two_turns(
+        stub,
+        upstream,
+        {"tool_calls": [call]},
+        {"content": "Added hello.txt."},
+        codex_cmd("Add hello.txt.", last),
+        codex_env(tmp_path / "home", gateway.v1, model, gateway.key),
+        work,
+    )
+
+    assert done.returncode == 0, f"stdout: {done.stdout}\nstderr: {done.stderr}"
+    assert last.read_text().strip() == "Added hello.txt."
+    assert (work / "hello.txt").read_text() == "patched through gatehouse\n"
+    reqs = stub.requests(upstream)
+    assert len(reqs) == 2
+    offered = {t["function"]["name"]: t["function"] for t in reqs[0]["body"]["tools"]}
+    assert offered["apply_patch"]["parameters"] == {
+        "type": "object",
+        "properties": {"input": {"type": "string"}},
+        "required": ["input"],
+    }
+    # Built-in tools have no chat form: dropped, never sent.
+    assert "web_search" not in offered and "tool_search" not in offered
+    assert all(t["type"] == "function" for t in reqs[0]["body"]["tools"])
+    second = reqs[1]["body"]["messages"]
+    calls = [c for m in second if m["role"] == "assistant" for c in m.get("tool_calls") or []]
+    assert [c["id"] for c in calls] == ["call_codex_patch_1"]
+    assert json.loads(calls[0]["function"]["arguments"]) == {"input": patch}
+    tools = tool_messages(reqs[1])
+    assert [t["tool_call_id"] for t in tools] == ["call_codex_patch_1"]
+    assert "hello.txt" in text_of(tools[0]["content"])
