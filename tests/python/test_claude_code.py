@@ -251,3 +251,50 @@ def test_claude_code_under_an_agent_offers_only_contract_tools_and_completes_a_r
     listed = agent_tools(gateway, address)
     assert listed["Bash"] == "contract"
     assert listed["Read"] == "held"
+
+
+def test_claude_code_under_an_agent_in_ask_mode_waits_for_the_approval_of_its_bash_call(gateway, stub, tmp_path):
+    # Mode ask: the Bash call gets an approval. Claude Code runs the command
+    # (it knows nothing of approvals), but its result cannot reach the model
+    # while the approval is pending; once the user approves, the resumed
+    # session's result goes through.
+    model, upstream = new_model(gateway, prefix=CLAUDE_NAME)
+    address, token = new_agent(gateway, model, default_tool_mode="ask")
+    env = claude_env(tmp_path / "home", f"{gateway.url}/v1/agents/{address}", token, "ANTHROPIC_AUTH_TOKEN")
+
+    done = run_two_turns(
+        stub,
+        upstream,
+        {"tool_calls": [BASH_CALL]},
+        {"content": FINAL_TEXT},
+        claude_cmd("claude-sonnet-4-5", "Run the marker command.", "--allowedTools", "Bash"),
+        env,
+        tmp_path / "work",
+    )
+
+    held = result_json(done)
+    assert held["is_error"] is True, held
+    assert held["api_error_status"] == 409
+    assert len(stub.requests(upstream)) == 1
+    status, approvals = http("GET", f"{gateway.url}/api/admin/agents/{address}/approvals", token=gateway.admin)
+    assert status == 200, approvals
+    assert [(a["tool"], a["tool_call_id"], a["status"]) for a in approvals] == [("Bash", "call_cc_bash_1", "pending")]
+
+    status, body = http(
+        "POST", f"{gateway.url}/v1/agents/{address}/approvals/{approvals[0]['id']}", {"decision": "approve"}, token
+    )
+    assert status == 200, body
+    resumed = run(
+        claude_cmd("claude-sonnet-4-5", "Go on.", "--resume", held["session_id"], "--allowedTools", "Bash"),
+        env,
+        tmp_path / "work",
+    )
+
+    result = result_json(resumed)
+    assert resumed.returncode == 0, (result, resumed.stderr)
+    assert result["result"] == FINAL_TEXT
+    reqs = stub.requests(upstream)
+    assert len(reqs) == 2
+    tools = tool_messages(reqs[1])
+    assert [t["tool_call_id"] for t in tools] == ["call_cc_bash_1"]
+    assert SHELL_OUTPUT in text_of(tools[0]["content"])

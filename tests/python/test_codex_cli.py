@@ -9,6 +9,7 @@ stub's chat answers back into the Responses event grammar; Codex must answer a
 prompt and complete a shell-command round trip."""
 
 import json
+import re
 
 import pytest
 
@@ -244,3 +245,49 @@ def test_codex_applies_a_patch_through_the_bridge_with_its_custom_apply_patch_to
     tools = tool_messages(reqs[1])
     assert [t["tool_call_id"] for t in tools] == ["call_codex_patch_1"]
     assert "hello.txt" in text_of(tools[0]["content"])
+
+
+def test_codex_under_an_agent_in_ask_mode_waits_for_the_approval_of_its_command(gateway, stub, tmp_path):
+    # Mode ask: the exec_command call gets an approval; Codex runs it, but its
+    # output cannot reach the model while the approval is pending. Once the
+    # user approves, the resumed session's output goes through.
+    model, upstream = new_model(gateway, prefix="codex-ask")
+    address, token = new_agent(gateway, model, default_tool_mode="ask")
+    env = codex_env(tmp_path / "home", f"{gateway.url}/v1/agents/{address}", "gpt-5-codex", token)
+    last = tmp_path / "last.txt"
+
+    done = run_two_turns(
+        stub,
+        upstream,
+        {"tool_calls": [EXEC_CALL]},
+        {"content": FINAL_TEXT},
+        codex_cmd("Run the marker command.", last),
+        env,
+        tmp_path / "work",
+    )
+
+    assert done.returncode != 0, done.stderr
+    assert "409" in done.stdout + done.stderr
+    assert len(stub.requests(upstream)) == 1
+    status, approvals = http("GET", f"{gateway.url}/api/admin/agents/{address}/approvals", token=gateway.admin)
+    assert status == 200, approvals
+    assert [(a["tool"], a["tool_call_id"], a["status"]) for a in approvals] == [
+        ("exec_command", "call_codex_exec_1", "pending")
+    ]
+    session = re.search(r"session id: (\S+)", done.stderr + done.stdout)
+    assert session, done.stderr
+
+    status, body = http(
+        "POST", f"{gateway.url}/v1/agents/{address}/approvals/{approvals[0]['id']}", {"decision": "approve"}, token
+    )
+    assert status == 200, body
+    # `exec`'s options go before its `resume` subcommand.
+    resumed = run(codex_cmd("Go on.", last)[:-1] + ["resume", session.group(1), "Go on."], env, tmp_path / "work")
+
+    assert resumed.returncode == 0, f"stdout: {resumed.stdout}\nstderr: {resumed.stderr}"
+    assert last.read_text().strip() == FINAL_TEXT
+    reqs = stub.requests(upstream)
+    assert len(reqs) == 2
+    tools = tool_messages(reqs[1])
+    assert [t["tool_call_id"] for t in tools] == ["call_codex_exec_1"]
+    assert SHELL_OUTPUT in text_of(tools[0]["content"])
