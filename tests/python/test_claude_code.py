@@ -76,10 +76,11 @@ def test_claude_code_answers_a_prompt_through_gatehouse(gateway, stub, tmp_path,
 def test_claude_code_runs_a_bash_tool_call_and_sends_its_output_back(gateway, stub, tmp_path):
     model, upstream = new_model(gateway, prefix=CLAUDE_NAME)
 
+    # Text, then the call, in one streamed answer: a text block, then a tool_use block.
     done = run_two_turns(
         stub,
         upstream,
-        {"tool_calls": [BASH_CALL]},
+        {"content": "Running it now.", "tool_calls": [BASH_CALL]},
         {"content": FINAL_TEXT},
         claude_cmd(model, "Run the marker command.", "--allowedTools", "Bash"),
         claude_env(tmp_path / "home", gateway.url, gateway.key),
@@ -95,7 +96,9 @@ def test_claude_code_runs_a_bash_tool_call_and_sends_its_output_back(gateway, st
     assert len(reqs) == 2, [r["body"]["messages"][-1] for r in reqs]
     second = reqs[1]["body"]["messages"]
     # The assistant's call went back as OpenAI tool_calls, under its id...
-    calls = [c for m in second if m["role"] == "assistant" for c in m.get("tool_calls") or []]
+    assistant = [m for m in second if m["role"] == "assistant"]
+    assert [text_of(m.get("content")) for m in assistant] == ["Running it now."]
+    calls = [c for m in assistant for c in m.get("tool_calls") or []]
     assert [c["id"] for c in calls] == ["call_cc_bash_1"]
     assert json.loads(calls[0]["function"]["arguments"])["command"] == SHELL_COMMAND
     # ...and the tool_result Claude Code made from the command's real output

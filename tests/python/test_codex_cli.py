@@ -65,10 +65,11 @@ def test_codex_exec_runs_a_shell_command_and_sends_its_output_back(gateway, stub
     model, upstream = new_model(gateway, prefix="codex-tool")
     last = tmp_path / "last.txt"
 
+    # Text, then the call, in one streamed answer: a message item, then a function_call item.
     done = run_two_turns(
         stub,
         upstream,
-        {"tool_calls": [EXEC_CALL]},
+        {"content": "Running it now.", "tool_calls": [EXEC_CALL]},
         {"content": FINAL_TEXT},
         codex_cmd("Run the marker command.", last),
         codex_env(tmp_path / "home", gateway.v1, model, gateway.key),
@@ -80,8 +81,11 @@ def test_codex_exec_runs_a_shell_command_and_sends_its_output_back(gateway, stub
     reqs = stub.requests(upstream)
     assert len(reqs) == 2, [r["body"]["messages"][-1] for r in reqs]
     second = reqs[1]["body"]["messages"]
-    # Codex echoed the function_call item; the bridge made it tool_calls again...
-    calls = [c for m in second if m["role"] == "assistant" for c in m.get("tool_calls") or []]
+    # Codex echoed the message and function_call items; the bridge made them
+    # one assistant message with its text and tool_calls again...
+    assistant = [m for m in second if m["role"] == "assistant"]
+    assert [text_of(m.get("content")) for m in assistant] == ["Running it now."]
+    calls = [c for m in assistant for c in m.get("tool_calls") or []]
     assert [c["id"] for c in calls] == ["call_codex_exec_1"]
     assert json.loads(calls[0]["function"]["arguments"]) == {"cmd": SHELL_COMMAND}
     # ...and its function_call_output, holding the command's real output, a tool message.
