@@ -8,7 +8,7 @@ import json
 import anthropic
 import pytest
 
-from agent_clis import new_key, new_model
+from agent_clis import new_agent, new_key, new_model
 
 WEATHER_TOOL = {
     "name": "get_weather",
@@ -285,3 +285,26 @@ def test_one_byte_over_the_body_limit_raises_content_too_large_error(gateway, cl
         client.messages.create(model="py-chat", max_tokens=8, messages=[{"role": "user", "content": "x" * (16 << 20)}])
     assert_anthropic_error(e.value, 413, "request_too_large", "payload_too_large")
 
+
+
+def test_an_sdk_pointed_at_an_agent_gets_the_agents_model_and_instructions(gateway, stub):
+    # base_url {gw}/v1/agents/{agent}: the SDK posts to .../v1/messages there.
+    model, upstream = new_model(gateway, prefix="sdk-agent")
+    address, token = new_agent(gateway, model, instructions="Agent rules first.")
+    stub.script(upstream, {"content": "Answered for the agent."})
+    client = anthropic.Anthropic(
+        base_url=f"{gateway.url}/v1/agents/{address}", auth_token=token, max_retries=0, timeout=30
+    )
+
+    msg = client.messages.create(
+        model="ignored-on-agent-routes", max_tokens=32, system="Be brief.", messages=[{"role": "user", "content": "hi"}]
+    )
+
+    assert msg.content[0].text == "Answered for the agent."
+    assert msg.model == model
+    sent = stub.requests(upstream)[-1]["body"]["messages"]
+    assert sent[0] == {"role": "system", "content": "Agent rules first.\n\nBe brief."}
+    # The agent's instructions are counted too.
+    counted = client.messages.count_tokens(model="ignored-on-agent-routes", messages=[{"role": "user", "content": "hi"}])
+    bare = sdk(gateway).messages.count_tokens(model=model, messages=[{"role": "user", "content": "hi"}])
+    assert counted.input_tokens > bare.input_tokens
