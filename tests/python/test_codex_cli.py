@@ -110,7 +110,7 @@ def test_codex_exec_fails_on_a_wrong_key_without_reaching_the_upstream(gateway, 
     )
 
     assert done.returncode != 0
-    assert "401" in done.stdout + done.stderr
+    assert "status 401 Unauthorized" in done.stdout + done.stderr
     assert stub.requests(upstream) == []
 
 
@@ -271,7 +271,7 @@ def test_codex_under_an_agent_in_ask_mode_waits_for_the_approval_of_its_command(
     )
 
     assert done.returncode != 0, done.stderr
-    assert "409" in done.stdout + done.stderr
+    assert "status 409 Conflict" in done.stdout + done.stderr
     assert len(stub.requests(upstream)) == 1
     status, approvals = http("GET", f"{gateway.url}/api/admin/agents/{address}/approvals", token=gateway.admin)
     assert status == 200, approvals
