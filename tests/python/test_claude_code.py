@@ -301,3 +301,22 @@ def test_claude_code_under_an_agent_in_ask_mode_waits_for_the_approval_of_its_ba
     tools = tool_messages(reqs[1])
     assert [t["tool_call_id"] for t in tools] == ["call_cc_bash_1"]
     assert SHELL_OUTPUT in text_of(tools[0]["content"])
+
+
+def test_claude_code_sends_agent_headers_from_anthropic_custom_headers(gateway, stub, tmp_path):
+    # Tool mode read_only for this session: Claude Code's tools are not in a
+    # manifest, so they count as execute and none goes upstream.
+    model, upstream = new_model(gateway, prefix=CLAUDE_NAME)
+    address, token = new_agent(gateway, model)
+    stub.script(upstream, {"content": "No tools today."})
+    env = claude_env(tmp_path / "home", f"{gateway.url}/v1/agents/{address}", token, "ANTHROPIC_AUTH_TOKEN")
+    env["ANTHROPIC_CUSTOM_HEADERS"] = "X-Service-Tool-Mode: read_only"
+
+    done = run(claude_cmd("claude-sonnet-4-5", "Reply with pong."), env, tmp_path / "work")
+
+    result = result_json(done)
+    assert done.returncode == 0, (result, done.stderr)
+    assert result["result"] == "No tools today."
+    reqs = stub.requests(upstream)
+    assert len(reqs) == 1
+    assert "tools" not in reqs[0]["body"] or reqs[0]["body"]["tools"] == []

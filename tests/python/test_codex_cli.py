@@ -295,3 +295,27 @@ def test_codex_under_an_agent_in_ask_mode_waits_for_the_approval_of_its_command(
     tools = tool_messages(reqs[1])
     assert [t["tool_call_id"] for t in tools] == ["call_codex_exec_1"]
     assert SHELL_OUTPUT in text_of(tools[0]["content"])
+
+
+def test_codex_sends_agent_headers_from_the_providers_http_headers(gateway, stub, tmp_path):
+    # Tool mode read_only for this session: Codex's tools are not in a
+    # manifest, so they count as execute and none goes upstream.
+    model, upstream = new_model(gateway, prefix="codex-headers")
+    address, token = new_agent(gateway, model)
+    stub.script(upstream, {"content": "No tools today."})
+    last = tmp_path / "last.txt"
+    env = codex_env(
+        tmp_path / "home",
+        f"{gateway.url}/v1/agents/{address}",
+        "gpt-5-codex",
+        token,
+        extra_toml='http_headers = { "X-Service-Tool-Mode" = "read_only" }\n',
+    )
+
+    done = run(codex_cmd("Reply with pong.", last), env, tmp_path / "work")
+
+    assert done.returncode == 0, f"stdout: {done.stdout}\nstderr: {done.stderr}"
+    assert last.read_text().strip() == "No tools today."
+    reqs = stub.requests(upstream)
+    assert len(reqs) == 1
+    assert "tools" not in reqs[0]["body"] or reqs[0]["body"]["tools"] == []
