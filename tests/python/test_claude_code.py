@@ -182,7 +182,13 @@ def test_claude_code_answers_through_an_anthropic_provider(gateway, stub, tmp_pa
     body = reqs[0]["body"]
     assert body["model"] == upstream
     assert body["stream"] is True
-    assert any(t["name"] == "Bash" for t in body["tools"])
+    assert body["max_tokens"] == 32000
+    # Members a translation to chat would drop are kept.
+    assert body["thinking"]["type"] == "enabled"
+    assert "context_management" in body
+    assert body["system"][-1].get("cache_control") or any(b.get("cache_control") for b in body["system"])
+    assert any(t["name"] == "Bash" and "input_schema" in t for t in body["tools"])
+    assert reqs[0]["headers"]["anthropic-version"] == "2023-06-01"
     assert reqs[0]["headers"]["x-api-key"] == "sk-ant-stub"
     assert "claude-code-20250219" in reqs[0]["headers"]["anthropic-beta"]
     assert gateway.key not in json.dumps(reqs[0]["headers"])
