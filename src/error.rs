@@ -70,6 +70,18 @@ pub struct Error {
     /// Set when the error is an upstream attempt's (the relay marks the
     /// last one): the answer names the provider as a success would.
     pub attempted: Option<Box<Attempted>>,
+    /// An upstream's error answer to relay as it came (pass-through to an
+    /// `anthropic` provider): its status is the kind's, and the body,
+    /// `Content-Type` and `retry-after` go out unchanged.
+    pub raw: Option<Box<RawAnswer>>,
+}
+
+/// An upstream's error answer kept byte for byte (see [`Error::raw`]).
+#[derive(Clone, Debug)]
+pub struct RawAnswer {
+    pub body: bytes::Bytes,
+    pub content_type: Option<String>,
+    pub retry_after: Option<String>,
 }
 
 /// The provider of a request's last upstream attempt, and how many attempts
@@ -105,6 +117,7 @@ impl Error {
             param: None,
             retry_after: None,
             attempted: None,
+            raw: None,
         }
     }
     /// The status number of this error (see [`ErrorKind::status`]).

@@ -234,6 +234,7 @@ impl DirectClient {
         let (parts, body) = resp.into_parts();
         DirectResponse {
             status: parts.status,
+            headers: parts.headers,
             body: Exchange {
                 status: parts.status.as_u16(),
                 conn: Some(c),
@@ -281,6 +282,7 @@ async fn exchange(
 /// An answer's head and its body.
 pub struct DirectResponse {
     pub status: StatusCode,
+    pub headers: HeaderMap,
     pub body: Exchange,
 }
 

@@ -175,6 +175,18 @@ impl Provider {
         Ok(endpoint)
     }
 
+    /// [`Provider::endpoint`] with a query string (not cached: it is the
+    /// client's).
+    pub fn endpoint_with_query(&self, path: &str, query: &str) -> Result<Arc<Endpoint>, String> {
+        let url = reqwest::Url::parse(&format!("{}{}?{}", self.base_url, path, query))
+            .map_err(|e| e.to_string())?;
+        let direct = match url.scheme() {
+            "http" => Some(direct::DirectTarget::of(&url).map_err(|e| e.to_string())?),
+            _ => None,
+        };
+        Ok(Arc::new(Endpoint { url, direct }))
+    }
+
     /// `Bearer <api_key>`, marked sensitive (never logged by the HTTP client).
     pub fn authorization(&self) -> Option<&reqwest::header::HeaderValue> {
         self.wire

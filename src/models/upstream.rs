@@ -210,8 +210,47 @@ pub async fn post(
     stream: bool,
     deadline: Instant,
 ) -> Result<Answer, AttemptError> {
+    post_with(
+        client,
+        provider,
+        path,
+        body,
+        stream,
+        deadline,
+        &Extras::default(),
+    )
+    .await
+}
+
+/// What a pass-through call adds to [`post`]: the client's query string,
+/// the `anthropic-beta` to send, and error answers kept byte for byte.
+#[derive(Debug, Default)]
+pub struct Extras {
+    pub query: Option<String>,
+    pub anthropic_beta: Option<HeaderValue>,
+    /// An error answer (4xx/5xx) is kept as it came ([`Error::raw`]).
+    pub raw_errors: bool,
+}
+
+pub const ANTHROPIC_BETA_HEADER: header::HeaderName =
+    header::HeaderName::from_static("anthropic-beta");
+
+/// [`post`] with [`Extras`].
+pub async fn post_with(
+    client: &UpstreamClient,
+    provider: &Provider,
+    path: &'static str,
+    body: Bytes,
+    stream: bool,
+    deadline: Instant,
+    extras: &Extras,
+) -> Result<Answer, AttemptError> {
     // The base URL was checked when the provider was saved.
-    let endpoint = provider.endpoint(path).map_err(|e| {
+    let endpoint = match &extras.query {
+        Some(q) => provider.endpoint_with_query(path, q),
+        None => provider.endpoint(path),
+    };
+    let endpoint = endpoint.map_err(|e| {
         tracing::warn!(provider = %provider.name, error = %e, "provider base_url does not parse");
         AttemptError::new(Failure::Connect, unavailable_error())
     })?;
@@ -250,6 +289,9 @@ pub async fn post(
         if let Some(id) = &request_id {
             headers.insert(X_REQUEST_ID, id.clone());
         }
+        if let Some(beta) = &extras.anthropic_beta {
+            headers.insert(ANTHROPIC_BETA_HEADER, beta.clone());
+        }
         crate::telemetry::inject(&mut headers);
         headers
     };
@@ -258,12 +300,17 @@ pub async fn post(
         tracing::warn!(provider = %provider.name, error = %e, "upstream unreachable");
         AttemptError::new(Failure::Connect, unavailable_error())
     };
-    let (status, answer) = if let Some(to) = &endpoint.direct {
+    // The head's headers an error relayed as it came keeps.
+    let kept = |h: &HeaderMap| {
+        let get = |n: header::HeaderName| h.get(n)?.to_str().ok().map(str::to_string);
+        (get(header::CONTENT_TYPE), get(header::RETRY_AFTER))
+    };
+    let (status, answer, head) = if let Some(to) = &endpoint.direct {
         let sent = client.direct.post(to, headers, body);
         match tokio::time::timeout_at(deadline, sent).await {
             Err(_) | Ok(Err(DirectError::ConnectTimeout)) => return Err(timeout()),
             Ok(Err(e)) => return Err(unreachable(&e)),
-            Ok(Ok(r)) => (r.status, Answer::Direct(Box::new(r.body))),
+            Ok(Ok(r)) => (r.status, Answer::Direct(Box::new(r.body)), kept(&r.headers)),
         }
     } else {
         let sent = client
@@ -276,7 +323,10 @@ pub async fn post(
             Err(_) => return Err(timeout()),
             Ok(Err(e)) if e.is_timeout() => return Err(timeout()),
             Ok(Err(e)) => return Err(unreachable(&e)),
-            Ok(Ok(r)) => (r.status(), Answer::Reqwest(r)),
+            Ok(Ok(r)) => {
+                let head = kept(r.headers());
+                (r.status(), Answer::Reqwest(r), head)
+            }
         }
     };
     if status.is_success() {
@@ -287,7 +337,15 @@ pub async fn post(
         .await
         .ok()
         .and_then(Result::ok);
-    let err = status_error(status.as_u16(), body.as_deref());
+    let mut err = status_error(status.as_u16(), body.as_deref());
+    if extras.raw_errors && (400..=599).contains(&status.as_u16()) {
+        let (content_type, retry_after) = head;
+        err.raw = Some(Box::new(crate::error::RawAnswer {
+            body: body.unwrap_or_default(),
+            content_type,
+            retry_after,
+        }));
+    }
     tracing::info!(provider = %provider.name, status = status.as_u16(), message = %err.message, "upstream error status");
     Err(AttemptError::new(Failure::Status(status.as_u16()), err))
 }

@@ -52,12 +52,15 @@
 //!   (no `[DONE]`, no error message, no foreign named events).
 //!
 //! The inbound-dialect seam (also `ChatHooks`, defaults for chat): hooks of
-//! another client dialect (Responses: `crate::proxy::responses`) translate
-//! chat answers in the hooks above, end streams themselves (`openai_frames`
-//! false), and may send a target its own dialect (`native_request`: another
-//! path and body; the answer then goes through `on_native_answer` /
+//! another client dialect (Responses: `crate::proxy::responses`; Messages:
+//! `crate::proxy::messages`) translate chat answers in the hooks above, end
+//! streams themselves (`openai_frames` false, or frames of their own), and
+//! may send a target its own dialect (`native_request`: another path and
+//! body, and extras such as the client's query string or error answers
+//! relayed byte for byte; the answer then goes through `on_native_answer` /
 //! `on_native_event`, events relayed as they come, retries and usage as for
-//! chat).
+//! chat). The relay knows no dialect: a native stream ends, or fails,
+//! through the same `on_stream_end` / `on_stream_error` as any other.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -183,16 +186,17 @@ pub trait ChatHooks: Send + 'static {
     // and may send some targets the client's own dialect (native mode).
 
     /// This attempt's request in the client's own dialect, when its target
-    /// speaks it (a path under `base_url` and the body for
-    /// `upstream_model`; `alias` names the answering model), else None: the
-    /// attempt sends chat. The answer then goes through `on_native_answer`
-    /// or `on_native_event` instead of the chat hooks.
+    /// speaks it (a path under `base_url`, the body for `upstream_model`,
+    /// what else goes with it; `alias` names the answering model), else
+    /// None: the attempt sends chat. The answer then goes through
+    /// `on_native_answer` or `on_native_event` instead of the chat hooks;
+    /// a stream still ends through `on_stream_end` / `on_stream_error`.
     fn native_request(
         &mut self,
         provider: &Provider,
         upstream_model: &str,
         alias: &str,
-    ) -> Option<Result<(&'static str, Bytes), Error>> {
+    ) -> Option<Result<NativeRequest, Error>> {
         let _ = (provider, upstream_model, alias);
         None
     }
@@ -212,13 +216,27 @@ pub trait ChatHooks: Send + 'static {
     }
 }
 
+/// A native attempt's request (see [`ChatHooks::native_request`]).
+pub struct NativeRequest {
+    /// The path under the provider's `base_url`.
+    pub path: &'static str,
+    pub body: Bytes,
+    /// The client's query string, `anthropic-beta`, error answers relayed
+    /// as they came (default: none of these).
+    pub extras: upstream::Extras,
+}
+
 /// One relayed event of a native stream (see [`ChatHooks::on_native_event`]).
 pub struct NativeEvent {
     pub frame: SseFrame,
     /// The event ends the answer.
     pub terminal: bool,
-    /// Tokens the event reports.
+    /// Tokens the event reports (all of them so far: they replace earlier
+    /// ones).
     pub tokens: Option<Tokens>,
+    /// The event is the upstream's error: `frame` is the last output, and
+    /// the stream fails with this error (no `on_stream_error` frames).
+    pub error: Option<Error>,
 }
 
 /// No extra behaviour (`/v1/chat/completions`).
@@ -331,14 +349,26 @@ pub async fn relay<H: ChatHooks>(
             Some(n) => n,
             None => adapter
                 .chat_request(template.for_model(&target.upstream_model), answering)
-                .map(|b| (adapter.chat_path(), b)),
+                .map(|body| NativeRequest {
+                    path: adapter.chat_path(),
+                    body,
+                    extras: upstream::Extras::default(),
+                }),
         };
-        let (path, bytes) = match sent {
+        let NativeRequest { path, body, extras } = match sent {
             Ok(s) => s,
             Err(e) => return failed(ticket, answered.mark(e)),
         };
         let mut attempt = Attempt::start("chat", &target.provider, &target.upstream_model);
-        let sent = upstream::post(client, &target.provider, path, bytes, stream, deadline);
+        let sent = upstream::post_with(
+            client,
+            &target.provider,
+            path,
+            body,
+            stream,
+            deadline,
+            &extras,
+        );
         let resp = match attempt.scope(sent).await {
             Ok(r) => {
                 attempt.status(r.status());
@@ -404,7 +434,12 @@ pub async fn relay<H: ChatHooks>(
         let mut relay = StreamRelay {
             upstream: resp.into_stream(),
             parser: SseParser::new(),
-            translate: adapter.chat_events(),
+            // A native stream is in the client's dialect already.
+            translate: if is_native {
+                None
+            } else {
+                adapter.chat_events()
+            },
             translated: std::collections::VecDeque::new(),
             hooks: Some(hooks),
             alias: shown.to_string(),
@@ -425,6 +460,7 @@ pub async fn relay<H: ChatHooks>(
             ticket: Some(ticket),
             attempt,
             native: is_native,
+            native_tokens: None,
         };
         // Named before the first step, which may already end the stream.
         if let Some(t) = relay.ticket.as_mut() {
@@ -568,7 +604,7 @@ fn raw_answer(
 }
 
 /// An `{"error": ...}` the upstream sent with a 2xx status or inside a stream.
-fn error_in_answer(error: &Value) -> Error {
+pub(crate) fn error_in_answer(error: &Value) -> Error {
     let wrapped = serde_json::json!({ "error": error });
     let message = upstream::error_message(wrapped.to_string().as_bytes())
         .unwrap_or_else(|| "The model server reported an error.".to_string());
@@ -661,10 +697,15 @@ struct StreamRelay<H> {
     /// The upstream speaks the client's dialect: events go through
     /// [`ChatHooks::on_native_event`].
     native: bool,
+    /// The tokens a native stream's events reported last (cache included).
+    native_tokens: Option<Tokens>,
 }
 
 impl<H> StreamRelay<H> {
     fn tokens(&self) -> Tokens {
+        if let Some(t) = self.native_tokens {
+            return t;
+        }
         usage_tokens(self.usage.as_ref()).unwrap_or(Tokens {
             prompt: self.prompt_estimate,
             completion: estimate_tokens(self.completion_chars),
@@ -752,14 +793,6 @@ impl<H> StreamRelay<H> {
     where
         H: ChatHooks,
     {
-        if let Some(f) = self.failure.take() {
-            self.attempt.failed(f);
-            let verdict = judge(f, true);
-            self.stats.failure(f.cause());
-            if verdict.against_target {
-                self.guard.failed(mono_ms());
-            }
-        }
         let mut out = Vec::new();
         match self.hooks.as_mut() {
             Some(h) => {
@@ -776,10 +809,24 @@ impl<H> StreamRelay<H> {
                 out.extend_from_slice(DONE);
             }
         }
+        self.close_failed(e);
+        Bytes::from(out)
+    }
+
+    /// Counts a failed stream against its target, records it, and stops
+    /// reading the upstream.
+    fn close_failed(&mut self, e: &Error) {
+        if let Some(f) = self.failure.take() {
+            self.attempt.failed(f);
+            let verdict = judge(f, true);
+            self.stats.failure(f.cause());
+            if verdict.against_target {
+                self.guard.failed(mono_ms());
+            }
+        }
         self.finish(e.status());
         self.phase = Phase::Done;
         self.upstream = Box::pin(futures_util::stream::empty());
-        Bytes::from(out)
     }
 }
 
@@ -855,10 +902,19 @@ impl<H: ChatHooks> StreamRelay<H> {
                     Ok(Some(n)) => {
                         self.saw_finish |= n.terminal;
                         if let Some(t) = n.tokens {
+                            // Chat's form for the span; the record keeps all.
                             self.usage = Some(serde_json::json!({
-                                "prompt_tokens": t.prompt, "completion_tokens": t.completion}));
+                                "prompt_tokens": t.prompt, "completion_tokens": t.completion,
+                                "prompt_tokens_details": {"cached_tokens": t.cache_read}}));
+                            self.native_tokens = Some(t);
                         }
-                        return Ok(Step::Out(n.frame.to_bytes()));
+                        let out = n.frame.to_bytes();
+                        if let Some(e) = n.error {
+                            // Relayed as it came, and the stream ends there.
+                            self.failure = Some(Failure::BadAnswer);
+                            self.close_failed(&e);
+                        }
+                        return Ok(Step::Out(out));
                     }
                 }
             }

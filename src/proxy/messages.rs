@@ -10,36 +10,102 @@
 //! approvals, AG-UI events), then the translation. AG-UI frames go after
 //! `message_start` (Anthropic clients require it first).
 //!
-//! Seam for pass-through: a Messages request whose attempt goes to a
-//! provider that speaks Messages itself (type `anthropic`) is to pass the
-//! client's body through rather than be translated; [`passes_through`] is
-//! where the attempt's `ProviderType` decides. Not wired yet: until it is,
-//! such an attempt goes through the `anthropic` chat adapter (Messages →
-//! chat here, chat → Messages there, and back), which works but drops what
-//! chat cannot carry (thinking, cache_control, server tools).
+//! Pass-through: a Messages request whose attempt goes to a provider that
+//! speaks Messages itself (type `anthropic`, [`passes_through`]) sends the
+//! client's body as it came, with only `model` replaced, when the hooks
+//! were given it ([`Native`]); the relay asks before each attempt
+//! ([`ChatHooks::native_request`], its one native seam) and hands that
+//! attempt's answer or events back here (`on_native_answer`,
+//! `on_native_event`), which relay them as they came (only `model` set), so
+//! nothing chat cannot carry is lost (thinking, cache_control, server tools,
+//! unknown members); usage is read from the Messages answer. Other attempts
+//! of the same request (a fallback to an `openai` target) are translated.
+//! The agent route gives no [`Native`]: its hooks work on chat answers.
 
-use serde_json::{json, Value};
+use bytes::Bytes;
+use reqwest::header::HeaderValue;
+use serde_json::{json, Map, Value};
 
 use crate::error::Error;
-use crate::models::ProviderType;
-use crate::proxy::chat::{ChatHooks, ChunkAction};
-use crate::usage::Tokens;
+use crate::models::upstream::Extras;
+use crate::models::{Provider, ProviderType};
+use crate::proxy::chat::{error_in_answer, ChatHooks, ChunkAction, NativeEvent, NativeRequest};
+use crate::usage::{estimate_tokens, Tokens};
 use crate::wire::messages::error::stream_error;
 use crate::wire::messages::from_chat_answer::{block_id, messages_answer, new_message_id};
 use crate::wire::messages::stream::{frame, ToMessages};
 use crate::wire::messages::to_chat::ToolNames;
-use crate::wire::sse::SseFrame;
+use crate::wire::messages::to_chat_answer::MessagesUsage;
+use crate::wire::sse::{SseEvent, SseFrame};
 
 /// Whether a Messages request goes to a provider of this type as it came
-/// (pass-through) rather than translated to chat: `anthropic` will, once
-/// the relay learns to pass a body through (see the module documentation).
+/// (pass-through) rather than translated to chat.
 pub fn passes_through(kind: ProviderType) -> bool {
     match kind {
-        ProviderType::Openai
-        | ProviderType::Tei
-        | ProviderType::Cohere
-        | ProviderType::Anthropic => false,
+        ProviderType::Anthropic => true,
+        ProviderType::Openai | ProviderType::Tei | ProviderType::Cohere => false,
     }
+}
+
+/// What a pass-through attempt sends: the client's body, query string and
+/// `anthropic-beta`.
+pub struct Native {
+    pub body: Map<String, Value>,
+    pub query: Option<String>,
+    pub beta: Option<String>,
+}
+
+impl Native {
+    /// The request for `provider`: `model` replaced, `anthropic-beta`
+    /// filtered by the provider's `beta_headers`.
+    fn request(
+        &mut self,
+        provider: &Provider,
+        upstream_model: &str,
+    ) -> Result<NativeRequest, Error> {
+        let client = self
+            .body
+            .insert("model".into(), Value::String(upstream_model.to_string()));
+        let body = serde_json::to_vec(&self.body);
+        if let Some(m) = client {
+            self.body.insert("model".into(), m);
+        }
+        let anthropic_beta = provider
+            .beta_headers
+            .filter(self.beta.as_deref())
+            .and_then(|b| HeaderValue::from_str(&b).ok());
+        Ok(NativeRequest {
+            path: "/v1/messages",
+            body: body.map_err(Error::internal)?.into(),
+            extras: Extras {
+                query: self.query.clone(),
+                anthropic_beta,
+                raw_errors: true,
+            },
+        })
+    }
+}
+
+/// A pass-through attempt's answer so far.
+struct Passed {
+    /// The name the answer shows.
+    model: String,
+    /// The Messages usage read so far (None: none yet).
+    usage: Option<MessagesUsage>,
+    /// Characters of text streamed (for an estimate without usage).
+    text_chars: usize,
+}
+
+/// Characters of the text in Messages content blocks (for an estimate).
+fn messages_text_chars(content: Option<&Value>) -> usize {
+    let Some(Value::Array(blocks)) = content else {
+        return 0;
+    };
+    blocks
+        .iter()
+        .filter_map(|b| b.get("text").and_then(Value::as_str))
+        .map(|t| t.chars().count())
+        .sum()
 }
 
 /// Chat hooks `H` answered in Messages' shape; see the module documentation.
@@ -53,6 +119,9 @@ pub struct MessagesHooks<H> {
     model_id: String,
     input_estimate: i64,
     stream: ToMessages,
+    native: Option<Native>,
+    /// Some while the current attempt passes through.
+    passed: Option<Passed>,
 }
 
 impl<H: ChatHooks> MessagesHooks<H> {
@@ -77,6 +146,23 @@ impl<H: ChatHooks> MessagesHooks<H> {
             model: model.to_string(),
             model_id: model_id.to_string(),
             input_estimate,
+            native: None,
+            passed: None,
+        }
+    }
+
+    /// Passes the request through to providers that speak Messages.
+    pub fn with_native(mut self, native: Native) -> Self {
+        self.native = Some(native);
+        self
+    }
+
+    /// Tokens without usage from the upstream: the gateway's estimates.
+    fn estimate(&self, text_chars: usize) -> Tokens {
+        Tokens {
+            prompt: self.input_estimate,
+            completion: estimate_tokens(text_chars),
+            ..Tokens::default()
         }
     }
 
@@ -160,6 +246,10 @@ impl<H: ChatHooks> ChatHooks for MessagesHooks<H> {
     }
 
     async fn on_stream_end(&mut self, usage: Option<&Value>) -> Vec<SseFrame> {
+        if self.passed.is_some() {
+            // The upstream's own `message_stop` ended it.
+            return Vec::new();
+        }
         let inner = self.inner.on_stream_end(usage).await;
         let mut out = Vec::new();
         self.stream.start(&mut out);
@@ -198,6 +288,11 @@ impl<H: ChatHooks> ChatHooks for MessagesHooks<H> {
     }
 
     fn on_stream_error(&mut self, error: &Error) -> Vec<SseFrame> {
+        if self.passed.is_some() {
+            // The upstream's own events began the stream: only the error
+            // event (`error_frame`) follows.
+            return Vec::new();
+        }
         let mut out = Vec::new();
         self.stream.start(&mut out);
         out.extend(self.inner.on_stream_error(error));
@@ -211,5 +306,114 @@ impl<H: ChatHooks> ChatHooks for MessagesHooks<H> {
 
     fn error_frame(&self, error: &Error) -> SseFrame {
         frame(stream_error(error))
+    }
+
+    fn native_request(
+        &mut self,
+        provider: &Provider,
+        upstream_model: &str,
+        alias: &str,
+    ) -> Option<Result<NativeRequest, Error>> {
+        self.passed = None;
+        if !passes_through(provider.kind) {
+            return None;
+        }
+        let req = self.native.as_mut()?.request(provider, upstream_model);
+        // The client's name for the model it named, else a fallback's id.
+        let model = if alias == self.model_id {
+            self.model.clone()
+        } else {
+            alias.to_string()
+        };
+        self.passed = Some(Passed {
+            model,
+            usage: None,
+            text_chars: 0,
+        });
+        Some(req)
+    }
+
+    /// A Messages answer passed through: checked, `model` set to the name
+    /// shown, tokens from its usage under the one convention.
+    fn on_native_answer(&mut self, answer: &[u8]) -> Result<(Bytes, Option<Tokens>), String> {
+        let Some(passed) = self.passed.as_ref() else {
+            return Err("no pass-through attempt".into());
+        };
+        let mut v: Value = serde_json::from_slice(answer).map_err(|_| "it is not JSON")?;
+        let Some(obj) = v.as_object_mut() else {
+            return Err("it is not a JSON object".into());
+        };
+        if obj.get("type").and_then(Value::as_str) != Some("message") {
+            return Err("it is not a message".into());
+        }
+        let usage = obj.get("usage").filter(|u| u.is_object()).map(|u| {
+            let mut m = MessagesUsage::default();
+            m.merge(u);
+            m.tokens()
+        });
+        let tokens =
+            usage.unwrap_or_else(|| self.estimate(messages_text_chars(obj.get("content"))));
+        obj.insert("model".into(), Value::String(passed.model.clone()));
+        let out = serde_json::to_vec(&v).map_err(|e| e.to_string())?;
+        Ok((Bytes::from(out), Some(tokens)))
+    }
+
+    /// One event of a stream passed through, relayed as it came:
+    /// `message_start` with `model` set to the name shown; usage read from
+    /// `message_start` and `message_delta`; `message_stop` ends it; an
+    /// `event: error` is relayed, and the stream fails there.
+    fn on_native_event(&mut self, event: &SseEvent) -> Result<Option<NativeEvent>, String> {
+        let estimate = self.estimate(0);
+        let Some(passed) = self.passed.as_mut() else {
+            return Err("no pass-through attempt".into());
+        };
+        let mut v: Value =
+            serde_json::from_str(&event.data).map_err(|_| "a stream event is not JSON")?;
+        let kind = v.get("type").and_then(Value::as_str).unwrap_or_default();
+        let name = event.event.clone().unwrap_or_else(|| kind.to_string());
+        let mut relayed = NativeEvent {
+            frame: SseFrame::Event {
+                event: name,
+                data: event.data.clone(),
+            },
+            terminal: false,
+            tokens: None,
+            error: None,
+        };
+        let mut usage = None;
+        match kind {
+            "message_start" => {
+                if let Some(m) = v.get_mut("message").and_then(Value::as_object_mut) {
+                    usage = m.get("usage").filter(|u| u.is_object()).cloned();
+                    m.insert("model".into(), Value::String(passed.model.clone()));
+                }
+                if let SseFrame::Event { data, .. } = &mut relayed.frame {
+                    *data = v.to_string();
+                }
+            }
+            "message_delta" => usage = v.get("usage").filter(|u| u.is_object()).cloned(),
+            "content_block_delta" => {
+                if let Some(t) = v.pointer("/delta/text").and_then(Value::as_str) {
+                    passed.text_chars += t.chars().count();
+                }
+            }
+            "message_stop" => {
+                relayed.terminal = true;
+                if passed.usage.is_none() {
+                    relayed.tokens = Some(Tokens {
+                        completion: estimate_tokens(passed.text_chars),
+                        ..estimate
+                    });
+                }
+            }
+            "error" => relayed.error = Some(error_in_answer(v.get("error").unwrap_or(&v))),
+            _ => {}
+        }
+        if let Some(u) = usage {
+            let merged = passed.usage.get_or_insert_with(MessagesUsage::default);
+            merged.merge(&u);
+            relayed.tokens = Some(merged.tokens());
+        }
+        Ok(Some(relayed))
     }
 }

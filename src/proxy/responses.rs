@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use crate::error::Error;
 use crate::models::{Provider, ProviderType, ResponsesMode};
-use crate::proxy::chat::{ChatHooks, ChunkAction, NativeEvent};
+use crate::proxy::chat::{ChatHooks, ChunkAction, NativeEvent, NativeRequest};
 use crate::usage::Tokens;
 use crate::wire::chat::body::ChatBody;
 use crate::wire::responses::answer::from_chat;
@@ -178,7 +178,7 @@ impl<H: ChatHooks> ChatHooks for ResponsesHooks<H> {
         provider: &Provider,
         upstream_model: &str,
         alias: &str,
-    ) -> Option<Result<(&'static str, Bytes), Error>> {
+    ) -> Option<Result<NativeRequest, Error>> {
         alias.clone_into(&mut self.alias);
         let native = self.allow_native && is_native(provider);
         self.bridged.store(!native, Ordering::Relaxed);
@@ -194,7 +194,11 @@ impl<H: ChatHooks> ChatHooks for ResponsesHooks<H> {
             }
         }
         let body = self.native_body.as_mut()?.for_model(upstream_model);
-        Some(Ok(("/responses", body)))
+        Some(Ok(NativeRequest {
+            path: "/responses",
+            body,
+            extras: Default::default(),
+        }))
     }
 
     fn on_native_answer(&mut self, answer: &[u8]) -> Result<(Bytes, Option<Tokens>), String> {
@@ -216,6 +220,7 @@ impl<H: ChatHooks> ChatHooks for ResponsesHooks<H> {
             frame: r.frame,
             terminal: r.terminal,
             tokens: r.tokens,
+            error: None,
         }))
     }
 }

@@ -69,6 +69,9 @@ pub struct Recorded {
     pub method: String,
     /// Path without the query string.
     pub path: String,
+    /// The query string, if any.
+    #[serde(default)]
+    pub query: Option<String>,
     /// Header names lower-case; repeated headers joined with ", ".
     pub headers: BTreeMap<String, String>,
     /// The body parsed as JSON, `Null` if it was not JSON (or empty).

@@ -118,6 +118,7 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
         let rec = Recorded {
             method: parts.method.as_str().to_string(),
             path: path.to_string(),
+            query: parts.uri.query().map(str::to_string),
             headers: header_map(&parts.headers),
             body: body.clone(),
             raw_body: String::from_utf8_lossy(&bytes).into_owned(),

@@ -17,6 +17,9 @@ const X_SHOULD_RETRY: HeaderName = HeaderName::from_static("x-should-retry");
 
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
+        if let Some(raw) = &self.raw {
+            return raw_response(&self, raw);
+        }
         let body = self.api_body();
         let mut resp = (status_of(self.kind), axum::Json(body)).into_response();
         let h = resp.headers_mut();
@@ -34,6 +37,26 @@ impl IntoResponse for Error {
         resp.extensions_mut().insert(self);
         resp
     }
+}
+
+/// An upstream's error answer relayed as it came: its status, body,
+/// `Content-Type` and `retry-after`, plus the routing headers. No `Error`
+/// goes in the extensions, so the edge does not re-render it.
+fn raw_response(err: &Error, raw: &crate::error::RawAnswer) -> Response {
+    let mut resp = Response::new(axum::body::Body::from(raw.body.clone()));
+    *resp.status_mut() = status_of(err.kind);
+    let h = resp.headers_mut();
+    let value = |v: &Option<String>| v.as_deref().and_then(|v| HeaderValue::from_str(v).ok());
+    if let Some(v) = value(&raw.content_type) {
+        h.insert(header::CONTENT_TYPE, v);
+    }
+    if let Some(v) = value(&raw.retry_after) {
+        h.insert(header::RETRY_AFTER, v);
+    }
+    if let Some(a) = &err.attempted {
+        crate::http::answers::write_routing_headers(h, &a.provider, a.attempts);
+    }
+    resp
 }
 
 /// Re-renders an error answer in the OpenAI shape (for `/v1/...` paths).

@@ -4,6 +4,7 @@
 //! the one agent turn (`crate::agents::turn`, with
 //! [`MessagesBody`] as its body) and the one relay.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
@@ -116,8 +117,16 @@ async fn messages_turn(app: &App, access: AgentAccess, req: Request) -> Result<R
         let hooks = prepared.hooks(&cx, &caller, &h, &model.id, body.is_stream());
         let usage = ticket.hand_over();
         let client_model = model.id.clone();
-        let mut resp =
-            relay_messages(app, model, &body.fields, &client_model, hooks, usage).await?;
+        let mut resp = relay_messages(
+            app,
+            model,
+            Cow::Borrowed(&body.fields),
+            &client_model,
+            hooks,
+            usage,
+            None,
+        )
+        .await?;
         if let (false, Ok(v)) = (held.is_empty(), HeaderValue::from_str(&held)) {
             resp.headers_mut().insert("x-service-held-tools", v);
         }

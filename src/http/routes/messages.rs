@@ -5,6 +5,7 @@
 //! Anthropic's shape at the edge (`http::edge::error`); the credential may
 //! come as `x-api-key`.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
@@ -24,7 +25,7 @@ use crate::http::extract::{parse_json, read_body, ApiKeyAuth};
 use crate::http::routes::v1::{key_context, key_model, key_subjects, named_model};
 use crate::models::{requested_model, Model, ModelKind};
 use crate::proxy::chat::{relay, ChatCall, ChatHooks, NoHooks};
-use crate::proxy::messages::MessagesHooks;
+use crate::proxy::messages::{passes_through, MessagesHooks, Native};
 use crate::usage::{UsageContext, UsageTicket};
 use crate::wire::chat::body::ChatInput;
 use crate::wire::messages::count;
@@ -97,33 +98,68 @@ pub(crate) fn note_translation(t: &Translated) -> Option<HeaderValue> {
         .flatten()
 }
 
-/// A translated Messages request through the relay, with `hooks` (the
-/// route's chat hooks) answered in Messages' shape.
+/// A Messages request through the relay, with `hooks` (the route's chat
+/// hooks) answered in Messages' shape: translated to chat, or, with
+/// `native`, passed through to `anthropic` targets.
 pub(crate) async fn relay_messages<H: ChatHooks>(
     app: &App,
     model: Arc<Model>,
-    body: &Map<String, Value>,
+    body: Cow<'_, Map<String, Value>>,
     client_model: &str,
     hooks: H,
     usage: UsageContext,
+    native: Option<ClientHead>,
 ) -> Result<Response> {
-    let estimate = count::estimate(body);
-    let t = to_chat(body);
-    let dropped = note_translation(&t);
-    let hooks = MessagesHooks::new(hooks, client_model, &model.id, estimate, t.names.clone());
+    let estimate = count::estimate(&body);
+    let mut t = to_chat(&body);
+    let mut hooks = MessagesHooks::new(hooks, client_model, &model.id, estimate, t.names.clone());
+    let passes = native.is_some();
+    if let Some(head) = native {
+        hooks = hooks.with_native(Native {
+            body: body.into_owned(),
+            query: head.query,
+            beta: head.beta,
+        });
+    }
     let call = ChatCall {
         model,
-        body: ChatInput::Tree(t.chat),
+        body: ChatInput::Tree(std::mem::take(&mut t.chat)),
         tools: None,
         usage,
         // The Messages answer names the client's model itself (MessagesHooks).
         requested: None,
     };
-    let mut resp = relayed_response(relay(&app.http, &app.usage, call, hooks).await?);
+    let relayed = relay(&app.http, &app.usage, call, hooks).await?;
+    // Nothing was dropped when the answering attempt passed the body through.
+    let translated = !passes
+        || app
+            .catalog()
+            .providers
+            .iter()
+            .find(|p| p.name == relayed.answered.provider)
+            .is_none_or(|p| !passes_through(p.kind));
+    let dropped = translated.then(|| note_translation(&t)).flatten();
+    let mut resp = relayed_response(relayed);
     if let Some(v) = dropped {
         resp.headers_mut().insert("x-gatehouse-dropped-tools", v);
     }
     Ok(resp)
+}
+
+/// What a pass-through sends of the client's request besides its body.
+pub(crate) struct ClientHead {
+    pub query: Option<String>,
+    pub beta: Option<String>,
+}
+
+/// The client's `anthropic-beta` (each header's values, comma-joined).
+pub(crate) fn client_beta(h: &HeaderMap) -> Option<String> {
+    let values: Vec<&str> = h
+        .get_all("anthropic-beta")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    (!values.is_empty()).then(|| values.join(","))
 }
 
 /// Reads the body as a JSON object and resolves its chat model; the fields
@@ -166,6 +202,8 @@ async fn messages_request(
         (status = 502, description = "api_error: upstream_unavailable, upstream_error"),
         (status = 504, description = "timeout_error: upstream_timeout")))]
 async fn messages(State(app): State<AppState>, auth: ApiKeyAuth, req: Request) -> Result<Response> {
+    let query = req.uri().query().map(str::to_string);
+    let beta = client_beta(req.headers());
     let mut usage = key_context(&auth);
     usage.conversation_id = session_conversation(req.headers());
     usage.api = Some("messages");
@@ -177,7 +215,17 @@ async fn messages(State(app): State<AppState>, auth: ApiKeyAuth, req: Request) -
         admitted(app, &key_subjects(&auth), ticket, |mut ticket| async move {
             let client_model = requested_model(&body)?.to_string();
             let usage = ticket.hand_over();
-            relay_messages(app, model, &body, &client_model, NoHooks, usage).await
+            let head = ClientHead { query, beta };
+            relay_messages(
+                app,
+                model,
+                Cow::Owned(body),
+                &client_model,
+                NoHooks,
+                usage,
+                Some(head),
+            )
+            .await
         })
         .await,
     )

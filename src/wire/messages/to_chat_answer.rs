@@ -32,6 +32,16 @@ impl MessagesUsage {
         }
     }
 
+    /// The usage record's tokens under the one convention.
+    pub fn tokens(&self) -> crate::usage::Tokens {
+        crate::usage::Tokens {
+            prompt: self.input + self.cache_read + self.cache_creation,
+            completion: self.output,
+            cache_read: self.cache_read,
+            cache_write: self.cache_creation,
+        }
+    }
+
     /// Chat's `usage` object under the one convention.
     pub fn chat(&self) -> Value {
         let prompt = self.input + self.cache_read + self.cache_creation;

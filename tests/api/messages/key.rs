@@ -410,9 +410,9 @@ async fn metrics_count_the_members_dropped_in_translation() {
     }
 }
 
-/// Until pass-through is wired, a Messages request to an `anthropic`
-/// provider goes through its chat adapter: it still answers, in Messages'
-/// shape, naming the alias the client sent, with the cache counted.
+/// A Messages request to an `anthropic` provider by an alias (passed
+/// through, see `passthrough.rs`) is answered naming the alias the client
+/// sent, plain and streamed.
 #[tokio::test]
 async fn a_message_to_an_anthropic_provider_by_an_alias_is_answered_in_messages_shape() {
     let env = env().await;

@@ -4,6 +4,7 @@
 
 mod agent;
 mod key;
+mod passthrough;
 
 use reqwest::Response;
 use serde_json::{json, Value};
