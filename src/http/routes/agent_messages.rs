@@ -9,8 +9,7 @@ use std::sync::Arc;
 
 use axum::extract::{Request, State};
 use axum::http::HeaderValue;
-use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::response::Response;
 use gatehouse_pii::Mode as PiiMode;
 use serde_json::{json, Map, Value};
 use utoipa_axum::{router::OpenApiRouter, routes};
@@ -25,12 +24,13 @@ use crate::http::edge::access::AccessNote;
 use crate::http::extract::agent::AgentAccess;
 use crate::http::extract::{parse_json, read_body};
 use crate::http::routes::agent_chat::turn_context;
-use crate::http::routes::messages::{relay_messages, session_conversation};
+use crate::http::routes::messages::{
+    count_or_forward, relay_messages, session_conversation, ClientHead,
+};
 use crate::limits::Subject;
 use crate::models::{resolve, Model, ModelKind};
 use crate::pii::choose_mode;
 use crate::usage::{EndHook, UsageTicket};
-use crate::wire::messages::count;
 use crate::wire::messages::request::Route;
 use crate::wire::messages::turn_body::MessagesBody;
 
@@ -140,7 +140,8 @@ async fn messages_turn(app: &App, access: AgentAccess, req: Request) -> Result<R
 async fn count_turn(app: &App, access: AgentAccess, req: Request) -> Result<Response> {
     let caller = caller_of(&access);
     let h = headers_of(&req);
-    let (h, pii_mode, mut body, offered, _model) =
+    let head = ClientHead::of(&req);
+    let (h, pii_mode, mut body, offered, model) =
         prepare_request(app, &caller, h, req, Route::CountTokens).await?;
     let subjects = [
         Subject::user(&caller.user_id, access.user.limits),
@@ -151,7 +152,7 @@ async fn count_turn(app: &App, access: AgentAccess, req: Request) -> Result<Resp
     }
     let cx = turn_context(app);
     turn::prepare(&cx, &caller, &h, pii_mode, &mut body, &offered).await?;
-    Ok(Json(json!({"input_tokens": count::estimate(&body.fields)})).into_response())
+    count_or_forward(app, &model, body.fields, head).await
 }
 
 /// A message through the agent's own model under the agent's tool rules.

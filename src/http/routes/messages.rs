@@ -23,6 +23,8 @@ use crate::http::answers::relayed_response;
 use crate::http::edge::access::AccessNote;
 use crate::http::extract::{parse_json, read_body, ApiKeyAuth};
 use crate::http::routes::v1::{key_context, key_model, key_subjects, named_model};
+use crate::models::routing::next_pick;
+use crate::models::upstream::{self, Extras};
 use crate::models::{requested_model, Model, ModelKind};
 use crate::proxy::chat::{relay, ChatCall, ChatHooks, NoHooks};
 use crate::proxy::messages::{passes_through, MessagesHooks, Native};
@@ -152,6 +154,15 @@ pub(crate) struct ClientHead {
     pub beta: Option<String>,
 }
 
+impl ClientHead {
+    pub(crate) fn of(req: &Request) -> ClientHead {
+        ClientHead {
+            query: req.uri().query().map(str::to_string),
+            beta: client_beta(req.headers()),
+        }
+    }
+}
+
 /// The client's `anthropic-beta` (each header's values, comma-joined).
 pub(crate) fn client_beta(h: &HeaderMap) -> Option<String> {
     let values: Vec<&str> = h
@@ -202,8 +213,7 @@ async fn messages_request(
         (status = 502, description = "api_error: upstream_unavailable, upstream_error"),
         (status = 504, description = "timeout_error: upstream_timeout")))]
 async fn messages(State(app): State<AppState>, auth: ApiKeyAuth, req: Request) -> Result<Response> {
-    let query = req.uri().query().map(str::to_string);
-    let beta = client_beta(req.headers());
+    let head = ClientHead::of(&req);
     let mut usage = key_context(&auth);
     usage.conversation_id = session_conversation(req.headers());
     usage.api = Some("messages");
@@ -215,7 +225,6 @@ async fn messages(State(app): State<AppState>, auth: ApiKeyAuth, req: Request) -
         admitted(app, &key_subjects(&auth), ticket, |mut ticket| async move {
             let client_model = requested_model(&body)?.to_string();
             let usage = ticket.hand_over();
-            let head = ClientHead { query, beta };
             relay_messages(
                 app,
                 model,
@@ -248,16 +257,72 @@ async fn count_tokens(
 ) -> Result<Response> {
     let note = AccessNote::of(req.extensions());
     note.set(|f| f.api = Some("messages"));
+    let head = ClientHead::of(&req);
     let bytes = read_body(req).await?;
     let body: Map<String, Value> = parse_json(&bytes)?;
     let name = requested_model(&body)?;
     let catalog = app.catalog();
     let id = catalog.model(name).map_or(name, |m| m.id.as_str());
     note.set(|f| f.model = Some(id.to_string()));
-    key_model(&catalog, &auth, name, ModelKind::Chat)?;
+    let model = key_model(&catalog, &auth, name, ModelKind::Chat)?;
     check_body(&body, Route::CountTokens)?;
     if let Err(refused) = admit_count_tokens(&app, &key_subjects(&auth)).await {
         return Ok(refused);
     }
-    Ok(Json(json!({"input_tokens": count::estimate(&body)})).into_response())
+    count_or_forward(&app, &model, body, head).await
+}
+
+/// count_tokens' answer: forwarded to the model's target when it is an
+/// `anthropic` provider (`model` replaced, headers as for messages; its
+/// answer, or its error status, relayed as it came), else the estimate.
+pub(crate) async fn count_or_forward(
+    app: &App,
+    model: &Model,
+    mut body: Map<String, Value>,
+    head: ClientHead,
+) -> Result<Response> {
+    let chain = model.chain();
+    let mut attempts = model.attempts(&chain);
+    let pick = next_pick(&mut attempts);
+    let Some(target) = pick
+        .as_ref()
+        .map(|p| p.target)
+        .filter(|t| passes_through(t.provider.kind))
+    else {
+        return Ok(Json(json!({"input_tokens": count::estimate(&body)})).into_response());
+    };
+    body.insert("model".into(), Value::String(target.upstream_model.clone()));
+    let bytes = serde_json::to_vec(&body).map_err(crate::error::Error::internal)?;
+    let provider = &target.provider;
+    let extras = Extras {
+        query: head.query,
+        anthropic_beta: provider
+            .beta_headers
+            .filter(head.beta.as_deref())
+            .and_then(|b| HeaderValue::from_str(&b).ok()),
+        raw_errors: true,
+    };
+    let deadline = upstream::deadline(provider);
+    let path = "/v1/messages/count_tokens";
+    let answer = upstream::post_with(
+        &app.http,
+        provider,
+        path,
+        bytes.into(),
+        false,
+        deadline,
+        &extras,
+    );
+    let read = match answer.await {
+        Ok(a) => upstream::read_body(provider, a, deadline).await,
+        Err(e) => Err(e),
+    };
+    let answer = read.map_err(|e| e.error.with_attempted(&provider.name, 1))?;
+    let mut resp = Response::new(axum::body::Body::from(answer));
+    resp.headers_mut().insert(
+        axum::http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    crate::http::answers::write_routing_headers(resp.headers_mut(), &provider.name, 1);
+    Ok(resp)
 }

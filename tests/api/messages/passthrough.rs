@@ -499,3 +499,107 @@ async fn an_openai_model_falling_back_to_an_anthropic_one_passes_through_there()
     assert_eq!(streamed_text(&ev), "from Claude");
     assert_eq!(ev.last().map(|(e, _)| e.as_str()), Some("message_stop"));
 }
+
+/// The stub's count: about four characters a token of the body it got.
+fn stub_count(body: &Value) -> u64 {
+    (body.to_string().chars().count() as u64).div_ceil(4).max(1)
+}
+
+#[tokio::test]
+async fn count_tokens_to_an_anthropic_target_is_forwarded_and_its_answer_relayed() {
+    let env = claude_env().await;
+    let mut body = rich_body("claude-sonnet-4-5");
+    body.as_object_mut().unwrap().remove("max_tokens");
+    let r = crate::common::client()
+        .post(env.app.u("/v1/messages/count_tokens?beta=true"))
+        .header("x-api-key", &env.key)
+        .header("anthropic-beta", "token-counting-2024-11-01")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    let seen = env.stub.requests_for_model("claude-up");
+    assert_eq!(seen.len(), 1);
+    let sent = &seen[0];
+    assert_eq!(sent.path, "/v1/messages/count_tokens");
+    assert_eq!(sent.query.as_deref(), Some("beta=true"));
+    let mut expected = body.clone();
+    expected["model"] = json!("claude-up");
+    assert_eq!(sent.body, expected, "only the model replaced");
+    assert_eq!(sent.header("x-api-key"), Some("sk-ant"));
+    assert_eq!(
+        sent.header("anthropic-beta"),
+        Some("token-counting-2024-11-01")
+    );
+    assert_eq!(
+        v,
+        json!({"input_tokens": stub_count(&sent.body)}),
+        "the upstream's count, not the gateway's estimate"
+    );
+
+    // Its errors come back unchanged.
+    env.stub.script(
+        "claude-up",
+        Script {
+            status: Some(404),
+            error_message: Some("model: claude-up".into()),
+            ..Script::default()
+        },
+    );
+    let r = post_x_api_key(&env, "/v1/messages/count_tokens", &env.key, &body).await;
+    assert_eq!(r.status(), 404);
+    assert_eq!(
+        r.text().await.unwrap(),
+        json!({"type": "error", "error": {"type": "not_found_error", "message": "model: claude-up"},
+            "request_id": "req_stub"})
+        .to_string()
+    );
+}
+
+#[tokio::test]
+async fn count_tokens_under_an_agent_on_an_anthropic_model_is_forwarded_with_its_instructions() {
+    let s = crate::common::agent_chat::agent_scene(
+        "coder@acme",
+        "claude-agent-up",
+        json!({"name": "Coder", "instructions": "You are careful."}),
+        "dev@example.com",
+    )
+    .await;
+    let r = s
+        .app
+        .post(
+            "/api/admin/providers",
+            &s.admin,
+            &json!({"name": "claude", "type": "anthropic", "base_url": s.stub.url(), "api_key": "sk-ant"}),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    let r = s
+        .app
+        .patch(
+            &format!("/api/admin/models/{}", s.model_id),
+            &s.admin,
+            &json!({"provider": "claude", "upstream_model": "claude-agent-up"}),
+        )
+        .await;
+    assert_eq!(r.status(), 200, "{:?}", r.text().await);
+    let body = json!({"model": "x", "messages": [{"role": "user", "content": "abcd"}]});
+    let r = s
+        .app
+        .client
+        .post(s.app.u(&s.path("messages/count_tokens")))
+        .bearer_auth(&s.access)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    let seen = s.stub.requests_for_model("claude-agent-up");
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].path, "/v1/messages/count_tokens");
+    assert_eq!(seen[0].body["system"], "You are careful.");
+    assert_eq!(v, json!({"input_tokens": stub_count(&seen[0].body)}));
+}
