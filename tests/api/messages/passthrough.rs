@@ -603,3 +603,34 @@ async fn count_tokens_under_an_agent_on_an_anthropic_model_is_forwarded_with_its
     assert_eq!(seen[0].body["system"], "You are careful.");
     assert_eq!(v, json!({"input_tokens": stub_count(&seen[0].body)}));
 }
+
+#[tokio::test]
+async fn a_passed_through_stream_cut_off_midway_ends_with_one_error_event() {
+    let env = claude_env().await;
+    env.stub.script(
+        "claude-up",
+        Script {
+            content: Some("a long answer in many pieces".into()),
+            chunk_size: 2,
+            close_after_chunks: Some(4),
+            ..Script::default()
+        },
+    );
+    let mut body = messages_body("sonnet", "hi");
+    body["stream"] = json!(true);
+    let events = messages_events(post_x_api_key(&env, "/v1/messages", &env.key, &body).await).await;
+    let names: Vec<&str> = events.iter().map(|(e, _)| e.as_str()).collect();
+    assert_eq!(
+        names.iter().filter(|n| **n == "message_start").count(),
+        1,
+        "the upstream's message_start only: {names:?}"
+    );
+    assert_eq!(names.first(), Some(&"message_start"));
+    assert_eq!(names.last(), Some(&"error"), "{names:?}");
+    assert!(!names.contains(&"message_stop"));
+    assert_eq!(events.last().unwrap().1["error"]["type"], "api_error");
+    assert!(
+        !streamed_text(&events).is_empty(),
+        "what came before the cut went out"
+    );
+}
