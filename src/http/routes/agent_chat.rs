@@ -92,6 +92,9 @@ pub(crate) struct TurnShape {
 pub(crate) trait TurnRoute: Send + 'static {
     type Body: turn::TurnBody<Offered: Send + Sync> + Send + 'static;
 
+    /// The inbound dialect, for the usage record and the access line.
+    const API: &'static str = "chat";
+
     /// The `X-Service-*` headers (a route may read more, or ignore some).
     fn headers(&self, req: &Request) -> Result<ChatHeaders> {
         parse_headers(|name| req.headers().get(name).map(|v| v.as_bytes()))
@@ -178,7 +181,8 @@ pub(crate) async fn take_turn<R: TurnRoute>(
         device_id: access.sign_in.device_id.clone(),
     };
     let h = route.headers(&req);
-    let usage = caller.usage(h.as_ref().ok(), EndHook::default());
+    let mut usage = caller.usage(h.as_ref().ok(), EndHook::default());
+    usage.api = Some(R::API);
     let mut ticket = UsageTicket::new(&app.usage, usage, "chat");
     ticket.set_model(&caller.agent.model);
     let prepared = prepare_request(app, &caller, h, req, &route).await;
@@ -209,7 +213,7 @@ pub(crate) async fn take_turn<R: TurnRoute>(
 /// An agent chat request read and checked, before the limits: its headers,
 /// PII mode, body, offered tools and the agent's model.
 #[allow(clippy::type_complexity)]
-async fn prepare_request<R: TurnRoute>(
+pub(crate) async fn prepare_request<R: TurnRoute>(
     app: &App,
     caller: &Caller,
     headers: Result<ChatHeaders>,
@@ -231,7 +235,7 @@ async fn prepare_request<R: TurnRoute>(
     )?;
     AccessNote::of(req.extensions()).set(|f| {
         f.model = Some(agent.model.clone());
-        f.api = Some("chat");
+        f.api = Some(R::API);
     });
     let bytes = read_body(req).await?;
     let request = route.read(&bytes, pii_mode, &mut h)?;

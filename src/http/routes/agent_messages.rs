@@ -8,29 +8,27 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::HeaderValue;
 use axum::response::Response;
+use bytes::Bytes;
 use gatehouse_pii::Mode as PiiMode;
 use serde_json::{json, Map, Value};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::agents::chat::{parse_headers, ChatHeaders};
-use crate::agents::messages::OfferedNames;
+use crate::agents::hooks::AgentHooks;
 use crate::agents::turn::{self, Caller};
 use crate::app::{App, AppState};
-use crate::error::{Error, ErrorKind, Result};
-use crate::http::admission::{admit_count_tokens, admitted, recorded};
-use crate::http::edge::access::AccessNote;
+use crate::error::Result;
+use crate::http::admission::admit_count_tokens;
 use crate::http::extract::agent::AgentAccess;
-use crate::http::extract::{parse_json, read_body};
-use crate::http::routes::agent_chat::turn_context;
+use crate::http::extract::parse_json;
+use crate::http::routes::agent_chat::{prepare_request, take_turn, turn_context, TurnRoute};
 use crate::http::routes::messages::{
     count_or_forward, relay_messages, session_conversation, ClientHead,
 };
 use crate::limits::Subject;
-use crate::models::{resolve, Model, ModelKind};
-use crate::pii::choose_mode;
-use crate::usage::{EndHook, UsageTicket};
+use crate::models::Model;
+use crate::usage::UsageContext;
 use crate::wire::messages::request::Route;
 use crate::wire::messages::turn_body::MessagesBody;
 
@@ -42,82 +40,53 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(agent_v1_count_tokens))
 }
 
-fn caller_of(access: &AgentAccess) -> Caller {
-    Caller {
-        agent: Arc::clone(&access.agent),
-        user_id: access.user.id.clone(),
-        device_id: access.sign_in.device_id.clone(),
-    }
-}
-
-/// The agent headers; Claude Code's session id stands for the conversation
-/// when `X-Service-Conversation-Id` is absent.
-fn headers_of(req: &Request) -> Result<ChatHeaders> {
-    let mut h = parse_headers(|name| req.headers().get(name).map(|v| v.as_bytes()))?;
-    if h.conversation_id.is_none() {
-        h.conversation_id = session_conversation(req.headers());
-    }
-    Ok(h)
-}
-
-/// A Messages request under the agent, read and checked before the limits:
-/// its headers, PII mode, body, offered tools and the agent's model.
-async fn prepare_request(
-    app: &App,
-    caller: &Caller,
-    headers: Result<ChatHeaders>,
-    req: Request,
+/// The Messages body on the agent turn: read with the agent's model in
+/// `model`, relayed in Messages terms.
+struct MessagesTurn {
+    /// The agent's model, whatever the client named.
+    model: String,
     route: Route,
-) -> Result<(ChatHeaders, PiiMode, MessagesBody, OfferedNames, Arc<Model>)> {
-    let h = headers?;
-    let agent = &caller.agent;
-    let pii_mode = choose_mode(
-        agent.pii.mode,
-        agent.pii.user_choosable,
-        h.pii_mode.as_deref(),
-    )?;
-    AccessNote::of(req.extensions()).set(|f| {
-        f.model = Some(agent.model.clone());
-        f.api = Some("messages");
-    });
-    let bytes = read_body(req).await?;
-    let mut fields: Map<String, Value> = parse_json(&bytes)?;
-    // The agent's model, whatever the client named.
-    fields.insert("model".into(), json!(agent.model));
-    let body = MessagesBody::new(fields, route);
-    let offered = turn::check(&body)?;
-    let model = resolve(&app.catalog(), &agent.model, ModelKind::Chat).map_err(|_| {
-        Error::new(
-            ErrorKind::Unavailable,
-            "agent_model_unavailable",
-            "The agent's model is not configured; ask an administrator.",
-        )
-    })?;
-    Ok((h, pii_mode, body, offered, model))
 }
 
-async fn messages_turn(app: &App, access: AgentAccess, req: Request) -> Result<Response> {
-    let caller = caller_of(&access);
-    let h = headers_of(&req);
-    let mut usage = caller.usage(h.as_ref().ok(), EndHook::default());
-    usage.api = Some("messages");
-    let mut ticket = UsageTicket::new(&app.usage, usage, "chat");
-    ticket.set_model(&caller.agent.model);
-    let prepared = prepare_request(app, &caller, h, req, Route::Messages).await;
-    let (h, pii_mode, mut body, offered, model) = recorded(&mut ticket, prepared)?;
-    let subjects = [
-        Subject::user(&caller.user_id, access.user.limits),
-        Subject::agent(caller.agent.address.as_str(), caller.agent.limits),
-    ];
-    Ok(admitted(app, &subjects, ticket, |mut ticket| async move {
-        let cx = turn_context(app);
-        let prepared = turn::prepare(&cx, &caller, &h, pii_mode, &mut body, &offered).await;
-        let prepared = recorded(&mut ticket, prepared)?;
-        let held = prepared.held.join(",");
-        let hooks = prepared.hooks(&cx, &caller, &h, &model.id, body.is_stream());
-        let usage = ticket.hand_over();
+impl MessagesTurn {
+    fn of(access: &AgentAccess, route: Route) -> MessagesTurn {
+        MessagesTurn {
+            model: access.agent.model.clone(),
+            route,
+        }
+    }
+}
+
+impl TurnRoute for MessagesTurn {
+    type Body = MessagesBody;
+    const API: &'static str = "messages";
+
+    /// Claude Code's session id stands for the conversation when
+    /// `X-Service-Conversation-Id` is absent.
+    fn headers(&self, req: &Request) -> Result<ChatHeaders> {
+        let mut h = parse_headers(|name| req.headers().get(name).map(|v| v.as_bytes()))?;
+        if h.conversation_id.is_none() {
+            h.conversation_id = session_conversation(req.headers());
+        }
+        Ok(h)
+    }
+
+    fn read(&self, bytes: &Bytes, _: PiiMode, _: &mut ChatHeaders) -> Result<MessagesBody> {
+        let mut fields: Map<String, Value> = parse_json(bytes)?;
+        fields.insert("model".into(), json!(self.model));
+        Ok(MessagesBody::new(fields, self.route))
+    }
+
+    async fn relay(
+        self,
+        app: &App,
+        model: Arc<Model>,
+        body: MessagesBody,
+        hooks: AgentHooks,
+        usage: UsageContext,
+    ) -> Result<Response> {
         let client_model = model.id.clone();
-        let mut resp = relay_messages(
+        relay_messages(
             app,
             model,
             Cow::Borrowed(&body.fields),
@@ -126,23 +95,28 @@ async fn messages_turn(app: &App, access: AgentAccess, req: Request) -> Result<R
             usage,
             None,
         )
-        .await?;
-        if let (false, Ok(v)) = (held.is_empty(), HeaderValue::from_str(&held)) {
-            resp.headers_mut().insert("x-service-held-tools", v);
-        }
-        Ok(resp)
-    })
-    .await)
+        .await
+    }
+}
+
+async fn messages_turn(app: &App, access: AgentAccess, req: Request) -> Result<Response> {
+    let turn = MessagesTurn::of(&access, Route::Messages);
+    take_turn(app, access, req, turn).await
 }
 
 /// count_tokens under the agent: its model, instructions, tool rules and
 /// PII applied before counting; no usage record, no request limit.
 async fn count_turn(app: &App, access: AgentAccess, req: Request) -> Result<Response> {
-    let caller = caller_of(&access);
-    let h = headers_of(&req);
+    let caller = Caller {
+        agent: Arc::clone(&access.agent),
+        user_id: access.user.id.clone(),
+        device_id: access.sign_in.device_id.clone(),
+    };
+    let turn = MessagesTurn::of(&access, Route::CountTokens);
+    let h = turn.headers(&req);
     let head = ClientHead::of(&req);
     let (h, pii_mode, mut body, offered, model) =
-        prepare_request(app, &caller, h, req, Route::CountTokens).await?;
+        prepare_request(app, &caller, h, req, &turn).await?;
     let subjects = [
         Subject::user(&caller.user_id, access.user.limits),
         Subject::agent(caller.agent.address.as_str(), caller.agent.limits),
