@@ -15,7 +15,6 @@ use serde_json::{Map, Value};
 use crate::agents::agent::{AgentAddress, ToolName};
 use crate::agents::approvals::ApprovalState;
 use crate::agents::chat::parse_headers;
-use crate::agents::ids::is_conversation_id;
 use crate::agents::manifest;
 use crate::agents::tools::{ToolClass, ToolMode, ToolPolicy, ToolStatus};
 use crate::agents::turn;
@@ -27,6 +26,7 @@ use crate::wire::chat::{
     ask_for_usage, check_body, completion_chars, is_stream, prompt_chars, rewrite_model,
     strip_usage, usage_tokens,
 };
+use crate::wire::ids::is_conversation_id;
 use crate::wire::is_tool_name;
 use crate::wire::sse::{SseEvent, SseFrame, SseParser};
 

@@ -1,9 +1,9 @@
 //! The request headers of agent chat, parsed once. The caller hands over a
 //! lookup by header name (case-insensitive), so these rules need no HTTP types.
 
-use crate::agents::ids::is_conversation_id;
 use crate::agents::tools::ToolMode;
 use crate::error::Error;
+use crate::wire::ids::is_conversation_id;
 
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct ChatHeaders {

@@ -2,8 +2,8 @@
 
 use serde_json::Value;
 
-use crate::agents::ids::is_conversation_id;
 use crate::error::Error;
+use crate::wire::ids::is_conversation_id;
 
 pub const MAX_EVENTS: usize = 100;
 pub const MAX_TYPE_CHARS: usize = 64;

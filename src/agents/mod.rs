@@ -6,7 +6,6 @@ pub mod caches;
 pub mod chat;
 pub mod events;
 pub mod hooks;
-pub mod ids;
 pub mod manifest;
 pub mod messages;
 pub mod responses;

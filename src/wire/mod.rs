@@ -15,6 +15,7 @@
 
 pub mod agui;
 pub mod chat;
+pub mod ids;
 pub mod json;
 pub mod messages;
 pub mod responses;

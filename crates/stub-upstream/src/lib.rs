@@ -420,3 +420,12 @@ impl std::fmt::Debug for Stub {
             .finish_non_exhaustive()
     }
 }
+
+/// Sleep `ms`; false if the stub shut down meanwhile.
+pub(crate) async fn sleep_or_shutdown(shared: &Shared, ms: u64) -> bool {
+    let mut rx = shared.shutdown.clone();
+    tokio::select! {
+        _ = tokio::time::sleep(std::time::Duration::from_millis(ms)) => true,
+        _ = rx.wait_for(|stop| *stop) => false,
+    }
+}

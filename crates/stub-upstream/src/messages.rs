@@ -16,8 +16,7 @@ use serde_json::{json, Value};
 use crate::chat::{char_chunks, next_event, StreamGuard, StreamState};
 use crate::conn::Hold;
 use crate::reply::json_response;
-use crate::server::sleep_or_shutdown;
-use crate::{det, Script, Shared, DEFAULT_SCRIPT};
+use crate::{det, sleep_or_shutdown, Script, Shared, DEFAULT_SCRIPT};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Route {

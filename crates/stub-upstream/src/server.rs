@@ -4,7 +4,6 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::connect_info::ConnectInfo;
@@ -17,7 +16,7 @@ use tokio::sync::watch;
 
 use crate::conn::{Hold, StubListener};
 use crate::reply::{error, error_typed, json_response, Flavor};
-use crate::{Recorded, Script, Shared, DEFAULT_SCRIPT, TEI_SCRIPT_KEY};
+use crate::{sleep_or_shutdown, Recorded, Script, Shared, DEFAULT_SCRIPT, TEI_SCRIPT_KEY};
 
 const MAX_BODY: usize = 256 * 1024 * 1024;
 
@@ -213,15 +212,6 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
         Route::CohereEmbed => crate::retrieval::cohere_embed(&shared, &body),
         Route::CohereRerank => crate::retrieval::cohere_rerank(&shared, &body),
         Route::Health | Route::Models => unreachable!("answered above"),
-    }
-}
-
-/// Sleep `ms`; false if the stub shut down meanwhile.
-pub(crate) async fn sleep_or_shutdown(shared: &Shared, ms: u64) -> bool {
-    let mut rx = shared.shutdown.clone();
-    tokio::select! {
-        _ = tokio::time::sleep(Duration::from_millis(ms)) => true,
-        _ = rx.wait_for(|stop| *stop) => false,
     }
 }
 

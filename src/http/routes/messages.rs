@@ -82,7 +82,7 @@ pub(crate) fn session_conversation(h: &HeaderMap) -> Option<String> {
     ["x-service-conversation-id", "x-claude-code-session-id"]
         .iter()
         .filter_map(|n| h.get(*n)?.to_str().ok())
-        .find(|v| crate::agents::ids::is_conversation_id(v))
+        .find(|v| crate::wire::ids::is_conversation_id(v))
         .map(str::to_string)
 }
 

@@ -19,7 +19,6 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::agents::chat::{parse_headers, ChatHeaders};
 use crate::agents::hooks::AgentHooks;
-use crate::agents::ids::is_conversation_id;
 use crate::app::{App, AppState};
 use crate::error::{Error, Result};
 use crate::http::admission::{admitted, recorded};
@@ -35,6 +34,7 @@ use crate::proxy::responses::ResponsesHooks;
 use crate::usage::{UsageContext, UsageTicket};
 use crate::wire::chat::body::ChatInput;
 use crate::wire::chat::prompt_chars;
+use crate::wire::ids::is_conversation_id;
 use crate::wire::responses::headers::codex_ids;
 use crate::wire::responses::{Echo, ResponsesRequest};
 

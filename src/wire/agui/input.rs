@@ -17,8 +17,8 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::agents::ids::is_conversation_id;
 use crate::error::Error;
+use crate::wire::ids::is_conversation_id;
 use crate::wire::is_tool_name;
 
 /// A run as the agent turn takes it.

@@ -2,7 +2,7 @@
 //! "Codex specifics"): `session-id`, else `thread-id`; the `turn_id` of
 //! `x-codex-turn-metadata`. A value that is not an id is ignored.
 
-use crate::agents::ids::is_conversation_id;
+use crate::wire::ids::is_conversation_id;
 
 /// (conversation id, turn id) from Codex's headers, read through `h`, a
 /// lookup by header name.
