@@ -383,6 +383,31 @@ async fn usage_records_name_the_api_keep_cache_apart_and_take_claude_codes_sessi
 }
 
 #[tokio::test]
+async fn claude_codes_session_is_the_conversation_at_128_characters_and_ignored_at_129() {
+    let env = env().await;
+    env.model("m", "chat", "openai", "up-s").await;
+    let at_limit = "s".repeat(128);
+    for session in [at_limit.clone(), "s".repeat(129)] {
+        let r = crate::common::client()
+            .post(env.app.u("/v1/messages"))
+            .header("x-api-key", &env.key)
+            .header("x-claude-code-session-id", &session)
+            .json(&messages_body("m", "hi"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            r.status(),
+            200,
+            "a session id is never refused, only ignored"
+        );
+    }
+    let rows = usage_records(&env, 2).await;
+    let conversations: Vec<Option<String>> = rows.into_iter().map(|r| r.5).collect();
+    assert_eq!(conversations, vec![Some(at_limit), None]);
+}
+
+#[tokio::test]
 async fn metrics_count_the_members_dropped_in_translation() {
     let env = env().await;
     env.model("m", "chat", "openai", "up-d").await;
