@@ -85,7 +85,7 @@ fn object(required: &[&str], props: Value) -> Value {
 fn limits_props() -> Value {
     let n = || or_null(json!({"type": "integer", "minimum": 1}));
     json!({"requests_per_minute": n(), "tokens_per_minute": n(), "tokens_per_day": n(), "max_parallel": n(),
-        "count_tokens_per_minute": n()})
+        "count_tokens_per_minute": n(), "mcp_calls_per_minute": n()})
 }
 
 fn pii_modes() -> Value {
