@@ -3,6 +3,7 @@
 //! administrator configured, under grants, tool classes, tool modes and
 //! approvals. See docs/mcp.md.
 
+pub mod protocol;
 pub mod session;
 pub mod tools;
 pub mod upstream;
