@@ -13,6 +13,7 @@ pub mod error;
 pub mod fuzzing;
 pub mod http;
 pub mod limits;
+pub mod mcp;
 pub mod models;
 pub mod pii;
 pub mod proxy;
