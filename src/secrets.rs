@@ -36,6 +36,8 @@ pub enum Use {
     SsoPending,
     /// Sealing the headers an MCP server is sent (its credentials).
     McpServerHeaders,
+    /// Sealing MCP session ids (`Mcp-Session-Id`).
+    McpSession,
 }
 
 impl Use {
@@ -47,6 +49,7 @@ impl Use {
             Use::SsoClientSecret => b"gatehouse/v1/sso-client-secret",
             Use::SsoPending => b"gatehouse/v1/sso-pending",
             Use::McpServerHeaders => b"gatehouse/v1/mcp-server-headers",
+            Use::McpSession => b"gatehouse/v1/mcp-session",
         }
     }
 }

@@ -1,6 +1,10 @@
-//! The MCP gateway (issue 33): servers the admin configures, grants,
-//! audit records. The servers are read on every MCP request from an
-//! in-memory snapshot ([`McpServers`]), reloaded when a server changes here
+//! The MCP gateway (contract: "MCP gateway"): `/mcp` and `/mcp/{server}`
+//! end the Model Context Protocol here and call the upstream servers an
+//! administrator configured, under grants, tool classes, tool modes and
+//! approvals. See docs/mcp.md and docs/mcp-admin.md.
+//!
+//! The servers are read on every MCP request from an in-memory snapshot
+//! ([`McpServers`]), reloaded when a server changes here
 //! or on another server (`Invalidation::McpServers`), so no request pays a
 //! database round trip for them. Grants travel with the credential they
 //! belong to (`KeyInfo::mcp`, `UserInfo::mcp`, `Agent::mcp`), cached and
@@ -9,6 +13,9 @@
 pub mod audit;
 pub mod grants;
 pub mod servers;
+pub mod session;
+pub mod tools;
+pub mod upstream;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
