@@ -13,6 +13,7 @@
 
 pub mod agent;
 pub mod audit;
+pub mod gateway;
 pub mod grants;
 pub mod protocol;
 pub mod servers;
