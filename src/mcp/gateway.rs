@@ -480,6 +480,9 @@ impl AuditSink {
     }
 }
 
+/// An upstream's tool list and when it was read.
+type ToolList = (Instant, Arc<Vec<UpstreamTool>>);
+
 /// The gateway's per-process state.
 pub struct Gateway {
     pub client: McpClient,
@@ -490,7 +493,7 @@ pub struct Gateway {
     pub metrics: McpMetrics,
     pub audit: AuditSink,
     /// Each server's tool list (by name and URL), when it was read.
-    tools: DashMap<(String, String), (Instant, Arc<Vec<UpstreamTool>>)>,
+    tools: DashMap<(String, String), ToolList>,
     /// Upstream requests in flight, by (session, client request id): the
     /// server and the upstream request id (for `notifications/cancelled`).
     inflight: DashMap<(String, String), (String, i64)>,
