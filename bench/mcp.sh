@@ -4,18 +4,21 @@
 # loopback, straight and through `POST /mcp`; prints the medians and what the
 # gateway adds (goal: at most 0.5 ms at the median, docs/performance.md).
 #
-#   bench/mcp.sh            (BENCH_CALLS=2000, BENCH_NO_BUILD=1 to skip the build)
+#   bench/mcp.sh            (BENCH_CALLS=2000, BENCH_NO_BUILD=1 to skip the build,
+#                            BENCH_PROFILE=bench for a build without LTO)
 #
 # Needs the venv of the tests (.venv with tests/python/requirements.txt), curl, jq.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release
+# BENCH_PROFILE=bench: a quicker build (no LTO) for a first figure.
+PROFILE=${BENCH_PROFILE:-release}
+BIN=${CARGO_TARGET_DIR:-$ROOT/target}/$PROFILE
 PY=${GATEHOUSE_TEST_PYTHON:-$ROOT/.venv/bin/python}
 CALLS=${BENCH_CALLS:-2000}
 [ -x "$PY" ] || { echo "bench: $PY missing (make the tests' venv)" >&2; exit 1; }
 if [ -z "${BENCH_NO_BUILD:-}" ]; then
-    (cd "$ROOT" && cargo build --release -q -p gatehouse)
+    (cd "$ROOT" && cargo build --profile "$PROFILE" -q -p gatehouse)
 fi
 
 TMP=$(mktemp -d /tmp/gatehouse-mcp-bench.XXXXXX)

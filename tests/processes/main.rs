@@ -17,6 +17,7 @@ mod limits;
 mod log_secrets;
 mod login_throttle;
 mod logs;
+mod mcp;
 mod multi_server;
 mod secrets;
 mod sessions;
