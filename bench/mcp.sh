@@ -5,7 +5,8 @@
 # gateway adds (goal: at most 0.5 ms at the median, docs/performance.md).
 #
 #   bench/mcp.sh            (BENCH_CALLS=2000, BENCH_NO_BUILD=1 to skip the build,
-#                            BENCH_PROFILE=bench for a build without LTO)
+#                            BENCH_PROFILE=bench for a build without LTO, dev for the
+#                            unoptimised test build: an upper bound)
 #
 # Needs the venv of the tests (.venv with tests/python/requirements.txt), curl, jq.
 set -euo pipefail
@@ -13,7 +14,9 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # BENCH_PROFILE=bench: a quicker build (no LTO) for a first figure.
 PROFILE=${BENCH_PROFILE:-release}
-BIN=${CARGO_TARGET_DIR:-$ROOT/target}/$PROFILE
+DIR=$PROFILE
+[ "$PROFILE" = dev ] && DIR=debug
+BIN=${CARGO_TARGET_DIR:-$ROOT/target}/$DIR
 PY=${GATEHOUSE_TEST_PYTHON:-$ROOT/.venv/bin/python}
 CALLS=${BENCH_CALLS:-2000}
 [ -x "$PY" ] || { echo "bench: $PY missing (make the tests' venv)" >&2; exit 1; }
