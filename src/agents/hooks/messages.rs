@@ -247,4 +247,26 @@ mod tests {
         );
         assert_eq!(calls[0].arguments, r#"{"cmd":"ls -l"}"#);
     }
+
+    #[test]
+    fn text_and_tool_inputs_are_restored_and_thinking_is_not() {
+        let scanner = gatehouse_pii::Scanner::new(&[]).unwrap();
+        let mut vault = Vault::new();
+        let mut counts = gatehouse_pii::Counts::new();
+        let token = vault.tokenize(&scanner, "jane.doe@example.com", &mut counts);
+        assert_eq!(token, "[EMAIL_1]");
+        let mut answer = json!({"content": [
+            {"type": "thinking", "thinking": "to [EMAIL_1]", "signature": "s"},
+            {"type": "text", "text": "to [EMAIL_1]"},
+            {"type": "tool_use", "id": "t", "name": "Bash", "input": {"cmd": "mail [EMAIL_1]"}}]});
+        restore_message(&mut answer, &vault);
+        assert_eq!(
+            answer["content"],
+            json!([
+                {"type": "thinking", "thinking": "to [EMAIL_1]", "signature": "s"},
+                {"type": "text", "text": "to jane.doe@example.com"},
+                {"type": "tool_use", "id": "t", "name": "Bash",
+                 "input": {"cmd": "mail jane.doe@example.com"}}])
+        );
+    }
 }
