@@ -239,6 +239,27 @@ async fn an_agent_message_to_an_anthropic_model_passes_through_with_the_agents_r
         (409, Some("approval_pending"))
     );
     assert_eq!(s.stub.requests_for_model(&s.upstream).len(), 1);
+    // Denied: the result goes upstream as the fixed text, marked an error,
+    // the thinking before its call as it came.
+    let id = approvals[0]["id"].as_str().unwrap();
+    let r = s
+        .app
+        .post(
+            &s.path(&format!("approvals/{id}")),
+            &s.access,
+            &json!({"decision": "deny"}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    s.stub.unscript(&s.upstream);
+    assert_eq!(post(&s, &follow, &[conv]).await.status(), 200);
+    let sent = &s.stub.requests_for_model(&s.upstream)[1].body;
+    assert_eq!(sent["messages"][1], follow["messages"][1]);
+    assert_eq!(
+        sent["messages"][2]["content"][0],
+        json!({"type": "tool_result", "tool_use_id": "toolu_e",
+               "content": "The user denied this tool call.", "is_error": true})
+    );
 
     // Usage: prompt = input + cache read + cache write; cache kept apart.
     let rows = usage_rows(&s, 1).await;
