@@ -56,6 +56,8 @@ pub struct Settings {
     /// Threads that accept and serve connections, each with a single-threaded
     /// runtime and its own listening socket (`SO_REUSEPORT`): one per CPU.
     pub serve_threads: usize,
+    /// `GATEHOUSE_CURRENCY`: what every price and budget is in.
+    pub currency: crate::spend::Currency,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -244,6 +246,7 @@ impl Settings {
                 "GATEHOUSE_SERVE_THREADS",
                 std::thread::available_parallelism().map_or(1, |n| n.get()),
             )?,
+            currency: crate::spend::Currency::from_env().map_err(ConfigError)?,
         })
     }
 
@@ -281,6 +284,7 @@ impl Settings {
             shutdown_grace_s: 30,
             trusted_proxies: Vec::new(),
             serve_threads: 1,
+            currency: crate::spend::Currency::USD,
         }
     }
 }
@@ -320,6 +324,10 @@ pub struct FileConfig {
     /// `[[sso]]`: single sign-on providers, the fields of `POST /api/admin/sso`.
     #[serde(default)]
     pub sso: Vec<crate::sso::NewSsoProvider>,
+    /// `[[prices]]`: `provider`, `upstream_model` and the fields of
+    /// `PUT /api/admin/prices/...` (amounts as strings).
+    #[serde(default)]
+    pub prices: Vec<serde_json::Value>,
 }
 
 impl FileConfig {

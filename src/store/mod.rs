@@ -10,6 +10,7 @@ pub mod keys;
 pub mod limits;
 pub mod listener;
 pub mod notify;
+pub mod prices;
 pub mod signins;
 pub mod sso;
 pub mod usage;

@@ -10,6 +10,7 @@ pub mod agents;
 pub mod agui;
 pub mod limits;
 pub mod messages;
+pub mod prices;
 pub mod responses;
 pub mod signins;
 pub mod sso;
