@@ -431,3 +431,78 @@ async fn the_currency_setting_names_every_amount() {
     assert_eq!(header(&r, "x-gatehouse-currency"), Some("EUR"));
     assert_eq!(record(&env, "spend-eur").await["currency"], "EUR");
 }
+
+#[tokio::test]
+async fn an_agent_chat_answer_carries_its_cost_and_its_record_names_the_agent() {
+    let scene = common::scene::Scene::new().signed_in().await;
+    let r = scene
+        .app
+        .put(
+            "/api/admin/prices/p-chat-1/up-chat",
+            &scene.admin,
+            &json!({"input": "1.00", "output": "2.00", "cache_read": "0.10"}),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    scene.stub.script(
+        &scene.upstream,
+        answer_with(json!({"prompt_tokens": 1000, "completion_tokens": 500,
+                           "prompt_tokens_details": {"cached_tokens": 200}})),
+    );
+    let r = scene
+        .chat(
+            &[("x-request-id", "spend-agent-1")],
+            &json!({"messages": [{"role": "user", "content": "hi"}]}),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(header(&r, "x-gatehouse-cost-status"), Some("exact"));
+    assert_eq!(header(&r, "x-gatehouse-cost"), Some("0.001820000"));
+    let rec = poll(10, || async {
+        let rows: Vec<Value> = scene
+            .app
+            .get(
+                "/api/admin/usage/records?request_id=spend-agent-1",
+                &scene.admin,
+            )
+            .await
+            .json()
+            .await
+            .expect("json");
+        rows.into_iter().next()
+    })
+    .await;
+    assert_eq!(rec["agent"], scene.address);
+    assert_eq!(rec["cost"], "0.001820000");
+    assert_eq!(rec["api_key_id"], Value::Null);
+}
+
+#[tokio::test]
+async fn a_rerank_answer_carries_its_cost() {
+    let env = env().await;
+    env.model("rr", "scoring", "cohere", "rerank-v3").await;
+    set_price(
+        &env,
+        "cohere/rerank-v3",
+        json!({"input": "2", "output": "0", "request": "0.001"}),
+    )
+    .await;
+    let r = env
+        .post(
+            "/v1/rerank",
+            &json!({"model": "rr", "query": "which", "documents": ["one", "two"]}),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(header(&r, "x-gatehouse-currency"), Some("USD"));
+    let cost = header(&r, "x-gatehouse-cost").map(str::to_string);
+    let status = header(&r, "x-gatehouse-cost-status").map(str::to_string);
+    let v: Value = r.json().await.expect("json");
+    let prompt = v["usage"]["prompt_tokens"].as_i64().expect("prompt tokens");
+    // 2 per million tokens is 2000 nano-units a token, plus the request fee.
+    assert_eq!(cost, Some(format!("0.{:09}", prompt * 2000 + 1_000_000)));
+    assert!(
+        matches!(status.as_deref(), Some("exact" | "estimated")),
+        "{status:?}"
+    );
+}
