@@ -110,6 +110,12 @@ impl fmt::Display for Amount {
     }
 }
 
+/// The OpenAPI schema of an amount.
+pub fn schema() -> serde_json::Value {
+    serde_json::json!({"type": "string", "pattern": "^[0-9]+(\\.[0-9]{1,9})?$",
+        "description": "An amount of the currency: a decimal string, at most 9 fractional digits (written with exactly 9)."})
+}
+
 /// A signed sum of nano-units (totals from the database) as an amount string.
 pub fn format_nanos(n: i64) -> String {
     let sign = if n < 0 { "-" } else { "" };

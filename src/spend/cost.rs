@@ -106,6 +106,26 @@ impl Cost {
     }
 }
 
+/// The OpenAPI schema of a usage record (`GET /api/admin/usage/records`).
+pub fn record_schema() -> serde_json::Value {
+    let s = || serde_json::json!({"type": ["string", "null"]});
+    let i = || serde_json::json!({"type": "integer"});
+    serde_json::json!({"type": "object",
+        "required": ["id", "at", "request_id", "user", "api_key_id", "agent", "device_id", "model",
+            "provider", "upstream_model", "kind", "status", "prompt_tokens", "completion_tokens",
+            "cached_tokens", "cache_write_tokens", "reasoning_tokens", "cost", "cost_status",
+            "price_version", "currency"],
+        "properties": {"id": {"type": "string"}, "at": {"type": "string", "format": "date-time"},
+            "request_id": s(), "user": s(), "api_key_id": s(), "agent": s(), "device_id": s(),
+            "model": {"type": "string"}, "provider": s(), "upstream_model": s(),
+            "kind": {"type": "string"}, "api": s(), "status": i(), "prompt_tokens": i(),
+            "completion_tokens": i(), "cached_tokens": i(), "cache_write_tokens": i(),
+            "reasoning_tokens": i(),
+            "cost": {"anyOf": [super::amount::schema(), {"type": "null"}]},
+            "cost_status": {"type": "string", "enum": ["exact", "estimated", "unpriced", "none"]},
+            "price_version": s(), "currency": {"type": "string"}}})
+}
+
 /// Prices a request that `provider` answered with `upstream_model` (None:
 /// no upstream answer was relayed), with the book of its admission.
 pub fn price(book: &PriceBook, answered: Option<(&str, &str)>, tokens: &Tokens) -> Cost {

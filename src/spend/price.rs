@@ -279,6 +279,70 @@ impl Price {
     }
 }
 
+fn rates_schema(required: &[&str], extra: Value) -> Value {
+    let amount = super::amount::schema();
+    let or_null = |v: &Value| json!({"anyOf": [v, {"type": "null"}]});
+    let mut props = json!({"input": amount, "output": amount, "cache_read": or_null(&amount),
+        "cache_write": or_null(&amount), "reasoning": or_null(&amount)});
+    if let (Some(p), Some(e)) = (props.as_object_mut(), extra.as_object()) {
+        p.extend(e.clone());
+    }
+    json!({"type": "object", "required": required, "properties": props})
+}
+
+/// The OpenAPI schema of a PUT body.
+pub fn body_schema() -> Value {
+    let amount = super::amount::schema();
+    let tier = rates_schema(
+        &["above_prompt_tokens", "input", "output"],
+        json!({"above_prompt_tokens": {"type": "integer", "minimum": 1}}),
+    );
+    rates_schema(
+        &["input", "output"],
+        json!({"request": {"anyOf": [amount, {"type": "null"}]},
+               "tiers": {"type": "array", "maxItems": MAX_TIERS, "items": tier}}),
+    )
+}
+
+/// The OpenAPI schema of a price object.
+pub fn schema() -> Value {
+    let amount = super::amount::schema();
+    let tier = rates_schema(
+        &[
+            "above_prompt_tokens",
+            "input",
+            "output",
+            "cache_read",
+            "cache_write",
+            "reasoning",
+        ],
+        json!({"above_prompt_tokens": {"type": "integer", "minimum": 1}}),
+    );
+    let time = json!({"type": "string", "format": "date-time"});
+    rates_schema(
+        &[
+            "version",
+            "provider",
+            "upstream_model",
+            "currency",
+            "input",
+            "output",
+            "cache_read",
+            "cache_write",
+            "reasoning",
+            "request",
+            "tiers",
+            "effective_from",
+            "effective_to",
+        ],
+        json!({"version": {"type": "string"}, "provider": {"type": "string"},
+               "upstream_model": {"type": "string"}, "currency": {"type": "string"},
+               "request": {"anyOf": [amount, {"type": "null"}]},
+               "tiers": {"type": "array", "items": tier},
+               "effective_from": time, "effective_to": {"anyOf": [time, {"type": "null"}]}}),
+    )
+}
+
 /// The current prices, by provider and upstream model: what the hot path
 /// reads (two hash lookups, no database).
 #[derive(Debug, Default)]

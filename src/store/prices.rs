@@ -141,6 +141,18 @@ impl Store {
         spec: &PriceSpec,
     ) -> Result<PriceSet, sqlx::Error> {
         let mut tx = self.pool.begin().await?;
+        // A write first: SQLite takes its write lock now (a read first would
+        // fail with SQLITE_BUSY when upgrading while another connection
+        // writes), and PostgreSQL locks the pair's current row, so two PUTs
+        // of one pair run one after the other.
+        sqlx::query(
+            "UPDATE prices SET effective_to = effective_to
+             WHERE provider = $1 AND upstream_model = $2 AND effective_to IS NULL",
+        )
+        .bind(provider)
+        .bind(upstream_model)
+        .execute(&mut *tx)
+        .await?;
         let sql = format!(
             "SELECT {COLS} FROM prices
              WHERE provider = $1 AND upstream_model = $2 AND effective_to IS NULL"
