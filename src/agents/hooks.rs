@@ -155,6 +155,9 @@ impl AgentHooks {
                 conversation_id: self.ctx.conversation_id.clone(),
                 created_at: now,
                 expires_at: expires,
+                source: "chat".into(),
+                server: None,
+                used_at: None,
                 decided_at: None,
             })
             .collect();
