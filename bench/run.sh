@@ -58,6 +58,9 @@
 #                          '{"requests_per_minute":100000000,"tokens_per_minute":100000000000,
 #                            "tokens_per_day":100000000000000,"max_parallel":100000}'
 #                          to measure what checking limits costs
+#   BENCH_PRICE=1          set a price (with cache, reasoning, a request fee and a tier)
+#                          on every stub model, to measure what pricing each request costs
+#                          (compare chat with and without it; docs/spend.md)
 #   BENCH_OTLP=1           export the gateway's traces (OTLP/HTTP, every request
 #                          sampled) to a local collector (a second stub-upstream,
 #                          which accepts and drops them), to measure what tracing costs
@@ -292,6 +295,14 @@ if [[ " $TARGETS " == *" gatehouse "* ]]; then
     KEY=$(api POST /api/api-keys "{\"name\":\"bench\",\"limits\":${BENCH_KEY_LIMITS:-null}}" | jq -r .key)
     [ -n "$KEY" ] && [ "$KEY" != null ] || die "no API key"
     api POST /api/admin/models '{"id":"bench-rerank","kind":"scoring","provider":"stub","upstream_model":"bench-rerank"}' >/dev/null
+    if [ -n "${BENCH_PRICE:-}" ]; then
+        for m in bench-chat bench-chat-paced bench-embed bench-rerank; do
+            api PUT "/api/admin/prices/stub/$m" '{"input":"0.15","output":"0.60","cache_read":"0.075",
+                "reasoning":"0.60","request":"0.0001",
+                "tiers":[{"above_prompt_tokens":128000,"input":"0.30","output":"1.20"}]}' >/dev/null
+        done
+        log "prices set on every stub model"
+    fi
     # An agent with a tool contract of 15 of the 20 tools, tool mode ask; one
     # device signed in with a manifest of the 20 tools (half of them `read`).
     api POST /api/admin/agents "{\"address\":\"bench-agent\",\"name\":\"Bench\",\"model\":\"bench-chat\",

@@ -19,6 +19,7 @@ pub struct Counts {
     pub providers: usize,
     pub models: usize,
     pub agents: usize,
+    pub prices: usize,
 }
 
 fn tables<'a>(doc: &'a toml::Table, key: &str, problems: &mut Vec<String>) -> Vec<&'a toml::Value> {
@@ -178,6 +179,35 @@ pub fn check_text(text: &str) -> Result<Counts, Vec<String>> {
         }
     }
 
+    // Prices name a provider of the file (no database here) and a pair once.
+    let mut prices = 0;
+    let mut pairs = HashSet::new();
+    for (i, entry) in tables(&doc, "prices", &mut problems)
+        .into_iter()
+        .enumerate()
+    {
+        let raw = match serde_json::to_value(entry) {
+            Ok(v) => v,
+            Err(e) => {
+                problems.push(format!("price #{}: {e}", i + 1));
+                continue;
+            }
+        };
+        let who = crate::spend::price::file_price_label(&raw, i);
+        match crate::spend::price::file_price(&raw) {
+            Err(e) => problems.push(format!("{who}: {}", e.message)),
+            Ok((p, _, _)) if !provider_names.contains(&p) && !declared_providers.contains(&p) => {
+                problems.push(format!(
+                    "{who}: there is no provider named '{p}' in the file"
+                ))
+            }
+            Ok((p, m, _)) if !pairs.insert((p.clone(), m.clone())) => {
+                problems.push(format!("{who}: this pair is priced twice"))
+            }
+            Ok(_) => prices += 1,
+        }
+    }
+
     // What the entries above do not cover (an unknown section, a table in
     // the wrong place) fails here exactly as it would at start.
     if problems.is_empty() {
@@ -190,6 +220,7 @@ pub fn check_text(text: &str) -> Result<Counts, Vec<String>> {
             providers: providers.len(),
             models: models.len(),
             agents,
+            prices,
         })
     } else {
         Err(problems)
@@ -212,6 +243,7 @@ pub fn run(file: Option<&Path>, configured: Option<&Path>) -> CliResult {
             "providers": c.providers,
             "models": c.models,
             "agents": c.agents,
+            "prices": c.prices,
         })),
         Err(problems) => {
             super::print_json(&json!({
@@ -250,6 +282,13 @@ upstream_model = "u"
 address = "a"
 name = "A"
 model = "m"
+
+[[prices]]
+provider = "p"
+upstream_model = "org/u"
+input = "1.00"
+output = "2"
+tiers = [{ above_prompt_tokens = 1000, input = "2", output = "4" }]
 "#;
 
     #[test]
@@ -259,8 +298,57 @@ model = "m"
             Counts {
                 providers: 1,
                 models: 1,
-                agents: 1
+                agents: 1,
+                prices: 1,
             }
+        );
+    }
+
+    #[test]
+    fn price_problems_name_the_pair_and_the_field() {
+        let text = format!(
+            "{GOOD}\n{}",
+            r#"
+[[prices]]
+provider = "p"
+upstream_model = "v"
+input = "1"
+output = 2
+
+[[prices]]
+provider = "p"
+upstream_model = "w"
+input = "1"
+output = "1"
+tiers = [{ above_prompt_tokens = 5, input = "1", output = "1" }, { above_prompt_tokens = 5, input = "1", output = "1" }]
+
+[[prices]]
+provider = "nobody"
+upstream_model = "x"
+input = "1"
+output = "1"
+
+[[prices]]
+provider = "p"
+upstream_model = "org/u"
+input = "1000000.000000001"
+output = "1"
+"#
+        );
+        let problems = check_text(&text).unwrap_err();
+        assert_eq!(problems.len(), 4, "{problems:?}");
+        assert!(
+            problems[0].starts_with("price p/v: 'output'"),
+            "{problems:?}"
+        );
+        assert!(
+            problems[1].starts_with("price p/w: 'tiers[1].above_prompt_tokens'"),
+            "{problems:?}"
+        );
+        assert!(problems[2].starts_with("price nobody/x: "), "{problems:?}");
+        assert!(
+            problems[3].starts_with("price p/org/u: 'input'"),
+            "{problems:?}"
         );
     }
 

@@ -46,6 +46,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .merge(routes::admin::routes())
         .merge(routes::admin_models::routes())
         .merge(routes::usage::routes())
+        .merge(routes::prices::routes())
         .merge(routes::v1::routes())
         .merge(routes::messages::routes())
         .merge(routes::agents::routes())

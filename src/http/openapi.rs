@@ -521,11 +521,18 @@ fn schemas() -> Map<String, Value> {
                     "prompt_tokens",
                     "completion_tokens",
                     "errors",
+                    "cost",
+                    "currency",
+                    "unpriced_requests",
                 ],
                 json!({
-            "key": or_null(string()), "requests": int(), "prompt_tokens": int(), "completion_tokens": int(), "errors": int()}),
+            "key": or_null(string()), "requests": int(), "prompt_tokens": int(), "completion_tokens": int(), "errors": int(),
+            "cost": crate::spend::amount::schema(), "currency": string(), "unpriced_requests": int()}),
             ),
         ),
+        ("PriceBody", crate::spend::price::body_schema()),
+        ("Price", crate::spend::price::schema()),
+        ("UsageRecord", crate::spend::cost::record_schema()),
         ("NewSsoProvider", new_sso),
         ("SsoProviderPatch", sso_patch),
         ("SsoProvider", sso),
@@ -814,6 +821,13 @@ fn bodies(method: &str, path: &str) -> Option<Bodies> {
         ("get", "/api/admin/sign-ins") => b(None, list("AdminSignIn")),
         ("delete", "/api/admin/sign-ins/{device_id}") => b(None, none()),
         ("get", "/api/admin/usage") => b(None, list("UsageRow")),
+        ("get", "/api/admin/usage/records") => b(None, list("UsageRecord")),
+        ("get", "/api/admin/prices") => b(None, list("Price")),
+        ("get", "/api/admin/prices/{provider}/{upstream_model}") => b(None, ok("Price")),
+        ("put", "/api/admin/prices/{provider}/{upstream_model}") => {
+            b(req("PriceBody"), ok("Price"))
+        }
+        ("delete", "/api/admin/prices/{provider}/{upstream_model}") => b(None, none()),
         ("post", "/api/agent-tokens") => b(req("SignInRequest"), created("AgentTokens")),
         ("post", "/api/agent-tokens/refresh") => b(req("RefreshRequest"), ok("AgentTokens")),
         ("get", "/api/agent-tokens/mine") => b(None, list("SignIn")),

@@ -281,6 +281,8 @@ pub enum RelayedBody {
 pub struct Relayed {
     pub body: RelayedBody,
     pub answered: Answered,
+    /// A plain answer's cost (None for streams: theirs is known at the end).
+    pub cost: Option<(crate::spend::Cost, crate::spend::Currency)>,
 }
 
 fn failed(mut ticket: UsageTicket, e: Error) -> Result<Relayed, Error> {
@@ -345,6 +347,7 @@ pub async fn relay<H: ChatHooks>(
         let answered = Answered {
             model: answering.id.clone(),
             provider: target.provider.name.clone(),
+            upstream_model: target.upstream_model.clone(),
             attempts: attempts.made(),
         };
         let deadline = upstream::deadline(&target.provider);
@@ -415,13 +418,18 @@ pub async fn relay<H: ChatHooks>(
                     attempt.finish();
                     ticket.set_model(&answering.id);
                     ticket.set_provider(&target.provider.name);
+                    ticket.set_upstream_model(&target.upstream_model);
                     if let RelayedBody::Answer(v) = &mut body {
                         if let Err(e) = hooks.on_response(v).await {
                             return failed(ticket, answered.mark(e));
                         }
                     }
-                    ticket.finish(200, tokens);
-                    return Ok(Relayed { body, answered });
+                    let cost = Some((ticket.finish_priced(200, tokens), ticket.currency()));
+                    return Ok(Relayed {
+                        body,
+                        answered,
+                        cost,
+                    });
                 }
                 Err(e) => {
                     attempt.failed(e.failure);
@@ -470,6 +478,7 @@ pub async fn relay<H: ChatHooks>(
         if let Some(t) = relay.ticket.as_mut() {
             t.set_model(&answering.id);
             t.set_provider(&target.provider.name);
+            t.set_upstream_model(&target.upstream_model);
         }
         // Wait for the first output. A failure before the first event is a
         // plain HTTP error and may go to the next target; once an event was
@@ -525,6 +534,7 @@ pub async fn relay<H: ChatHooks>(
         return Ok(Relayed {
             body: RelayedBody::Stream(Box::pin(body)),
             answered,
+            cost: None,
         });
     }
     failed(
@@ -542,10 +552,7 @@ fn native_answer<H: ChatHooks>(
 ) -> Result<(RelayedBody, Tokens), AttemptError> {
     let bad = |what: String| AttemptError::new(Failure::BadAnswer, upstream::bad_answer(what));
     let (b, tokens) = hooks.on_native_answer(bytes).map_err(bad)?;
-    let tokens = tokens.unwrap_or(Tokens {
-        prompt: prompt_estimate,
-        ..Tokens::default()
-    });
+    let tokens = tokens.unwrap_or(Tokens::estimate(prompt_estimate, 0));
     if !hooks.edits_answer(&b) {
         return Ok((RelayedBody::Raw(b), tokens));
     }
@@ -582,10 +589,11 @@ fn answer_tree(
     }
     attempt.answer(obj.get("model"), obj.get("usage"));
     rewrite_model(obj, alias);
-    let tokens = usage_tokens(obj.get("usage")).unwrap_or_else(|| Tokens {
-        prompt: prompt_estimate,
-        completion: estimate_tokens(completion_chars(obj, "message")),
-        ..Tokens::default()
+    let tokens = usage_tokens(obj.get("usage")).unwrap_or_else(|| {
+        Tokens::estimate(
+            prompt_estimate,
+            estimate_tokens(completion_chars(obj, "message")),
+        )
     });
     Ok((v, tokens))
 }
@@ -714,11 +722,29 @@ impl<H> StreamRelay<H> {
         if let Some(t) = self.native_tokens {
             return t;
         }
-        usage_tokens(self.usage.as_ref()).unwrap_or(Tokens {
-            prompt: self.prompt_estimate,
-            completion: estimate_tokens(self.completion_chars),
-            ..Tokens::default()
-        })
+        usage_tokens(self.usage.as_ref()).unwrap_or(Tokens::estimate(
+            self.prompt_estimate,
+            estimate_tokens(self.completion_chars),
+        ))
+    }
+
+    /// The request's cost in the `usage` object of the chunk that carries
+    /// the client's usage: `cost` (when priced) and `cost_status`.
+    fn add_cost(&self, obj: &mut serde_json::Map<String, Value>) {
+        let (Some(ticket), Some(tokens)) = (self.ticket.as_ref(), usage_tokens(obj.get("usage")))
+        else {
+            return;
+        };
+        let cost = ticket.cost_of(&tokens);
+        if let Some(Value::Object(u)) = obj.get_mut("usage") {
+            if let Some(a) = cost.amount() {
+                u.insert("cost".into(), Value::String(a.to_string()));
+            }
+            u.insert(
+                "cost_status".into(),
+                Value::String(cost.status.as_str().to_string()),
+            );
+        }
     }
 
     fn fault(&mut self, failure: Failure, e: Error) -> Error {
@@ -960,10 +986,13 @@ impl<H: ChatHooks> StreamRelay<H> {
             }
             if !H::EDITS_ANSWERS && !self.attempt.wants_answer() {
                 let alias_json = &self.alias_json;
+                let client_usage = self.client_usage;
                 let mut out = Vec::with_capacity(ev.data.len() + alias_json.len() + 24);
                 out.extend_from_slice(b"data: ");
-                if let Some(c) =
-                    splice_chunk_into(&ev.data, alias_json, self.client_usage, &mut out)
+                // The usage chunk a client asked for takes the tree path,
+                // where it gains the request's cost (once per stream).
+                if let Some(c) = splice_chunk_into(&ev.data, alias_json, client_usage, &mut out)
+                    .filter(|c| !(client_usage && c.usage.is_some()))
                 {
                     if c.usage.is_some() {
                         self.usage = c.usage;
@@ -1010,6 +1039,9 @@ impl<H: ChatHooks> StreamRelay<H> {
             }
             self.attempt.answer(obj.get("model"), None);
             rewrite_model(obj, &self.alias);
+            if self.client_usage {
+                self.add_cost(obj);
+            }
             let mut before = Vec::new();
             let action = match self.hooks.as_mut() {
                 Some(h) => h.on_chunk(&mut chunk, &mut before),

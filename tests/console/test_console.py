@@ -485,6 +485,7 @@ def test_no_browser_console_errors_on_any_page(console, gateway):
         "/console/admin/sign-ins": "sign-ins",
         "/console/admin/usage?group_by=agent": "usage",
         "/console/admin/sso": None,
+        "/console/admin/prices": "prices",
         "/console/admin/models/console-chat": None,
         "/console/admin/agents/tour-agent/limits": "agent-limits",
         f"/console/admin/users/{user_id}/limits": None,

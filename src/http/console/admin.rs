@@ -813,6 +813,9 @@ fn group_name(g: GroupBy) -> &'static str {
         GroupBy::Model => "model",
         GroupBy::User => "user",
         GroupBy::Agent => "agent",
+        GroupBy::Key => "key",
+        GroupBy::Provider => "provider",
+        GroupBy::Api => "api",
     }
 }
 
@@ -842,13 +845,30 @@ pub async fn usage(
         count,
     );
     let csv = format!("/console/admin/usage.csv?from={from_s}&to={to_s}&group_by={g}");
+    let currency = app.prices().currency;
+    // Spend per day whatever the range's buckets (the contract's chart).
+    let days = ((to - from) / DAY) as usize;
+    let day_points = if bucket == DAY {
+        points
+            .iter()
+            .map(|p| (p.bucket, p.cost_nanos))
+            .collect::<Vec<_>>()
+    } else {
+        app.store
+            .usage_series(from, to, DAY)
+            .await?
+            .iter()
+            .map(|p| (p.bucket, p.cost_nanos))
+            .collect()
+    };
+    let spend = charts::dense(&day_points, days);
     let body = html! {
         h1 { "Usage" }
         form.row method="get" action="/console/admin/usage" {
             label { "From" input type="date" name="from" value=(from_s); }
             label { "To" input type="date" name="to" value=(to_s); }
             label { "By" select name="group_by" {
-                @for opt in ["model", "user", "agent"] { option value=(opt) selected[opt == g] { (opt) } }
+                @for opt in ["model", "user", "agent", "key", "provider", "api"] { option value=(opt) selected[opt == g] { (opt) } }
             } }
             button type="submit" { "Show" }
         }
@@ -858,12 +878,14 @@ pub async fn usage(
                 reqs.iter().all(|n| *n == 0).then_some("No requests in this range.")))
             (charts::by_group(&format!("Requests by {g}"), "requests", &rows.iter().map(|r| (r.key.clone(), r.requests)).collect::<Vec<_>>()))
             (charts::by_group(&format!("Tokens by {g}"), "tokens", &rows.iter().map(|r| (r.key.clone(), r.prompt_tokens + r.completion_tokens)).collect::<Vec<_>>()))
+            (charts::money_per_day(&format!("Spend per day ({currency})"), currency.as_str(), &spend, from))
         }
-        table {
-            thead { tr { th { (g) } th { "Requests" } th { "Errors" } th { "Prompt tokens" } th { "Completion tokens" } } }
+        table id="usage-totals" {
+            thead { tr { th { (g) } th { "Requests" } th { "Errors" } th { "Prompt tokens" } th { "Completion tokens" } th { "Cost" } th { "Unpriced" } } }
             tbody {
                 @for r in &rows {
-                    tr { td { (r.key) } td { (r.requests) } td { (r.errors) } td { (r.prompt_tokens) } td { (r.completion_tokens) } }
+                    tr { td { (r.key) } td { (r.requests) } td { (r.errors) } td { (r.prompt_tokens) } td { (r.completion_tokens) }
+                         td.cost { (super::prices::short_nanos(r.cost_nanos)) " " (currency) } td { (r.unpriced_requests) } }
                 }
             }
         }
@@ -890,17 +912,19 @@ pub async fn usage_csv(
     let (from_s, to_s, from, to, group) = usage_range(&q)?;
     let rows = app.store.usage_totals(from, to, group).await?;
     let mut out = format!(
-        "{},requests,prompt_tokens,completion_tokens,errors\n",
+        "{},requests,prompt_tokens,completion_tokens,errors,cost,unpriced_requests\n",
         group_name(group)
     );
     for r in &rows {
         out.push_str(&format!(
-            "{},{},{},{},{}\n",
+            "{},{},{},{},{},{},{}\n",
             csv_field(&r.key),
             r.requests,
             r.prompt_tokens,
             r.completion_tokens,
-            r.errors
+            r.errors,
+            crate::spend::amount::format_nanos(r.cost_nanos),
+            r.unpriced_requests
         ));
     }
     let name = format!(

@@ -7,7 +7,7 @@ use maud::{html, Markup, DOCTYPE};
 use super::guard::ConsoleUser;
 use super::html::head;
 
-const ADMIN_NAV: [(&str, &str); 7] = [
+const ADMIN_NAV: [(&str, &str); 8] = [
     ("/console/", "Overview"),
     ("/console/admin/users", "Users"),
     ("/console/admin/models", "Providers & models"),
@@ -15,6 +15,7 @@ const ADMIN_NAV: [(&str, &str); 7] = [
     ("/console/admin/agents", "Agents"),
     ("/console/admin/sign-ins", "Sign-ins"),
     ("/console/admin/usage", "Usage"),
+    ("/console/admin/prices", "Prices"),
 ];
 const USER_NAV: [(&str, &str); 2] = [
     ("/console/keys", "My API keys"),
@@ -94,6 +95,7 @@ pub fn done_note(done: Option<&str>) -> Markup {
         Some("updated") => "Saved.",
         Some("deleted") => "Deleted.",
         Some("ended") => "Sign-in ended.",
+        Some("price-ended") => "Price ended: later requests for this pair are unpriced.",
         Some("accepted") => "Tool accepted: it reaches the model from now on.",
         Some("rejected") => "Tool rejected: it stays held.",
         _ => return html! {},

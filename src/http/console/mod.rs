@@ -12,6 +12,7 @@ mod html;
 mod layout;
 mod limits;
 mod models;
+mod prices;
 mod sso;
 mod user;
 
@@ -102,6 +103,12 @@ pub fn router() -> Router<AppState> {
         )
         .route("/console/admin/usage", get(admin::usage))
         .route("/console/admin/usage.csv", get(admin::usage_csv))
+        .route(
+            "/console/admin/prices",
+            get(prices::prices).post(prices::set),
+        )
+        .route("/console/admin/prices/end", post(prices::end))
+        .route("/console/admin/prices/history", get(prices::history))
         .route("/console/{*rest}", get(not_found))
         .layer(middleware::from_fn(security_headers))
 }

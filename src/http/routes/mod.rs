@@ -11,6 +11,7 @@ pub mod agui;
 pub mod limits;
 pub mod mcp;
 pub mod messages;
+pub mod prices;
 pub mod responses;
 pub mod signins;
 pub mod sso;
