@@ -82,6 +82,7 @@ use crate::models::{Model, Provider};
 use crate::usage::{estimate_tokens, Tokens, UsageContext, UsageSink, UsageTicket, CLIENT_CLOSED};
 use crate::wire::chat::answer::{splice_answer, splice_chunk_into};
 use crate::wire::chat::body::{ChatBody, ChatInput};
+use crate::wire::chat::chunk::ChunkText;
 use crate::wire::chat::{
     ask_for_usage, completion_chars, is_stream, prompt_chars, rewrite_model, strip_usage,
     usage_tokens,
@@ -130,6 +131,42 @@ pub trait ChatHooks: Send + 'static {
     fn edits_answer(&self, answer: &[u8]) -> bool {
         let _ = answer;
         Self::EDITS_ANSWERS
+    }
+
+    /// Whether the hooks do nothing at all (every method the default): a
+    /// dialect's hooks around them may then translate chunks and answers
+    /// from their text (`reads_chunk_text`, `answer_text`).
+    const DOES_NOTHING: bool = false;
+
+    /// A plain chat answer (the upstream's bytes, checked by nothing yet)
+    /// made into the hooks' own answer without a tree: its bytes and its
+    /// tokens (the upstream's usage, else estimated with `prompt_estimate`
+    /// as chat's are). None: the tree path (`on_response`), which also
+    /// words what is wrong with an answer. Asked when `edits_answer` says
+    /// the answer needs editing; `alias` is the name the answer shows.
+    fn answer_text(
+        &mut self,
+        answer: &[u8],
+        alias: &str,
+        prompt_estimate: i64,
+    ) -> Option<(Bytes, Tokens)> {
+        let _ = (answer, alias, prompt_estimate);
+        None
+    }
+
+    /// Whether stream chunks may come to `on_chunk_text`, read from their
+    /// text, instead of to `on_chunk` as trees (chunks of unusual shapes
+    /// still come as trees).
+    fn reads_chunk_text(&self) -> bool {
+        false
+    }
+
+    /// A stream chunk read from its text (see `reads_chunk_text`; its
+    /// `usage` only when the client asked for usage, as `on_chunk` sees
+    /// it): what goes out for it written into `out` (nothing: no output).
+    /// `alias` is the name the chunk shows.
+    fn on_chunk_text(&mut self, chunk: &ChunkText<'_>, alias: &str, out: &mut Vec<u8>) {
+        let _ = (chunk, alias, out);
     }
 
     /// A plain (non-stream) answer, after the `model` rewrite.
@@ -249,6 +286,7 @@ pub struct NoHooks;
 
 impl ChatHooks for NoHooks {
     const EDITS_ANSWERS: bool = false;
+    const DOES_NOTHING: bool = true;
 }
 
 fn unsupported_provider(model: &Model, provider: &Provider) -> Error {
@@ -406,8 +444,15 @@ pub async fn relay<H: ChatHooks>(
                 Err(e) => Err(e),
                 Ok(bytes) if is_native => native_answer(&mut hooks, &bytes, prompt_estimate),
                 Ok(bytes) if hooks.edits_answer(&bytes) => {
-                    answer_tree(&bytes, shown, prompt_estimate, &mut attempt)
-                        .map(|(v, tokens)| (RelayedBody::Answer(v), tokens))
+                    // A span records the answer's model and usage: the tree path reads them.
+                    let text = (!attempt.wants_answer())
+                        .then(|| hooks.answer_text(&bytes, shown, prompt_estimate))
+                        .flatten();
+                    match text {
+                        Some((b, tokens)) => Ok((RelayedBody::Raw(b), tokens)),
+                        None => answer_tree(&bytes, shown, prompt_estimate, &mut attempt)
+                            .map(|(v, tokens)| (RelayedBody::Answer(v), tokens)),
+                    }
                 }
                 Ok(bytes) => raw_answer(&bytes, shown, prompt_estimate, &mut attempt)
                     .map(|(b, tokens)| (RelayedBody::Raw(b), tokens)),
@@ -983,6 +1028,32 @@ impl<H: ChatHooks> StreamRelay<H> {
             }
             if ev.data.trim() == "[DONE]" {
                 return Ok(Step::Out(self.end().await));
+            }
+            let reads_text = self.hooks.as_ref().is_some_and(|h| h.reads_chunk_text());
+            if reads_text && !self.attempt.wants_answer() {
+                if let Some(mut c) = ChunkText::read(&ev.data) {
+                    if c.usage.is_some() {
+                        self.usage.clone_from(&c.usage);
+                    }
+                    self.completion_chars += c.chars;
+                    self.saw_finish |= c.finish;
+                    self.read_event = true;
+                    if !self.client_usage {
+                        // The usage-only chunk is dropped, and usage removed.
+                        if c.choices == 0 && c.has_usage {
+                            continue;
+                        }
+                        c.usage = None;
+                    }
+                    let mut out = Vec::with_capacity(ev.data.len() + 128);
+                    if let Some(h) = self.hooks.as_mut() {
+                        h.on_chunk_text(&c, &self.alias, &mut out);
+                    }
+                    if out.is_empty() {
+                        continue;
+                    }
+                    return Ok(Step::Out(Bytes::from(out)));
+                }
             }
             if !H::EDITS_ANSWERS && !self.attempt.wants_answer() {
                 let alias_json = &self.alias_json;

@@ -35,8 +35,12 @@ use crate::models::{Provider, ProviderType};
 use crate::proxy::chat::{error_in_answer, ChatHooks, ChunkAction, NativeEvent, NativeRequest};
 use crate::proxy::messages_rules::MessagesRules;
 use crate::usage::{estimate_tokens, Tokens};
+use crate::wire::chat::chunk::ChunkText;
 use crate::wire::messages::error::stream_error;
-use crate::wire::messages::from_chat_answer::{block_id, messages_answer, new_message_id};
+use crate::wire::messages::from_chat_answer::{
+    block_id, messages_answer, messages_answer_text, new_message_id,
+};
+use crate::wire::messages::passed::{passed_answer, passed_event};
 use crate::wire::messages::stream::{frame, ToMessages};
 use crate::wire::messages::to_chat::ToolNames;
 use crate::wire::messages::to_chat_answer::MessagesUsage;
@@ -166,11 +170,7 @@ impl<H: ChatHooks + MessagesRules> MessagesHooks<H> {
 
     /// Tokens without usage from the upstream: the gateway's estimates.
     fn estimate(&self, text_chars: usize) -> Tokens {
-        Tokens {
-            prompt: self.input_estimate,
-            completion: estimate_tokens(text_chars),
-            ..Tokens::default()
-        }
+        Tokens::estimate(self.input_estimate, estimate_tokens(text_chars))
     }
 
     /// The name an answer carries: the client's, or a fallback's id.
@@ -178,6 +178,15 @@ impl<H: ChatHooks + MessagesRules> MessagesHooks<H> {
         match relayed.and_then(Value::as_str) {
             Some(m) if m != self.model_id => m.to_string(),
             _ => self.model.clone(),
+        }
+    }
+
+    /// [`Self::answer_model`] for the name the relay gives.
+    fn answer_model_named(&self, relayed: &str) -> String {
+        if relayed != self.model_id {
+            relayed.to_string()
+        } else {
+            self.model.clone()
         }
     }
 
@@ -212,6 +221,43 @@ impl<H: ChatHooks + MessagesRules> ChatHooks for MessagesHooks<H> {
         self.passed.is_none() || self.inner.rules_passed()
     }
 
+    /// With inner hooks that do nothing, a translated answer is written
+    /// from the chat answer's text (no tree either way).
+    fn answer_text(
+        &mut self,
+        answer: &[u8],
+        alias: &str,
+        prompt_estimate: i64,
+    ) -> Option<(Bytes, Tokens)> {
+        if !H::DOES_NOTHING || self.passed.is_some() {
+            return None;
+        }
+        let fallback = Tokens::estimate(self.input_estimate, 0);
+        let model = self.answer_model_named(alias);
+        messages_answer_text(
+            answer,
+            self.stream.id(),
+            &model,
+            &self.names,
+            fallback,
+            prompt_estimate,
+        )
+    }
+
+    fn reads_chunk_text(&self) -> bool {
+        H::DOES_NOTHING && self.passed.is_none()
+    }
+
+    /// The events of a chunk read from its text, written as they are made.
+    fn on_chunk_text(&mut self, chunk: &ChunkText<'_>, alias: &str, out: &mut Vec<u8>) {
+        if !self.stream.started() {
+            let model = self.answer_model_named(alias);
+            self.stream.set_model(model);
+        }
+        self.stream
+            .chunk_into(&chunk.delta, chunk.usage.as_ref(), out);
+    }
+
     async fn on_response(&mut self, response: &mut Value) -> Result<(), Error> {
         if self.passed.is_some() {
             return self.inner.on_passed_answer(response).await;
@@ -219,10 +265,7 @@ impl<H: ChatHooks + MessagesRules> ChatHooks for MessagesHooks<H> {
         self.client_calls(response.pointer_mut("/choices/0/message/tool_calls"));
         self.inner.on_response(response).await?;
         let approvals = response.get("approvals").cloned();
-        let fallback = Tokens {
-            prompt: self.input_estimate,
-            ..Tokens::default()
-        };
+        let fallback = Tokens::estimate(self.input_estimate, 0);
         let model = self.answer_model(response.get("model"));
         let mut answer = messages_answer(
             response,
@@ -369,6 +412,14 @@ impl<H: ChatHooks + MessagesRules> ChatHooks for MessagesHooks<H> {
         let Some(passed) = self.passed.as_ref() else {
             return Err("no pass-through attempt".into());
         };
+        if H::DOES_NOTHING {
+            // The usual answer: read and `model` spliced in without a tree.
+            if let Some((out, usage)) = passed_answer(answer, &passed.model) {
+                let mut m = MessagesUsage::default();
+                m.merge(&usage);
+                return Ok((out, Some(m.tokens())));
+            }
+        }
         let mut v: Value = serde_json::from_slice(answer).map_err(|_| "it is not JSON")?;
         let Some(obj) = v.as_object_mut() else {
             return Err("it is not a JSON object".into());
@@ -397,6 +448,33 @@ impl<H: ChatHooks + MessagesRules> ChatHooks for MessagesHooks<H> {
         let Some(passed) = self.passed.as_mut() else {
             return Err("no pass-through attempt".into());
         };
+        if H::DOES_NOTHING {
+            // The events that carry no usage and no model, read without a
+            // tree and relayed as they came.
+            if let Some(e) = passed_event(&event.data) {
+                if !matches!(&*e.kind, "message_start" | "message_delta" | "error") {
+                    passed.text_chars += e.text_chars;
+                    let terminal = e.kind == "message_stop";
+                    let tokens = (terminal && passed.usage.is_none()).then(|| Tokens {
+                        completion: estimate_tokens(passed.text_chars),
+                        ..estimate
+                    });
+                    let event_name = match &event.event {
+                        Some(n) => n.clone(),
+                        None => e.kind.into_owned(),
+                    };
+                    return Ok(Some(NativeEvent {
+                        frames: vec![SseFrame::Event {
+                            event: event_name,
+                            data: event.data.clone(),
+                        }],
+                        terminal,
+                        tokens,
+                        error: None,
+                    }));
+                }
+            }
+        }
         let mut v: Value =
             serde_json::from_str(&event.data).map_err(|_| "a stream event is not JSON")?;
         let kind = v.get("type").and_then(Value::as_str).unwrap_or_default();

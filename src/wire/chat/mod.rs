@@ -5,6 +5,7 @@
 
 pub mod answer;
 pub mod body;
+pub mod chunk;
 pub mod raw_fields;
 pub mod request;
 pub mod tools;
