@@ -320,6 +320,9 @@ pub struct FileConfig {
     /// `[[sso]]`: single sign-on providers, the fields of `POST /api/admin/sso`.
     #[serde(default)]
     pub sso: Vec<crate::sso::NewSsoProvider>,
+    /// `[[mcp_servers]]`: the fields of `POST /api/admin/mcp-servers`.
+    #[serde(default)]
+    pub mcp_servers: Vec<serde_json::Value>,
 }
 
 impl FileConfig {
