@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use crate::agents::tools::{ToolClass, ToolStatus};
 use crate::agents::Agent;
+use crate::mcp::agent::SeenTool;
 use crate::runtime::{Invalidation, TtlCache};
 use crate::store::Store;
 
@@ -24,6 +25,8 @@ pub struct AgentCaches {
     manifests: TtlCache<String, Arc<HashMap<String, ToolClass>>>,
     /// address -> administrator decisions on the agent's tools.
     tools: TtlCache<String, Arc<HashMap<String, ToolStatus>>>,
+    /// address -> MCP tools seen for the agent (status and hash), by exposed name.
+    mcp_tools: TtlCache<String, Arc<HashMap<String, SeenTool>>>,
 }
 
 impl AgentCaches {
@@ -33,6 +36,7 @@ impl AgentCaches {
             agents: TtlCache::new(ttl, 10_000),
             manifests: TtlCache::new(ttl, 100_000),
             tools: TtlCache::new(ttl, 10_000),
+            mcp_tools: TtlCache::new(ttl, 10_000),
         }
     }
 
@@ -85,12 +89,42 @@ impl AgentCaches {
         Ok(loaded.unwrap_or_default())
     }
 
+    /// MCP tools seen for the agent, with the admin's decision and the hash it binds to.
+    pub async fn mcp_tools(
+        &self,
+        agent: &str,
+    ) -> Result<Arc<HashMap<String, SeenTool>>, sqlx::Error> {
+        let loaded = self
+            .mcp_tools
+            .get_or_load(agent, || async {
+                let rows = self.store.mcp_tool_states(agent).await?;
+                let map: HashMap<String, SeenTool> = rows
+                    .into_iter()
+                    .filter_map(|(name, (status, hash))| {
+                        Some((
+                            name,
+                            SeenTool {
+                                status: ToolStatus::parse(&status)?,
+                                hash,
+                            },
+                        ))
+                    })
+                    .collect();
+                Ok::<_, sqlx::Error>(Some(Arc::new(map)))
+            })
+            .await?;
+        Ok(loaded.unwrap_or_default())
+    }
+
     /// Drops what `inv` makes stale.
     pub fn forget(&self, inv: &Invalidation) {
         match inv {
             Invalidation::Agent(address) => self.agents.remove(address),
             Invalidation::Manifest(key) => self.manifests.remove(key),
-            Invalidation::Tools(address) => self.tools.remove(address),
+            Invalidation::Tools(address) => {
+                self.tools.remove(address);
+                self.mcp_tools.remove(address);
+            }
             _ => {}
         }
     }
@@ -99,6 +133,7 @@ impl AgentCaches {
         self.agents.clear();
         self.manifests.clear();
         self.tools.clear();
+        self.mcp_tools.clear();
     }
 }
 

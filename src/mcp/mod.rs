@@ -1,7 +1,8 @@
 //! The MCP gateway (contract: "MCP gateway"): `/mcp` and `/mcp/{server}`
 //! end the Model Context Protocol here and call the upstream servers an
 //! administrator configured, under grants, tool classes, tool modes and
-//! approvals. See docs/mcp.md and docs/mcp-admin.md.
+//! approvals (the agents' tool rules applied to MCP tools). See docs/mcp.md
+//! and docs/mcp-admin.md.
 //!
 //! The servers are read on every MCP request from an in-memory snapshot
 //! ([`McpServers`]), reloaded when a server changes here
@@ -10,8 +11,11 @@
 //! belong to (`KeyInfo::mcp`, `UserInfo::mcp`, `Agent::mcp`), cached and
 //! invalidated with it.
 
+pub mod agent;
 pub mod audit;
+pub mod gateway;
 pub mod grants;
+pub mod protocol;
 pub mod servers;
 pub mod session;
 pub mod tools;

@@ -28,6 +28,37 @@ pub struct ToolRow {
     /// Stored decision: `held`, `accepted` or `rejected` (`contract` is derived at read time).
     pub status: String,
     pub first_seen_at: i64,
+    /// `device` (a manifest or a chat offered it) or `mcp` (an MCP server's).
+    pub source: String,
+    /// The MCP server of an `mcp` tool.
+    pub server: Option<String>,
+}
+
+impl ToolRow {
+    /// A contract tool no app reported yet.
+    pub fn contract_only(agent: &str, name: &str, first_seen_at: i64) -> ToolRow {
+        ToolRow {
+            agent: agent.to_string(),
+            name: name.to_string(),
+            class: "execute".into(),
+            description: String::new(),
+            status: "contract".into(),
+            first_seen_at,
+            source: "device".into(),
+            server: None,
+        }
+    }
+}
+
+/// An MCP tool as an agent's caller saw it in a `tools/list` or a `tools/call`.
+pub struct SeenMcpTool<'a> {
+    /// Exposed name on `/mcp` (`server__tool`).
+    pub name: &'a str,
+    pub server: &'a str,
+    pub class: &'a str,
+    pub description: &'a str,
+    /// `crate::mcp::agent::tool_hash` of description, input schema and class.
+    pub hash: &'a str,
 }
 
 #[derive(Clone, Debug, FromRow)]
@@ -45,6 +76,12 @@ pub struct ApprovalRow {
     pub created_at: i64,
     pub expires_at: i64,
     pub decided_at: Option<i64>,
+    /// `chat` or `mcp`.
+    pub source: String,
+    /// The MCP server of an `mcp` approval.
+    pub server: Option<String>,
+    /// When an `mcp` approval let its call through or answered it denied.
+    pub used_at: Option<i64>,
 }
 
 #[derive(Clone, Debug, FromRow)]
@@ -73,7 +110,7 @@ pub enum DecideError {
     Expired,
 }
 
-const APPROVAL_COLS: &str = "id, agent, user_id, device_id, tool_call_id, tool, arguments, status, reason, conversation_id, created_at, expires_at, decided_at";
+pub(crate) const APPROVAL_COLS: &str = "id, agent, user_id, device_id, tool_call_id, tool, arguments, status, reason, conversation_id, created_at, expires_at, decided_at, source, server, used_at";
 const EVENT_COLS: &str = "seq_id, agent, device_id, user_id, event_id, type, time, conversation_id, turn_id, data, received_at, commit_seq";
 
 pub struct ManifestTool<'a> {
@@ -188,7 +225,7 @@ impl Store {
 
     pub async fn list_tools(&self, agent: &str) -> Result<Vec<ToolRow>, sqlx::Error> {
         sqlx::query_as::<_, ToolRow>(
-            "SELECT agent, name, class, description, status, first_seen_at FROM agent_tools WHERE agent = $1 ORDER BY first_seen_at, name",
+            "SELECT agent, name, class, description, status, first_seen_at, source, server FROM agent_tools WHERE agent = $1 ORDER BY first_seen_at, name",
         )
         .bind(agent)
         .fetch_all(&self.pool)
@@ -214,7 +251,7 @@ impl Store {
         .execute(&self.pool)
         .await?;
         sqlx::query_as::<_, ToolRow>(
-            "SELECT agent, name, class, description, status, first_seen_at FROM agent_tools WHERE agent = $1 AND name = $2",
+            "SELECT agent, name, class, description, status, first_seen_at, source, server FROM agent_tools WHERE agent = $1 AND name = $2",
         )
         .bind(agent)
         .bind(name)
@@ -226,7 +263,7 @@ impl Store {
         let mut tx = self.pool.begin().await?;
         for a in rows {
             sqlx::query(&format!(
-                "INSERT INTO approvals ({APPROVAL_COLS}) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13)"
+                "INSERT INTO approvals ({APPROVAL_COLS}) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16)"
             ))
             .bind(&a.id)
             .bind(&a.agent)
@@ -241,18 +278,22 @@ impl Store {
             .bind(a.created_at)
             .bind(a.expires_at)
             .bind(a.decided_at)
+            .bind(&a.source)
+            .bind(&a.server)
+            .bind(a.used_at)
             .execute(&mut *tx)
             .await?;
         }
         tx.commit().await
     }
 
-    /// Decides a pending approval of this user and agent. One conditional
-    /// update settles races, also between servers.
+    /// Decides a pending approval of this agent (and of this user, when one
+    /// is given: an admin decides any user's). One conditional update settles
+    /// races, also between servers.
     pub async fn decide_approval(
         &self,
         agent: &str,
-        user_id: &str,
+        user_id: Option<&str>,
         id: &str,
         status: &str,
         reason: Option<&str>,
@@ -260,7 +301,7 @@ impl Store {
         let now = now_ms();
         let n = sqlx::query(
             "UPDATE approvals SET status = $4, reason = $5, decided_at = $6
-             WHERE id = $1 AND agent = $2 AND user_id = $3 AND status = 'pending' AND expires_at > $6",
+             WHERE id = $1 AND agent = $2 AND ($3 IS NULL OR user_id = $3) AND status = 'pending' AND expires_at > $6",
         )
         .bind(id)
         .bind(agent)
@@ -272,7 +313,7 @@ impl Store {
         .await?
         .rows_affected();
         let row = sqlx::query_as::<_, ApprovalRow>(&format!(
-            "SELECT {APPROVAL_COLS} FROM approvals WHERE id = $1 AND agent = $2 AND user_id = $3"
+            "SELECT {APPROVAL_COLS} FROM approvals WHERE id = $1 AND agent = $2 AND ($3 IS NULL OR user_id = $3)"
         ))
         .bind(id)
         .bind(agent)
@@ -406,6 +447,94 @@ impl Store {
         .bind(limit)
         .fetch_all(&self.pool)
         .await
+    }
+}
+
+/// The MCP side of agents (#33): the tools seen on MCP servers and the
+/// approvals of `tools/call`s.
+impl Store {
+    /// Records MCP tools seen for an agent. A new one starts held; an admin's
+    /// decision stands while the tool's hash (description, input schema,
+    /// class) stays as the admin saw it, and a change makes it held again.
+    pub async fn record_mcp_tools(
+        &self,
+        agent: &str,
+        tools: &[SeenMcpTool<'_>],
+    ) -> Result<(), sqlx::Error> {
+        if tools.is_empty() {
+            return Ok(());
+        }
+        let now = now_ms();
+        let mut tx = self.pool.begin().await?;
+        for t in tools {
+            sqlx::query(
+                "INSERT INTO agent_tools (agent, name, class, description, status, first_seen_at, parameters_hash, source, server)
+                 VALUES ($1, $2, $3, $4, 'held', $5, $6, 'mcp', $7)
+                 ON CONFLICT (agent, name) DO UPDATE SET class = $3, description = $4, parameters_hash = $6,
+                   source = 'mcp', server = $7,
+                   status = CASE
+                     WHEN agent_tools.status IN ('accepted', 'rejected') AND agent_tools.parameters_hash <> $6
+                     THEN 'held' ELSE agent_tools.status END",
+            )
+            .bind(agent)
+            .bind(t.name)
+            .bind(t.class)
+            .bind(t.description)
+            .bind(now)
+            .bind(t.hash)
+            .bind(t.server)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await
+    }
+
+    /// The MCP tools seen for an agent: exposed name -> (status, hash).
+    pub async fn mcp_tool_states(
+        &self,
+        agent: &str,
+    ) -> Result<HashMap<String, (String, String)>, sqlx::Error> {
+        let rows: Vec<(String, String, String)> = sqlx::query_as(
+            "SELECT name, status, parameters_hash FROM agent_tools WHERE agent = $1 AND source = 'mcp'",
+        )
+        .bind(agent)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().map(|(n, s, h)| (n, (s, h))).collect())
+    }
+
+    /// The latest approval of this user and agent for this MCP tool (exposed
+    /// name) with these canonical arguments.
+    pub async fn latest_mcp_approval(
+        &self,
+        agent: &str,
+        user_id: &str,
+        tool: &str,
+        arguments: &str,
+    ) -> Result<Option<ApprovalRow>, sqlx::Error> {
+        sqlx::query_as::<_, ApprovalRow>(&format!(
+            "SELECT {APPROVAL_COLS} FROM approvals
+             WHERE agent = $1 AND user_id = $2 AND tool = $3 AND source = 'mcp' AND arguments = $4
+             ORDER BY created_at DESC, id DESC LIMIT 1"
+        ))
+        .bind(agent)
+        .bind(user_id)
+        .bind(tool)
+        .bind(arguments)
+        .fetch_optional(&self.pool)
+        .await
+    }
+
+    /// Marks a decided approval used; false when another call used it first
+    /// (one conditional update settles the race, also between servers).
+    pub async fn use_approval(&self, id: &str) -> Result<bool, sqlx::Error> {
+        let n = sqlx::query("UPDATE approvals SET used_at = $2 WHERE id = $1 AND used_at IS NULL")
+            .bind(id)
+            .bind(now_ms())
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        Ok(n == 1)
     }
 }
 

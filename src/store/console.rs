@@ -99,12 +99,11 @@ impl Store {
         status: Option<&str>,
         limit: i64,
     ) -> Result<Vec<ApprovalRow>, sqlx::Error> {
-        sqlx::query_as::<_, ApprovalRow>(
-            "SELECT id, agent, user_id, device_id, tool_call_id, tool, arguments, status, reason,
-                    conversation_id, created_at, expires_at, decided_at
-             FROM approvals WHERE agent = $1 AND ($2 IS NULL OR status = $2)
+        sqlx::query_as::<_, ApprovalRow>(&format!(
+            "SELECT {} FROM approvals WHERE agent = $1 AND ($2 IS NULL OR status = $2)
              ORDER BY created_at DESC, id LIMIT $3",
-        )
+            super::agent_data::APPROVAL_COLS
+        ))
         .bind(agent)
         .bind(status)
         .bind(limit)

@@ -431,14 +431,11 @@ pub async fn agent(
     let mut tools = app.store.list_tools(&address).await?;
     for name in &agent.tool_contract {
         if !tools.iter().any(|t| &t.name == name) {
-            tools.push(crate::store::agent_data::ToolRow {
-                agent: address.clone(),
-                name: name.clone(),
-                class: "execute".into(),
-                description: String::new(),
-                status: "contract".into(),
-                first_seen_at: agent.created_at,
-            });
+            tools.push(crate::store::agent_data::ToolRow::contract_only(
+                &address,
+                name,
+                agent.created_at,
+            ));
         }
     }
     let now = now_ms();

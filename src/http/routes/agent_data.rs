@@ -31,6 +31,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(admin_reject_tool))
         .routes(routes!(admin_events))
         .routes(routes!(admin_approvals))
+        .routes(routes!(admin_decide_approval))
 }
 
 /// Report the app's manifest; says whether this agent saw the same one before.
@@ -109,13 +110,22 @@ pub fn approval_view(a: &ApprovalRow, now: i64) -> Value {
     let state = ApprovalState::parse(&a.status)
         .unwrap_or(ApprovalState::Pending)
         .effective(a.expires_at, now);
+    let mcp = a.source == "mcp";
     let mut v = json!({
-        "id": a.id, "tool_call_id": a.tool_call_id, "tool": a.tool, "arguments": a.arguments,
+        "id": a.id, "source": a.source, "server": a.server,
+        // An MCP call has no tool call id; '' is how the table keeps "none".
+        "tool_call_id": if mcp { Value::Null } else { json!(a.tool_call_id) },
+        "tool": a.tool, "arguments": a.arguments,
         "status": state.as_str(), "expires_at": rfc3339(a.expires_at), "created_at": rfc3339(a.created_at),
         "device_id": a.device_id, "conversation_id": a.conversation_id,
     });
     if let Some(d) = a.decided_at {
         v["decided_at"] = json!(rfc3339(d));
+    } else if mcp {
+        v["decided_at"] = Value::Null;
+    }
+    if mcp {
+        v["used_at"] = json!(a.used_at.map(rfc3339));
     }
     if let Some(r) = &a.reason {
         v["reason"] = json!(r);
@@ -123,17 +133,8 @@ pub fn approval_view(a: &ApprovalRow, now: i64) -> Value {
     v
 }
 
-/// Answer an approval the server asked for.
-#[utoipa::path(post, path = "/v1/agents/{agent}/approvals/{id}", tag = "agent", request_body = ApprovalAnswer,
-    params(("agent" = String, Path), ("id" = String, Path)),
-    responses((status = 200, description = "The approval, decided"), (status = 404, description = "approval_not_found"),
-              (status = 409, description = "approval_already_decided or approval_expired")))]
-async fn answer_approval(
-    State(app): State<AppState>,
-    access: AgentAccess,
-    Path((_agent, id)): Path<(String, String)>,
-    ApiJson(body): ApiJson<ApprovalAnswer>,
-) -> Result<impl IntoResponse> {
+/// `approve` / `deny` as the stored status; a reason of at most 1000 characters.
+fn checked_answer(body: &ApprovalAnswer) -> Result<&'static str> {
     let status = match body.decision.as_str() {
         "approve" => "approved",
         "deny" => "denied",
@@ -154,21 +155,16 @@ async fn answer_approval(
             "'reason' must be at most 1000 characters.",
         ));
     }
-    let res = app
-        .store
-        .decide_approval(
-            access.agent.address.as_str(),
-            &access.user.id,
-            &id,
-            status,
-            body.reason.as_deref(),
-        )
-        .await?;
+    Ok(status)
+}
+
+/// The answer to a decision, the same on the user's and the admin's route.
+fn decided(res: std::result::Result<ApprovalRow, DecideError>, whose: &str) -> Result<Json<Value>> {
     match res {
         Ok(row) => Ok(Json(approval_view(&row, crate::store::now_ms()))),
         Err(DecideError::NotFound) => Err(Error::not_found(
             "approval_not_found",
-            "There is no such approval for you.",
+            format!("There is no such approval {whose}."),
         )),
         Err(DecideError::AlreadyDecided) => Err(Error::conflict(
             "approval_already_decided",
@@ -181,13 +177,59 @@ async fn answer_approval(
     }
 }
 
+/// Answer an approval the server asked for.
+#[utoipa::path(post, path = "/v1/agents/{agent}/approvals/{id}", tag = "agent", request_body = ApprovalAnswer,
+    params(("agent" = String, Path), ("id" = String, Path)),
+    responses((status = 200, description = "The approval, decided"), (status = 404, description = "approval_not_found"),
+              (status = 409, description = "approval_already_decided or approval_expired")))]
+async fn answer_approval(
+    State(app): State<AppState>,
+    access: AgentAccess,
+    Path((_agent, id)): Path<(String, String)>,
+    ApiJson(body): ApiJson<ApprovalAnswer>,
+) -> Result<impl IntoResponse> {
+    let status = checked_answer(&body)?;
+    let res = app
+        .store
+        .decide_approval(
+            access.agent.address.as_str(),
+            Some(&access.user.id),
+            &id,
+            status,
+            body.reason.as_deref(),
+        )
+        .await?;
+    decided(res, "for you")
+}
+
+/// An admin decides an approval of the agent, whichever user it asked (chat and MCP alike).
+#[utoipa::path(post, path = "/api/admin/agents/{address}/approvals/{id}", tag = "admin", request_body = ApprovalAnswer,
+    params(("address" = String, Path), ("id" = String, Path)),
+    responses((status = 200, description = "The approval, decided"), (status = 404, description = "agent_not_found or approval_not_found"),
+              (status = 409, description = "approval_already_decided or approval_expired")))]
+async fn admin_decide_approval(
+    State(app): State<AppState>,
+    _a: AdminUser,
+    Path((address, id)): Path<(String, String)>,
+    ApiJson(body): ApiJson<ApprovalAnswer>,
+) -> Result<impl IntoResponse> {
+    agent_or_404(&app, &address).await?;
+    let status = checked_answer(&body)?;
+    let res = app
+        .store
+        .decide_approval(&address, None, &id, status, body.reason.as_deref())
+        .await?;
+    decided(res, "on this agent")
+}
+
 pub(crate) fn tool_view(t: &ToolRow, contract: &[String]) -> Value {
     let status = if contract.iter().any(|c| c == &t.name) {
         "contract"
     } else {
         t.status.as_str()
     };
-    json!({"name": t.name, "class": t.class, "description": t.description, "status": status, "first_seen_at": rfc3339(t.first_seen_at)})
+    json!({"name": t.name, "source": t.source, "server": t.server, "class": t.class, "description": t.description,
+           "status": status, "first_seen_at": rfc3339(t.first_seen_at)})
 }
 
 async fn agent_or_404(app: &AppState, address: &str) -> Result<Arc<crate::agents::Agent>> {
@@ -198,7 +240,7 @@ async fn agent_or_404(app: &AppState, address: &str) -> Result<Arc<crate::agents
 
 /// The agent's tools: in its contract, accepted, held or rejected.
 #[utoipa::path(get, path = "/api/admin/agents/{address}/tools", tag = "admin", params(("address" = String, Path)),
-    responses((status = 200, description = "[{name, class, description, status, first_seen_at}]")))]
+    responses((status = 200, description = "[{name, source, server, class, description, status, first_seen_at}]; source device or mcp")))]
 async fn admin_tools(
     State(app): State<AppState>,
     _a: AdminUser,
@@ -209,14 +251,7 @@ async fn admin_tools(
     // Contract tools are listed even before any app reported them.
     for name in &agent.tool_contract {
         if !rows.iter().any(|r| &r.name == name) {
-            rows.push(ToolRow {
-                agent: address.clone(),
-                name: name.clone(),
-                class: "execute".into(),
-                description: String::new(),
-                status: "contract".into(),
-                first_seen_at: agent.created_at,
-            });
+            rows.push(ToolRow::contract_only(&address, name, agent.created_at));
         }
     }
     Ok(Json(

@@ -500,3 +500,187 @@ async fn another_agents_approval_is_not_found() {
         .await;
     expect_error(r, 404, "approval_not_found").await;
 }
+
+/// An admin's decision on `POST /api/admin/agents/{address}/approvals/{id}`.
+async fn admin_decide(env: &Scene, id: &str, body: &Value) -> Response {
+    env.app
+        .post(
+            &env.admin_path(&format!("approvals/{id}")),
+            &env.admin,
+            body,
+        )
+        .await
+}
+
+/// Asserts the `/api` error shape with this status and code.
+async fn expect_detail(r: Response, status: u16, code: &str) {
+    assert_eq!(r.status().as_u16(), status, "status for {code}");
+    let v: Value = r.json().await.expect("json");
+    assert_eq!(v["detail"]["code"], code, "{v}");
+    assert!(v["detail"]["message"]
+        .as_str()
+        .is_some_and(|m| !m.is_empty()));
+}
+
+#[tokio::test]
+async fn an_admin_decides_a_users_chat_approval_and_the_user_sees_it_decided() {
+    let env = approvals_env("apradmin", |_| {}).await;
+    let approvals = ask(&env).await;
+    let id = approvals[0]["id"].as_str().unwrap();
+    let r = admin_decide(
+        &env,
+        id,
+        &json!({"decision": "approve", "reason": "looks fine"}),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["id"], id);
+    assert_eq!(v["source"], "chat");
+    assert_eq!(v["status"], "approved");
+    assert_eq!(v["tool_call_id"], "call_w");
+    assert_eq!(v["reason"], "looks fine");
+    assert!(gatehouse::time::parse_rfc3339(v["decided_at"].as_str().unwrap()).is_some());
+    // The user's route now finds it decided.
+    let r = env
+        .answer(&env.access, id, &json!({"decision": "deny"}))
+        .await;
+    expect_error(r, 409, "approval_already_decided").await;
+    // And the approved call's result reaches the upstream unchanged.
+    let r = env
+        .chat(
+            &[("X-Service-Tool-Mode", "ask")],
+            &tool_result_body("call_w", "write_file", "written"),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(tool_message_content(&env.last_sent()), "written");
+
+    // A denial by the admin: the result becomes the fixed text.
+    let other = approvals[1]["id"].as_str().unwrap();
+    let r = admin_decide(&env, other, &json!({"decision": "deny"})).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["status"], "denied");
+    let r = env
+        .chat(
+            &[("X-Service-Tool-Mode", "ask")],
+            &tool_result_body("call_x", "run", "ran"),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(tool_message_content(&env.last_sent()), DENIED_TEXT);
+}
+
+#[tokio::test]
+async fn an_admins_decision_is_taken_once_and_user_decisions_count() {
+    let env = approvals_env("apradm409", |_| {}).await;
+    let approvals = ask(&env).await;
+    let id = approvals[0]["id"].as_str().unwrap();
+    let r = env
+        .answer(&env.access, id, &json!({"decision": "deny"}))
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    for decision in ["approve", "deny"] {
+        let r = admin_decide(&env, id, &json!({"decision": decision})).await;
+        expect_detail(r, 409, "approval_already_decided").await;
+    }
+    let listed = env.admin_get("approvals?status=denied").await;
+    assert_eq!(listed.as_array().unwrap().len(), 1);
+    assert_eq!(listed[0]["id"], id);
+}
+
+#[tokio::test]
+async fn an_admin_cannot_decide_an_expired_approval() {
+    let env = approvals_env("apradmexp", |s| s.approval_ttl = 1).await;
+    let approvals = ask(&env).await;
+    let id = approvals[0]["id"].as_str().unwrap();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let r = admin_decide(&env, id, &json!({"decision": "approve"})).await;
+    expect_detail(r, 409, "approval_expired").await;
+    assert_eq!(
+        env.admin_get("approvals?status=expired").await[0]["source"],
+        "chat"
+    );
+}
+
+#[tokio::test]
+async fn an_admin_decision_on_an_unknown_or_other_agents_approval_is_not_found() {
+    let env = approvals_env("apradm404", |_| {}).await;
+    let approvals = ask(&env).await;
+    let id = approvals[0]["id"].as_str().unwrap();
+    let r = admin_decide(&env, "apr_nope", &json!({"decision": "approve"})).await;
+    expect_detail(r, 404, "approval_not_found").await;
+    env.other_agent().await;
+    let r = env
+        .app
+        .post(
+            &format!("/api/admin/agents/other@acme/approvals/{id}"),
+            &env.admin,
+            &json!({"decision": "approve"}),
+        )
+        .await;
+    expect_detail(r, 404, "approval_not_found").await;
+    let r = env
+        .app
+        .post(
+            &format!("/api/admin/agents/nobody@acme/approvals/{id}"),
+            &env.admin,
+            &json!({"decision": "approve"}),
+        )
+        .await;
+    expect_detail(r, 404, "agent_not_found").await;
+    // Still pending on its own agent.
+    assert_eq!(
+        env.admin_get("approvals?status=pending")
+            .await
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+}
+
+#[tokio::test]
+async fn only_admins_decide_on_the_admin_route_and_bad_decisions_are_refused() {
+    let env = approvals_env("apradmbad", |_| {}).await;
+    let approvals = ask(&env).await;
+    let id = approvals[0]["id"].as_str().unwrap();
+    let r = env
+        .app
+        .post(
+            &env.admin_path(&format!("approvals/{id}")),
+            &env.login,
+            &json!({"decision": "approve"}),
+        )
+        .await;
+    expect_detail(r, 403, "forbidden").await;
+    for body in [json!({"decision": "maybe"}), json!({})] {
+        expect_detail(admin_decide(&env, id, &body).await, 400, "validation_error").await;
+    }
+    let long = "x".repeat(1001);
+    let r = admin_decide(&env, id, &json!({"decision": "deny", "reason": long})).await;
+    expect_detail(r, 400, "validation_error").await;
+    // A reason at the limit passes.
+    let r = admin_decide(
+        &env,
+        id,
+        &json!({"decision": "deny", "reason": "x".repeat(1000)}),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn listed_chat_approvals_carry_their_source() {
+    let env = approvals_env("aprsource", |_| {}).await;
+    ask(&env).await;
+    let listed = env.admin_get("approvals").await;
+    let listed = listed.as_array().unwrap();
+    assert_eq!(listed.len(), 2);
+    for a in listed {
+        assert_eq!(a["source"], "chat", "{a}");
+        assert_eq!(a["server"], Value::Null, "{a}");
+        assert!(a["tool_call_id"].is_string(), "{a}");
+    }
+}

@@ -119,6 +119,9 @@ async fn tools_outside_the_contract_are_held_until_an_admin_accepts_them() {
         .unwrap();
     assert_eq!(wf["class"], "write");
     assert_eq!(wf["description"], "The write_file tool.");
+    // Beside MCP tools, a device's tools say where they come from.
+    assert_eq!(wf["source"], "device");
+    assert_eq!(wf["server"], Value::Null);
     assert!(gatehouse::time::parse_rfc3339(wf["first_seen_at"].as_str().unwrap()).is_some());
 
     let r = env
