@@ -336,6 +336,9 @@ pub struct FileConfig {
     /// `PUT /api/admin/prices/...` (amounts as strings).
     #[serde(default)]
     pub prices: Vec<serde_json::Value>,
+    /// `[[mcp_servers]]`: the fields of `POST /api/admin/mcp-servers`.
+    #[serde(default)]
+    pub mcp_servers: Vec<serde_json::Value>,
 }
 
 impl FileConfig {

@@ -231,6 +231,9 @@ async fn apply_file_config(
             .await
             .map_err(|e| StartError::Other(format!("GATEHOUSE_CONFIG sso {}: {e}", p.name)))?;
     }
+    mcp::apply_file_servers(store, keyring, &file.mcp_servers)
+        .await
+        .map_err(StartError::Other)?;
     let written = agents::apply_file_agents(store, &file.agents)
         .await
         .map_err(StartError::Other)?;

@@ -20,6 +20,7 @@ pub struct Counts {
     pub models: usize,
     pub agents: usize,
     pub prices: usize,
+    pub mcp_servers: usize,
 }
 
 fn tables<'a>(doc: &'a toml::Table, key: &str, problems: &mut Vec<String>) -> Vec<&'a toml::Value> {
@@ -151,6 +152,32 @@ pub fn check_text(text: &str) -> Result<Counts, Vec<String>> {
         &RoutingState::new(std::time::Duration::ZERO),
     );
     let now = crate::store::now_ms();
+    // MCP servers before agents: an agent's `mcp` grant names them.
+    let declared_mcp = declared("mcp_servers", "name");
+    let mut mcp_names = HashSet::new();
+    for (i, entry) in tables(&doc, "mcp_servers", &mut problems)
+        .into_iter()
+        .enumerate()
+    {
+        let raw = match serde_json::to_value(entry) {
+            Ok(v) => v,
+            Err(e) => {
+                problems.push(format!("mcp server #{}: {e}", i + 1));
+                continue;
+            }
+        };
+        let who = format!(
+            "mcp server {}",
+            crate::mcp::servers::file_server_label(&raw, i)
+        );
+        match crate::mcp::servers::parse_new(&raw, crate::mcp::servers::Source::Config, true, now) {
+            Err(e) => problems.push(format!("{who}: {}", e.message)),
+            Ok(s) if !mcp_names.insert(s.name.clone()) => {
+                problems.push(format!("{who}: this name is used twice"))
+            }
+            Ok(_) => {}
+        }
+    }
     let mut agents = 0;
     let mut addresses = HashSet::new();
     for (i, entry) in tables(&doc, "agents", &mut problems)
@@ -166,7 +193,9 @@ pub fn check_text(text: &str) -> Result<Counts, Vec<String>> {
         };
         let who = format!("agent {}", crate::agents::file_agent_label(&raw, i));
         let model = raw.get("model").and_then(|m| m.as_str()).unwrap_or("");
-        match crate::agents::parse_file_agent(&raw, &catalog, now) {
+        // A server declared with a problem of its own is not reported again here.
+        let mcp_known = |s: &str| mcp_names.contains(s) || declared_mcp.contains(s);
+        match crate::agents::parse_file_agent(&raw, &catalog, now, mcp_known) {
             Err(e)
                 if e.param.as_deref() == Some("model")
                     && declared_models.contains(model)
@@ -221,6 +250,7 @@ pub fn check_text(text: &str) -> Result<Counts, Vec<String>> {
             models: models.len(),
             agents,
             prices,
+            mcp_servers: mcp_names.len(),
         })
     } else {
         Err(problems)
@@ -244,6 +274,7 @@ pub fn run(file: Option<&Path>, configured: Option<&Path>) -> CliResult {
             "models": c.models,
             "agents": c.agents,
             "prices": c.prices,
+            "mcp_servers": c.mcp_servers,
         })),
         Err(problems) => {
             super::print_json(&json!({
@@ -300,8 +331,56 @@ tiers = [{ above_prompt_tokens = 1000, input = "2", output = "4" }]
                 models: 1,
                 agents: 1,
                 prices: 1,
+                mcp_servers: 0,
             }
         );
+    }
+
+    const MCP: &str = r#"
+[[mcp_servers]]
+name = "alpha"
+url = "http://127.0.0.1:9001/mcp"
+timeout_s = 60
+headers = { Authorization = "Bearer up-secret" }
+tools = ["*"]
+tool_classes = { write_note = "write" }
+"#;
+
+    #[test]
+    fn mcp_servers_are_counted_and_agents_may_grant_them() {
+        let text = format!(
+            "{GOOD}mcp = {{ servers = [\"alpha\"], tools = {{ alpha = [\"get_*\"] }} }}\n{MCP}"
+        );
+        assert_eq!(check_text(&text).expect("valid").mcp_servers, 1);
+    }
+
+    #[test]
+    fn each_mcp_server_problem_names_the_server_and_never_a_header_value() {
+        let text = format!(
+            "{MCP}\n[[mcp_servers]]\nname = \"beta\"\nurl = \"http://x\"\ntimeout_s = 3601\n\
+             \n[[mcp_servers]]\nname = \"gamma\"\nurl = \"http://x\"\ntool_classes = {{ write_note = \"delete\" }}\n\
+             \n[[mcp_servers]]\nname = \"delta\"\nurl = \"http://x\"\nheaders = {{ \"Bad Name\" = \"s3cr3t\" }}\n\
+             \n[[mcp_servers]]\nname = \"alpha\"\nurl = \"http://y\"\n\
+             \n[[mcp_servers]]\nname = \"Bad_Name\"\nurl = \"http://y\"\ncolour = 1\n"
+        );
+        let problems = check_text(&text).unwrap_err();
+        assert_eq!(problems.len(), 5, "{problems:?}");
+        assert!(problems[0].starts_with("mcp server beta: ") && problems[0].contains("timeout_s"));
+        assert!(
+            problems[1].starts_with("mcp server gamma: ") && problems[1].contains("write_note")
+        );
+        assert!(problems[2].starts_with("mcp server delta: ") && problems[2].contains("Bad Name"));
+        assert!(!problems[2].contains("s3cr3t"));
+        assert_eq!(problems[3], "mcp server alpha: this name is used twice");
+        assert!(problems[4].starts_with("mcp server Bad_Name: ") && problems[4].contains("colour"));
+    }
+
+    #[test]
+    fn an_agent_granting_an_unknown_mcp_server_is_a_problem() {
+        let text = format!("{GOOD}mcp = {{ servers = [\"nowhere\"] }}\n{MCP}");
+        let problems = check_text(&text).unwrap_err();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].starts_with("agent a: ") && problems[0].contains("nowhere"));
     }
 
     #[test]

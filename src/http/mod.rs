@@ -45,6 +45,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .merge(routes::users::routes())
         .merge(routes::admin::routes())
         .merge(routes::admin_models::routes())
+        .merge(routes::admin_mcp::routes())
         .merge(routes::usage::routes())
         .merge(routes::prices::routes())
         .merge(routes::v1::routes())

@@ -203,7 +203,7 @@ fn schemas() -> Map<String, Value> {
         "address": {"type": "string", "pattern": "^[a-z0-9._@-]{1,64}$"}, "name": string(), "model": string(),
         "default_tool_mode": tool_modes(), "tool_contract": strings(), "pii": pii,
         "allow_local_mcp": boolean(), "instructions": or_null(string()), "allowed_users": or_null(strings()),
-        "limits": r("Limits"),
+        "limits": r("Limits"), "mcp": or_null(r("McpGrant")),
     });
     let mut agent = object(
         &[
@@ -269,6 +269,7 @@ fn schemas() -> Map<String, Value> {
     let key_props = json!({
         "id": string(), "name": string(), "created_at": time(), "expires_at": or_null(time()),
         "models": or_null(strings()), "last_used_at": or_null(time()), "limits": r("Limits"),
+        "mcp": or_null(r("McpGrant")),
     });
     let mut api_key = object(
         &["id", "name", "created_at", "expires_at", "models"],
@@ -283,7 +284,7 @@ fn schemas() -> Map<String, Value> {
     let user = object(
         &["id", "email", "is_admin"],
         json!({"id": string(), "email": string(), "is_admin": boolean(), "is_active": boolean(),
-               "created_at": time(), "limits": r("Limits")}),
+               "created_at": time(), "limits": r("Limits"), "mcp": or_null(r("McpGrant"))}),
     );
     let event_in = object(
         &["type"],
@@ -377,19 +378,19 @@ fn schemas() -> Map<String, Value> {
         (
             "UserPatch",
             json!({"type": "object", "properties": {"is_active": boolean(), "is_admin": boolean(), "password": string(),
-            "limits": or_null(r("Limits"))}}),
+            "limits": or_null(r("Limits")), "mcp": or_null(r("McpGrant"))}}),
         ),
         (
             "NewApiKey",
             object(
                 &["name"],
                 json!({"name": string(), "expires_at": or_null(time()),
-            "models": or_null(strings()), "limits": or_null(r("Limits"))}),
+            "models": or_null(strings()), "limits": or_null(r("Limits")), "mcp": or_null(r("McpGrant"))}),
             ),
         ),
         (
             "ApiKeyPatch",
-            json!({"type": "object", "properties": {"limits": or_null(r("Limits"))}}),
+            json!({"type": "object", "properties": {"limits": or_null(r("Limits")), "mcp": or_null(r("McpGrant"))}}),
         ),
         ("ApiKey", api_key),
         ("NewApiKeyAnswer", new_api_key),
@@ -746,7 +747,97 @@ fn schemas() -> Map<String, Value> {
             object(&["version"], json!({"version": string()})),
         ),
     ];
-    s.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+    s.into_iter()
+        .chain(mcp_admin_schemas())
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+}
+
+/// MCP servers, grants and the call audit (docs/mcp-admin.md).
+fn mcp_admin_schemas() -> Vec<(&'static str, Value)> {
+    let pattern = json!({"type": "string", "minLength": 1, "maxLength": 256});
+    let classes =
+        json!({"type": "object", "additionalProperties": one_of(&["read", "write", "execute"])});
+    let props = json!({
+        "name": {"type": "string", "pattern": "^[a-z0-9][a-z0-9-]{0,31}$"},
+        "url": {"type": "string", "maxLength": 2048},
+        "transport": one_of(&["streamable_http"]),
+        "timeout_s": {"type": "integer", "minimum": 1, "maximum": 3600},
+        "tools": {"type": "array", "maxItems": 100, "items": pattern.clone()},
+        "tool_classes": classes,
+    });
+    let mut new_server = object(&["name", "url"], props.clone());
+    new_server["properties"]["headers"] = json!({"type": "object", "maxProperties": 32,
+        "description": "Header name -> value, sent upstream; sealed at rest and never shown.",
+        "additionalProperties": {"type": "string", "maxLength": 8192}});
+    let mut patch = json!({"type": "object", "description": "Any fields but name; headers replace them all.",
+        "properties": new_server["properties"].clone()});
+    if let Some(p) = patch["properties"].as_object_mut() {
+        p.remove("name");
+    }
+    let mut server = object(
+        &[
+            "name",
+            "url",
+            "transport",
+            "timeout_s",
+            "tools",
+            "tool_classes",
+            "header_names",
+            "source",
+            "created_at",
+        ],
+        props,
+    );
+    server["properties"]["header_names"] = strings();
+    server["properties"]["source"] = one_of(&["api", "config"]);
+    server["properties"]["created_at"] = time();
+    server["not"] = json!({"required": ["headers"]});
+    let grant = json!({"type": "object", "required": ["servers"], "additionalProperties": false,
+    "description": "Deny by default: null is no MCP access. Effective access is the intersection of the server's allow-list, the user's grant and the key's (or agent's) grant.",
+    "properties": {
+        "servers": {"type": "array", "items": string(), "description": "Server names, or [\"*\"] for every server"},
+        "tools": {"type": "object", "additionalProperties": {"type": "array", "minItems": 1, "maxItems": 100, "items": pattern}},
+    }});
+    let s = || or_null(string());
+    // An enum or null (`or_null` would keep the enum, which null is not in).
+    let opt = |v: Value| json!({"anyOf": [v, {"type": "null"}]});
+    let call = object(
+        &[
+            "id",
+            "created_at",
+            "server",
+            "tool",
+            "exposed_name",
+            "decision",
+            "outcome",
+            "latency_ms",
+            "arguments_sha256",
+        ],
+        json!({"id": string(), "created_at": time(), "request_id": s(), "user_id": s(), "user": s(),
+               "api_key_id": s(), "agent": s(), "device_id": s(), "server": s(), "tool": string(),
+               "exposed_name": string(), "class": opt(one_of(&["read", "write", "execute"])),
+               "mode": opt(tool_modes()),
+               "decision": one_of(&["allowed", "approved", "held", "denied", "rate_limited"]),
+               "reason": opt(one_of(&["unknown_tool", "not_granted", "tool_mode", "tool_held", "approval_denied"])),
+               "approval_id": s(),
+               "outcome": opt(one_of(&["ok", "tool_error", "upstream_error", "unavailable", "timeout", "too_large"])),
+               "latency_ms": int(), "arguments_sha256": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"}}),
+    );
+    vec![
+        ("NewMcpServer", new_server),
+        ("McpServerPatch", patch),
+        ("McpServer", server),
+        ("McpGrant", grant),
+        ("McpCall", call),
+        (
+            "McpCallsPage",
+            object(
+                &["calls", "next"],
+                json!({"calls": array(r("McpCall")), "next": or_null(string())}),
+            ),
+        ),
+    ]
 }
 
 /// What one operation takes and gives: request body (media type, schema)
@@ -864,6 +955,12 @@ fn bodies(method: &str, path: &str) -> Option<Bodies> {
         ("post", "/v1/rerank") => b(req("RerankRequest"), ok("Rerank")),
         ("post", "/api/admin/sso") => b(req("NewSsoProvider"), created("SsoProvider")),
         ("get", "/api/admin/sso") => b(None, list("SsoProvider")),
+        ("post", "/api/admin/mcp-servers") => b(req("NewMcpServer"), created("McpServer")),
+        ("get", "/api/admin/mcp-servers") => b(None, list("McpServer")),
+        ("get", "/api/admin/mcp-servers/{name}") => b(None, ok("McpServer")),
+        ("patch", "/api/admin/mcp-servers/{name}") => b(req("McpServerPatch"), ok("McpServer")),
+        ("delete", "/api/admin/mcp-servers/{name}") => b(None, none()),
+        ("get", "/api/admin/mcp/calls") => b(None, ok("McpCallsPage")),
         ("get", "/api/admin/sso/{name}") => b(None, ok("SsoProvider")),
         ("patch", "/api/admin/sso/{name}") => b(req("SsoProviderPatch"), ok("SsoProvider")),
         ("delete", "/api/admin/sso/{name}") => b(None, none()),

@@ -235,6 +235,7 @@ pub async fn users(
                         td.limits {
                             (super::limits::summary(&crate::limits::Limits::from_db_or_closed(u.limits.as_deref(), &u.id)))
                             " · " a href=(format!("{action}/limits")) { "limits and use" }
+                            " · " a href=(format!("{action}/mcp")) { "MCP access" }
                         }
                         td.actions {
                             @if u.id != me {

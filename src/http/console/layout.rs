@@ -7,13 +7,14 @@ use maud::{html, Markup, DOCTYPE};
 use super::guard::ConsoleUser;
 use super::html::head;
 
-const ADMIN_NAV: [(&str, &str); 8] = [
+const ADMIN_NAV: [(&str, &str); 9] = [
     ("/console/", "Overview"),
     ("/console/admin/users", "Users"),
     ("/console/admin/models", "Providers & models"),
     ("/console/admin/sso", "SSO"),
     ("/console/admin/agents", "Agents"),
     ("/console/admin/sign-ins", "Sign-ins"),
+    ("/console/admin/mcp", "MCP servers"),
     ("/console/admin/usage", "Usage"),
     ("/console/admin/prices", "Prices"),
 ];

@@ -11,6 +11,7 @@ mod guard;
 mod html;
 mod layout;
 mod limits;
+mod mcp;
 mod models;
 mod prices;
 mod sso;
@@ -100,6 +101,20 @@ pub fn router() -> Router<AppState> {
         .route(
             "/console/admin/sign-ins/{device}/end",
             post(admin::end_sign_in),
+        )
+        .route("/console/admin/mcp", get(mcp::servers).post(mcp::create))
+        .route(
+            "/console/admin/mcp/{name}",
+            get(mcp::server).post(mcp::change),
+        )
+        .route("/console/admin/mcp/{name}/delete", post(mcp::delete))
+        .route(
+            "/console/keys/{id}/mcp",
+            get(mcp::key_grant).post(mcp::set_key_grant),
+        )
+        .route(
+            "/console/admin/users/{id}/mcp",
+            get(mcp::user_grant).post(mcp::set_user_grant),
         )
         .route("/console/admin/usage", get(admin::usage))
         .route("/console/admin/usage.csv", get(admin::usage_csv))
