@@ -51,19 +51,12 @@ pub fn tool_mode(header: Option<&[u8]>, default: ToolMode) -> Result<ToolMode, I
 }
 
 /// RFC 8785 canonical JSON (keys sorted, no white space, ECMAScript numbers):
-/// what an approval keeps and what a later call is matched against.
-pub fn canonical_json(v: &Value) -> String {
-    // Serializing a `Value` cannot fail (no maps with non-string keys); the
-    // fallback keeps this total anyway.
-    serde_json_canonicalizer::to_string(v).unwrap_or_else(|_| v.to_string())
-}
+/// what an approval keeps and what a later call is matched against. The
+/// gateway's, so the approval and the audit's `arguments_sha256` agree.
+pub use crate::mcp::tools::canonical_json;
 
-/// `sha256:<hex>` of canonical arguments (the audit's `arguments_sha256`).
-pub fn arguments_sha256(canonical: &str) -> String {
-    format!(
-        "sha256:{}",
-        hex::encode(Sha256::digest(canonical.as_bytes()))
-    )
+fn sha256(text: &str) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(text.as_bytes())))
 }
 
 /// What an admin's accept binds to: the tool's description, input schema and
@@ -78,7 +71,7 @@ pub fn tool_hash(
         "description": description,
         "inputSchema": input_schema,
     });
-    arguments_sha256(&canonical_json(&v))
+    sha256(&canonical_json(&v))
 }
 
 /// What the store knows of an MCP tool seen for the agent.
@@ -736,10 +729,6 @@ mod tests {
         assert_eq!(
             canonical_json(&v),
             "{\"a\":{\"y\":null,\"z\":\"é\\n\"},\"b\":[1,2.5,1e+21,0],\"\u{80}\":2,\"€\":1}"
-        );
-        assert_eq!(
-            arguments_sha256("{}"),
-            "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"
         );
     }
 
