@@ -51,6 +51,8 @@ pub struct App {
     pub sso: crate::sso::Sso,
     /// `GATEHOUSE_PUBLIC_URL`, or `http://` and the bound address.
     pub public_url: String,
+    /// MCP servers, as every MCP request reads them (reloaded on a change).
+    pub mcp_servers: crate::mcp::McpServers,
 }
 
 pub type AppState = Arc<App>;
@@ -104,6 +106,7 @@ impl App {
             keyring,
             sso,
             public_url,
+            mcp_servers: crate::mcp::McpServers::default(),
         }
     }
 
@@ -149,6 +152,16 @@ impl App {
                 tracing::warn!(error = %e, "catalog reload failed");
             }
         }
+        if *inv == Invalidation::McpServers {
+            self.reload_mcp_servers().await;
+        }
+    }
+
+    /// Reads the MCP servers again (a failure keeps the last snapshot).
+    pub async fn reload_mcp_servers(&self) {
+        if let Err(e) = self.mcp_servers.reload(&self.store, &self.keyring).await {
+            tracing::warn!(error = %e, "MCP server reload failed");
+        }
     }
 
     /// Drops every cache (notifications from other servers may have been lost).
@@ -156,6 +169,7 @@ impl App {
         self.auth.forget_all();
         self.agents.forget_all();
         self.invalidate_local(&Invalidation::Catalog).await;
+        self.reload_mcp_servers().await;
     }
 
     /// Applies an invalidation here and tells the other servers.

@@ -280,6 +280,7 @@ pub async fn start(settings: Settings) -> Result<Server, StartError> {
         public_url,
     ));
     app.reload_catalog().await?;
+    app.mcp_servers.reload(&app.store, &app.keyring).await?;
 
     let mut background = Vec::new();
     // Counted by the other servers before the first request is served.
@@ -302,6 +303,10 @@ pub async fn start(settings: Settings) -> Result<Server, StartError> {
                 // Abandoned SSO sign-ins and unused app codes.
                 if let Err(e) = a.store.purge_expired_sso().await {
                     tracing::warn!(error = %e, "purging expired SSO states failed");
+                }
+                // Ended MCP sessions past their lifetime are refused anyway.
+                if let Err(e) = a.store.purge_mcp_ended_sessions(store::now_ms()).await {
+                    tracing::warn!(error = %e, "purging ended MCP sessions failed");
                 }
             }
         }

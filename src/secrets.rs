@@ -34,6 +34,8 @@ pub enum Use {
     SsoClientSecret,
     /// Sealing a pending SSO sign-in's nonce and PKCE verifier.
     SsoPending,
+    /// Sealing the headers an MCP server is sent (its credentials).
+    McpServerHeaders,
     /// Sealing MCP session ids (`Mcp-Session-Id`).
     McpSession,
 }
@@ -46,6 +48,7 @@ impl Use {
             Use::ProviderKey => b"gatehouse/v1/provider-api-key",
             Use::SsoClientSecret => b"gatehouse/v1/sso-client-secret",
             Use::SsoPending => b"gatehouse/v1/sso-pending",
+            Use::McpServerHeaders => b"gatehouse/v1/mcp-server-headers",
             Use::McpSession => b"gatehouse/v1/mcp-session",
         }
     }

@@ -145,6 +145,8 @@ pub struct Agent {
     pub created_at: i64,
     pub updated_at: i64,
     pub limits: crate::limits::Limits,
+    /// The agent's `mcp` grant (`None`: no MCP access).
+    pub mcp: Option<crate::mcp::McpGrant>,
 }
 
 impl Agent {
@@ -194,6 +196,7 @@ impl Agent {
             created_at: self.created_at,
             updated_at: self.updated_at,
             limits: self.limits.to_db(),
+            mcp: crate::mcp::McpGrant::to_db(self.mcp.as_ref()),
         }
     }
 
@@ -217,6 +220,7 @@ impl Agent {
             instructions: row.instructions,
             created_at: row.created_at,
             updated_at: row.updated_at,
+            mcp: crate::mcp::McpGrant::from_db_or_closed(row.mcp.as_deref(), &row.address),
             limits: crate::limits::Limits::from_db_or_closed(row.limits.as_deref(), &row.address),
         })
     }
@@ -470,6 +474,7 @@ impl NewAgent {
                 None => crate::limits::Limits::default(),
                 Some(v) => crate::limits::Limits::from_json(v)?,
             },
+            mcp: None,
         })
     }
 }

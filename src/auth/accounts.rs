@@ -129,6 +129,8 @@ pub struct NewKey {
     pub expires_at: Option<String>,
     pub models: Option<Vec<String>>,
     pub limits: crate::limits::Limits,
+    /// The key's `mcp` grant, checked by the caller (`None`: no MCP access).
+    pub mcp: Option<crate::mcp::McpGrant>,
 }
 
 /// Checks `new` and creates the key for `user_id`. Returns the stored row and
@@ -237,6 +239,7 @@ fn new_key_row(user_id: &str, new: NewKey, now: i64) -> Result<ApiKeyRow> {
         expires_at,
         last_used_at: None,
         limits: new.limits.to_db(),
+        mcp: crate::mcp::McpGrant::to_db(new.mcp.as_ref()),
     })
 }
 
@@ -250,6 +253,7 @@ mod tests {
             expires_at: expires_at.map(str::to_string),
             models: models.map(|m| m.into_iter().map(str::to_string).collect()),
             limits: crate::limits::Limits::default(),
+            mcp: None,
         }
     }
 

@@ -11,6 +11,8 @@ pub struct KeyInfo {
     pub models: Option<Vec<String>>,
     pub expires_at: Option<i64>,
     pub limits: crate::limits::Limits,
+    /// The key's `mcp` grant (`None`: no MCP access).
+    pub mcp: Option<crate::mcp::McpGrant>,
 }
 
 impl KeyInfo {
@@ -26,6 +28,7 @@ impl KeyInfo {
             }),
             expires_at: row.expires_at,
             limits: crate::limits::Limits::from_db_or_closed(row.limits.as_deref(), &row.id),
+            mcp: crate::mcp::McpGrant::from_db_or_closed(row.mcp.as_deref(), &row.id),
         }
     }
 
@@ -51,6 +54,7 @@ mod tests {
             expires_at: None,
             last_used_at: None,
             limits: None,
+            mcp: None,
         }
     }
 

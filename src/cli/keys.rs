@@ -46,6 +46,7 @@ pub async fn run(cmd: KeysCommand, settings: &Settings) -> CliResult {
                 models: models.map(|m| m.split(',').map(|s| s.trim().to_string()).collect()),
                 // Limits are set through the API (PATCH /api/api-keys/{id}).
                 limits: crate::limits::Limits::default(),
+                mcp: None,
             };
             // Bad input is refused before the database is touched.
             crate::users::Email::parse(&user)?;

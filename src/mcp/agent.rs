@@ -13,13 +13,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 
 use crate::agents::approvals::{ApprovalState, DENIED_TEXT};
 use crate::agents::tools::{ToolClass, ToolStatus};
 use crate::agents::{Agent, ToolMode};
 use crate::app::App;
 use crate::error::Error;
+use crate::mcp::tools::arguments_sha256;
 use crate::runtime::Invalidation;
 use crate::store::agent_data::{new_approval_id, ApprovalRow, SeenMcpTool};
 
@@ -50,15 +50,6 @@ pub fn tool_mode(header: Option<&[u8]>, default: ToolMode) -> Result<ToolMode, I
     }
 }
 
-/// RFC 8785 canonical JSON (keys sorted, no white space, ECMAScript numbers):
-/// what an approval keeps and what a later call is matched against. The
-/// gateway's, so the approval and the audit's `arguments_sha256` agree.
-pub use crate::mcp::tools::canonical_json;
-
-fn sha256(text: &str) -> String {
-    format!("sha256:{}", hex::encode(Sha256::digest(text.as_bytes())))
-}
-
 /// What an admin's accept binds to: the tool's description, input schema and
 /// class. A change to any of them holds the tool again.
 pub fn tool_hash(
@@ -71,7 +62,7 @@ pub fn tool_hash(
         "description": description,
         "inputSchema": input_schema,
     });
-    sha256(&canonical_json(&v))
+    arguments_sha256(&v)
 }
 
 /// What the store knows of an MCP tool seen for the agent.
@@ -421,7 +412,7 @@ impl<'a> AgentSide<'a> {
     }
 
     /// A granted tool's `tools/call`: mode, holding, then approvals in `ask`.
-    /// `canonical_arguments` is [`canonical_json`] of the call's arguments.
+    /// `canonical_arguments` is [`crate::mcp::tools::canonical_json`] of the call's arguments.
     pub async fn call(
         &mut self,
         tool: &ResolvedTool<'_>,
@@ -716,19 +707,6 @@ mod tests {
         assert_eq!(
             denied_result(),
             json!({"isError": true, "content": [{"type": "text", "text": "The user denied this tool call."}]})
-        );
-    }
-
-    #[test]
-    fn canonical_json_follows_rfc_8785() {
-        let v: Value = serde_json::from_str(
-            r#"{ "b": [1.0, 2.5e0, 1e21, -0], "a": {"z": "é\n", "y": null}, "€": 1, "\u0080": 2 }"#,
-        )
-        .unwrap();
-        // Keys by UTF-16 code units, ECMAScript numbers, no white space.
-        assert_eq!(
-            canonical_json(&v),
-            "{\"a\":{\"y\":null,\"z\":\"é\\n\"},\"b\":[1,2.5,1e+21,0],\"\u{80}\":2,\"€\":1}"
         );
     }
 

@@ -365,4 +365,21 @@ mod tests {
         assert!(arguments_sha256(&a).starts_with("sha256:"));
         assert_eq!(arguments_sha256(&a).len(), 7 + 64);
     }
+
+    #[test]
+    fn canonical_json_follows_rfc_8785() {
+        let v: Value = serde_json::from_str(
+            r#"{ "b": [1.0, 2.5e0, 1e21, -0], "a": {"z": "é\n", "y": null}, "€": 1, "\u0080": 2 }"#,
+        )
+        .unwrap();
+        // Keys by UTF-16 code units, ECMAScript numbers, no white space.
+        assert_eq!(
+            canonical_json(&v),
+            "{\"a\":{\"y\":null,\"z\":\"é\\n\"},\"b\":[1,2.5,1e+21,0],\"\u{80}\":2,\"€\":1}"
+        );
+        assert_eq!(
+            arguments_sha256(&serde_json::json!({})),
+            "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"
+        );
+    }
 }

@@ -15,4 +15,6 @@ pub enum Invalidation {
     /// An agent's tool decisions changed (by address).
     Tools(String),
     Catalog,
+    /// An MCP server was added, changed or deleted.
+    McpServers,
 }

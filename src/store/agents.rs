@@ -22,15 +22,17 @@ pub struct AgentRow {
     pub updated_at: i64,
     /// The `limits` object as JSON text; NULL for none.
     pub limits: Option<String>,
+    /// The `mcp` grant as JSON text; NULL for no MCP access.
+    pub mcp: Option<String>,
 }
 
 const COLS: &str = "address, name, model, default_tool_mode, tool_contract, pii, allow_local_mcp, \
-                    instructions, allowed_users, created_at, updated_at, limits";
+                    instructions, allowed_users, created_at, updated_at, limits, mcp";
 
 const INSERT: &str =
     "INSERT INTO agents (address, name, model, default_tool_mode, tool_contract, pii, \
-                      allow_local_mcp, instructions, allowed_users, created_at, updated_at, limits) \
-                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
+                      allow_local_mcp, instructions, allowed_users, created_at, updated_at, limits, mcp) \
+                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)";
 
 fn bind_all<'q>(
     q: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
@@ -48,6 +50,7 @@ fn bind_all<'q>(
         .bind(r.created_at)
         .bind(r.updated_at)
         .bind(&r.limits)
+        .bind(&r.mcp)
 }
 
 impl Store {
@@ -66,7 +69,7 @@ impl Store {
         let sql = format!(
             "{INSERT} ON CONFLICT (address) DO UPDATE SET name = $2, model = $3, default_tool_mode = $4, \
              tool_contract = $5, pii = $6, allow_local_mcp = $7, instructions = $8, allowed_users = $9, \
-             updated_at = $11, limits = $12"
+             updated_at = $11, limits = $12, mcp = $13"
         );
         bind_all(sqlx::query(&sql), row).execute(&self.pool).await?;
         Ok(())
@@ -77,7 +80,7 @@ impl Store {
         let n = sqlx::query(
             "UPDATE agents SET name = $2, model = $3, default_tool_mode = $4, tool_contract = $5, \
              pii = $6, allow_local_mcp = $7, instructions = $8, allowed_users = $9, updated_at = $10, \
-             limits = $11 WHERE address = $1",
+             limits = $11, mcp = $12 WHERE address = $1",
         )
         .bind(&r.address)
         .bind(&r.name)
@@ -90,6 +93,7 @@ impl Store {
         .bind(&r.allowed_users)
         .bind(r.updated_at)
         .bind(&r.limits)
+        .bind(&r.mcp)
         .execute(&self.pool)
         .await?
         .rows_affected();

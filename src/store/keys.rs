@@ -15,16 +15,18 @@ pub struct ApiKeyRow {
     pub last_used_at: Option<i64>,
     /// The `limits` object as JSON text; NULL for none.
     pub limits: Option<String>,
+    /// The `mcp` grant as JSON text; NULL for no MCP access.
+    pub mcp: Option<String>,
 }
 
 const COLS: &str =
-    "id, user_id, name, key_hash, models, created_at, expires_at, last_used_at, limits";
+    "id, user_id, name, key_hash, models, created_at, expires_at, last_used_at, limits, mcp";
 
 impl Store {
     pub async fn insert_api_key(&self, row: &ApiKeyRow) -> Result<(), sqlx::Error> {
         sqlx::query(
-            "INSERT INTO api_keys (id, user_id, name, key_hash, models, created_at, expires_at, limits)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            "INSERT INTO api_keys (id, user_id, name, key_hash, models, created_at, expires_at, limits, mcp)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
         )
         .bind(&row.id)
         .bind(&row.user_id)
@@ -34,6 +36,7 @@ impl Store {
         .bind(row.created_at)
         .bind(row.expires_at)
         .bind(&row.limits)
+        .bind(&row.mcp)
         .execute(&self.pool)
         .await?;
         Ok(())

@@ -9,6 +9,7 @@ pub mod console;
 pub mod keys;
 pub mod limits;
 pub mod listener;
+pub mod mcp;
 pub mod notify;
 pub mod signins;
 pub mod sso;

@@ -16,6 +16,7 @@ pub fn encode(inv: &Invalidation) -> String {
         Invalidation::Manifest(k) => format!("manifest:{k}"),
         Invalidation::Tools(a) => format!("tools:{a}"),
         Invalidation::Catalog => "catalog".to_string(),
+        Invalidation::McpServers => "mcp_servers".to_string(),
     }
 }
 
@@ -29,6 +30,7 @@ pub fn decode(s: &str) -> Option<Invalidation> {
         "manifest" => Some(Invalidation::Manifest(rest.to_string())),
         "tools" => Some(Invalidation::Tools(rest.to_string())),
         "catalog" => Some(Invalidation::Catalog),
+        "mcp_servers" => Some(Invalidation::McpServers),
         _ => None,
     }
 }
@@ -61,6 +63,7 @@ mod tests {
             Invalidation::Manifest("a|d".into()),
             Invalidation::Tools("a".into()),
             Invalidation::Catalog,
+            Invalidation::McpServers,
         ] {
             assert_eq!(
                 encode(&decode(&encode(&inv)).expect("decodes")),

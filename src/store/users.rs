@@ -14,6 +14,8 @@ pub struct UserRow {
     pub limits: Option<String>,
     /// Login tokens issued before this (Unix ms) are refused.
     pub tokens_valid_after: i64,
+    /// The `mcp` grant as JSON text; NULL for no MCP access.
+    pub mcp: Option<String>,
 }
 
 impl UserRow {
@@ -26,7 +28,7 @@ impl UserRow {
 }
 
 const COLS: &str =
-    "id, email, password_hash, is_admin, is_active, created_at, tokens_valid_after, limits";
+    "id, email, password_hash, is_admin, is_active, created_at, tokens_valid_after, limits, mcp";
 
 pub fn is_unique_violation(e: &sqlx::Error) -> bool {
     match e {
@@ -57,6 +59,7 @@ impl Store {
             created_at: now,
             limits: None,
             tokens_valid_after: 0,
+            mcp: None,
         };
         let res = sqlx::query(
             "INSERT INTO users (id, email, password_hash, is_admin, is_active, created_at, updated_at)

@@ -15,6 +15,8 @@ pub struct UserInfo {
     pub limits: crate::limits::Limits,
     /// Login tokens issued before this (Unix ms) are refused.
     pub tokens_valid_after: i64,
+    /// The user's `mcp` grant (`None`: no MCP access).
+    pub mcp: Option<crate::mcp::McpGrant>,
 }
 
 impl From<&crate::store::users::UserRow> for UserInfo {
@@ -27,6 +29,7 @@ impl From<&crate::store::users::UserRow> for UserInfo {
             created_at: u.created_at,
             limits: crate::limits::Limits::from_db_or_closed(u.limits.as_deref(), &u.id),
             tokens_valid_after: u.tokens_valid_after,
+            mcp: crate::mcp::McpGrant::from_db_or_closed(u.mcp.as_deref(), &u.id),
         }
     }
 }

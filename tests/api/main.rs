@@ -13,6 +13,7 @@ mod console;
 mod fuzzing;
 mod http;
 mod limits;
+mod mcp;
 mod messages;
 mod models;
 mod pii;

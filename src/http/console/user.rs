@@ -288,6 +288,7 @@ pub async fn create_key(State(app): State<AppState>, posted: Posted) -> Out {
         // The other limits are on the key's limits page.
         limits: crate::limits::Limits::from_json(&super::limits::limits_json(&posted.form))
             .map_err(crate::error::Error::from)?,
+        mcp: None,
     };
     let (row, secret) = accounts::create_key(&app.store, &posted.user.session.user.id, new).await?;
     let body = html! {

@@ -147,6 +147,7 @@ async fn create_key(
         expires_at: body.expires_at,
         models: body.models,
         limits,
+        mcp: None,
     };
     let (row, secret) = accounts::create_key(&app.store, &u.id, new).await?;
     Ok((

@@ -8,9 +8,8 @@ use super::*;
 
 use gatehouse::agents::tools::ToolClass;
 use gatehouse::agents::ToolMode;
-use gatehouse::mcp::agent::{
-    canonical_json, AgentCaller, AgentSide, CallStep, DenyReason, ResolvedTool, Verdict,
-};
+use gatehouse::mcp::agent::{AgentCaller, AgentSide, CallStep, DenyReason, ResolvedTool, Verdict};
+use gatehouse::mcp::tools::canonical_json;
 
 struct Tool {
     name: &'static str,

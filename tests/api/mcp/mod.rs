@@ -1,0 +1,3 @@
+//! The MCP gateway (issue 33): servers, grants and the call audit.
+
+mod store;
