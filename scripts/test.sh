@@ -46,6 +46,22 @@ run "npm ci (tests/oidc: oidc-provider, the OpenID Connect provider of the SSO t
 run "npm ci (tests/agent-clis: @anthropic-ai/claude-code, @openai/codex)" npm-agent-clis.log \
   bash -c 'cd tests/agent-clis && npm ci --silent --no-audit --no-fund'
 
+# The TypeScript MCP SDK's client (tests/mcp-ts), driven by tests/python/test_mcp_sdk.py.
+run "npm ci (tests/mcp-ts: @modelcontextprotocol/sdk)" npm-mcp-ts.log \
+  bash -c 'cd tests/mcp-ts && npm ci --silent --no-audit --no-fund'
+
+# The Python venv comes first: the MCP gateway's Rust tests (tests/api/mcp) start
+# real MCP servers written with the `mcp` Python SDK (tests/mcp/servers.py) with it.
+venv_ok=
+if [ -d tests/python ]; then
+  if [ ! -x .venv/bin/python ] && ! python3 -m venv .venv; then
+    failed+=("python3 -m venv .venv (apt-get install python3-venv)")
+  else
+    run "pip install" pip.log .venv/bin/pip install -q -r tests/python/requirements.txt
+    venv_ok=1
+  fi
+fi
+
 run "cargo test (SQLite)" sqlite.log cargo test --workspace --no-fail-fast
 
 if why=$(scripts/pg.sh available); then
@@ -69,13 +85,10 @@ else
   fi
 fi
 
-if [ -d tests/python ]; then
+if [ -n "$venv_ok" ]; then
   echo "== client tests (openai Python SDK)"
-  if [ ! -x .venv/bin/python ] && ! python3 -m venv .venv; then
-    failed+=("python3 -m venv .venv (apt-get install python3-venv)")
-  else
+  if true; then
     # Both binaries: `--bin gatehouse` alone would skip stub-upstream.
-    run "pip install" pip.log .venv/bin/pip install -q -r tests/python/requirements.txt
     run "cargo build (binaries for the client tests)" build.log \
       cargo build -q -p gatehouse -p gatehouse-stub-upstream --bins
     run "pytest tests/python" pytest.log .venv/bin/python -m pytest -q tests/python

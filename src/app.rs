@@ -53,6 +53,8 @@ pub struct App {
     pub public_url: String,
     /// MCP servers, as every MCP request reads them (reloaded on a change).
     pub mcp_servers: crate::mcp::McpServers,
+    /// The MCP gateway's per-process state (client, sessions, audit, metrics).
+    pub mcp_gateway: crate::mcp::gateway::Gateway,
 }
 
 pub type AppState = Arc<App>;
@@ -82,7 +84,15 @@ impl App {
             settings.login_max_failures,
             settings.login_max_failures_per_addr,
         );
+        let mcp_gateway = crate::mcp::gateway::Gateway::new(
+            http.reqwest().clone(),
+            &keyring,
+            settings.mcp_session_ttl_s,
+            settings.mcp_max_result_bytes,
+            store.clone(),
+        );
         App {
+            mcp_gateway,
             limiter,
             login_throttle,
             auth: Auth::new(

@@ -56,6 +56,10 @@ pub struct Settings {
     /// Threads that accept and serve connections, each with a single-threaded
     /// runtime and its own listening socket (`SO_REUSEPORT`): one per CPU.
     pub serve_threads: usize,
+    /// `GATEHOUSE_MCP_SESSION_TTL_S`: an MCP session's lifetime from `initialize`.
+    pub mcp_session_ttl_s: u64,
+    /// `GATEHOUSE_MCP_MAX_RESULT_BYTES`: the largest `tools/call` result (compact JSON).
+    pub mcp_max_result_bytes: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -233,6 +237,8 @@ impl Settings {
             )?,
             header_timeout_s: positive_var("GATEHOUSE_HEADER_TIMEOUT_S", 30)?,
             body_timeout_s: positive_var("GATEHOUSE_BODY_TIMEOUT_S", 60)?,
+            mcp_session_ttl_s: positive_var("GATEHOUSE_MCP_SESSION_TTL_S", 86_400)?,
+            mcp_max_result_bytes: positive_var("GATEHOUSE_MCP_MAX_RESULT_BYTES", 8_388_608)?,
             max_connections: positive_var("GATEHOUSE_MAX_CONNECTIONS", 10_000)?,
             idle_timeout_s: positive_var("GATEHOUSE_IDLE_TIMEOUT_S", 75)?,
             shutdown_grace_s: positive_var("GATEHOUSE_SHUTDOWN_GRACE_S", 30)?,
@@ -276,6 +282,8 @@ impl Settings {
             target_cooldown_s: crate::models::routing::DEFAULT_COOLDOWN_S,
             header_timeout_s: 30,
             body_timeout_s: 60,
+            mcp_session_ttl_s: 86_400,
+            mcp_max_result_bytes: 8_388_608,
             max_connections: 10_000,
             idle_timeout_s: 75,
             shutdown_grace_s: 30,

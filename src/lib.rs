@@ -311,6 +311,16 @@ pub async fn start(settings: Settings) -> Result<Server, StartError> {
             }
         }
     }));
+    // Sessions ended on any server (DELETE /mcp), mirrored here within a second.
+    let a = Arc::clone(&app);
+    background.push(tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_millis(500));
+        let mut since = 0;
+        loop {
+            tick.tick().await;
+            since = a.mcp_gateway.sync_ended(&a.store, since).await;
+        }
+    }));
     let heard_by = Arc::clone(&app);
     background.extend(store::listener::spawn(
         &store,

@@ -56,6 +56,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .merge(routes::agent_messages::routes())
         .merge(routes::signins::routes())
         .merge(routes::limits::routes())
+        .merge(routes::mcp::routes())
         .merge(routes::sso::routes())
 }
 

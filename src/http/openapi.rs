@@ -16,7 +16,7 @@ use serde_json::{json, Map, Value};
 pub const BEARER: &str = "bearer";
 
 /// Routes that take no credential (`/metrics` takes an optional one).
-pub const PUBLIC: [(&str, &str); 10] = [
+pub const PUBLIC: [(&str, &str); 12] = [
     ("get", "/healthz"),
     ("get", "/readyz"),
     ("get", "/metrics"),
@@ -27,6 +27,9 @@ pub const PUBLIC: [(&str, &str); 10] = [
     ("get", "/api/auth/sso/{name}/authorize"),
     ("get", "/api/auth/sso/{name}/callback"),
     ("post", "/api/auth/sso/token"),
+    // 405 whoever asks (no server-sent stream).
+    ("get", "/mcp"),
+    ("get", "/mcp/{server}"),
 ];
 
 /// The HTTP methods an OpenAPI path item can hold.
@@ -85,7 +88,7 @@ fn object(required: &[&str], props: Value) -> Value {
 fn limits_props() -> Value {
     let n = || or_null(json!({"type": "integer", "minimum": 1}));
     json!({"requests_per_minute": n(), "tokens_per_minute": n(), "tokens_per_day": n(), "max_parallel": n(),
-        "count_tokens_per_minute": n()})
+        "count_tokens_per_minute": n(), "mcp_calls_per_minute": n()})
 }
 
 fn pii_modes() -> Value {
@@ -700,6 +703,33 @@ fn schemas() -> Map<String, Value> {
         ),
         ("Health", object(&["status"], json!({"status": string()}))),
         (
+            "JsonRpcMessage",
+            json!({"type": "object", "required": ["jsonrpc"],
+                   "description": "One JSON-RPC 2.0 message of the Model Context Protocol: a request (id, method, params), a notification (method, params) or a response (id, result or error).",
+                   "properties": {"jsonrpc": string(), "id": {"anyOf": [{"type": "string"}, {"type": "integer"}, {"type": "null"}]},
+                                  "method": string(), "params": {"type": "object"}, "result": {"type": "object"},
+                                  "error": object(&["code", "message"], json!({"code": int(), "message": string(), "data": {}}))}}),
+        ),
+        (
+            "McpUpstreamTool",
+            object(
+                &[
+                    "name",
+                    "exposed_name",
+                    "description",
+                    "annotations",
+                    "class",
+                    "class_source",
+                    "allowed",
+                ],
+                json!({"name": string(), "exposed_name": string(), "description": or_null(string()),
+                       "annotations": {"anyOf": [{"type": "object"}, {"type": "null"}]},
+                       "class": {"type": "string", "enum": ["read", "write", "execute"]},
+                       "class_source": {"type": "string", "enum": ["config", "annotations", "default"]},
+                       "allowed": {"type": "boolean"}}),
+            ),
+        ),
+        (
             "Ready",
             object(
                 &["status"],
@@ -732,6 +762,13 @@ fn bodies(method: &str, path: &str) -> Option<Bodies> {
     let b = |request, answer| Some(Bodies { request, answer });
     match (method, path) {
         ("get", "/healthz") => b(None, ok("Health")),
+        ("post", "/mcp") | ("post", "/mcp/{server}") => {
+            b(req("JsonRpcMessage"), ok("JsonRpcMessage"))
+        }
+        ("delete", "/mcp") | ("delete", "/mcp/{server}") => b(None, none()),
+        // Only 405: no success answer to describe.
+        ("get", "/mcp") | ("get", "/mcp/{server}") => b(None, None),
+        ("get", "/api/admin/mcp-servers/{name}/tools") => b(None, list("McpUpstreamTool")),
         ("get", "/readyz") => b(None, ok("Ready")),
         ("get", "/metrics") => b(None, Some(("200", "text/plain", string()))),
         ("get", "/api/version") => b(None, ok("Version")),
@@ -856,6 +893,9 @@ pub fn operations(doc: &Value) -> Vec<(String, String)> {
 fn error_answers(op: &mut Value, path: &str, public: bool) {
     let shape = if path.starts_with("/v1/") {
         r("OpenAIError")
+    } else if path == "/mcp" || path.starts_with("/mcp/") {
+        // A JSON-RPC error body (contract, "Errors on /mcp").
+        r("JsonRpcMessage")
     } else {
         r("Error")
     };

@@ -77,6 +77,14 @@ impl Subject {
             limits: of.limits.count_tokens(),
         }
     }
+    /// The MCP `tools/call` counters of `of`, under a key of their own.
+    pub fn mcp_calls(of: &Subject) -> Subject {
+        Subject {
+            key: format!("m{}", of.key),
+            whose: of.whose,
+            limits: of.limits.mcp_calls(),
+        }
+    }
     pub fn user(id: &str, limits: Limits) -> Subject {
         Subject {
             key: format!("u:{id}"),

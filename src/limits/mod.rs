@@ -28,6 +28,10 @@ pub struct Limits {
     /// nothing else). Not among [`FIELDS`]: the console's four limits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count_tokens_per_minute: Option<u64>,
+    /// MCP `tools/call` requests per minute (they count against nothing
+    /// else). Not among [`FIELDS`] either.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp_calls_per_minute: Option<u64>,
 }
 
 pub const FIELDS: [&str; 4] = [
@@ -62,6 +66,7 @@ impl Limits {
             tokens_per_day: Some(0),
             max_parallel: Some(0),
             count_tokens_per_minute: Some(0),
+            mcp_calls_per_minute: Some(0),
         }
     }
 
@@ -71,6 +76,16 @@ impl Limits {
             && self.tokens_per_day.is_none()
             && self.max_parallel.is_none()
             && self.count_tokens_per_minute.is_none()
+            && self.mcp_calls_per_minute.is_none()
+    }
+
+    /// The limits an MCP `tools/call` must fit: its own per-minute count, on
+    /// counters of its own (see [`Subject::mcp_calls`]).
+    pub fn mcp_calls(&self) -> Limits {
+        Limits {
+            requests_per_minute: self.mcp_calls_per_minute,
+            ..Limits::default()
+        }
     }
 
     /// The limits a `count_tokens` call must fit: its own per-minute count,
@@ -108,6 +123,11 @@ impl Limits {
         }
         let name = "count_tokens_per_minute";
         out.count_tokens_per_minute = match obj.get(name) {
+            None | Some(Value::Null) => None,
+            Some(x) => Some(positive(name, x)?),
+        };
+        let name = "mcp_calls_per_minute";
+        out.mcp_calls_per_minute = match obj.get(name) {
             None | Some(Value::Null) => None,
             Some(x) => Some(positive(name, x)?),
         };
@@ -229,6 +249,7 @@ mod tests {
             tokens_per_day: Some(100_000),
             max_parallel: Some(4),
             count_tokens_per_minute: Some(5),
+            mcp_calls_per_minute: Some(7),
         };
         assert_eq!(Limits::from_db(l.to_db().as_deref()), Ok(l));
         assert_eq!(Limits::default().to_db(), None);

@@ -13,7 +13,9 @@
 
 pub mod agent;
 pub mod audit;
+pub mod gateway;
 pub mod grants;
+pub mod protocol;
 pub mod servers;
 pub mod session;
 pub mod tools;

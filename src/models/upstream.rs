@@ -129,6 +129,13 @@ impl UpstreamClient {
     }
 }
 
+impl UpstreamClient {
+    /// The pooled HTTP client (the MCP gateway's upstream requests use it too).
+    pub fn reqwest(&self) -> &reqwest::Client {
+        &self.reqwest
+    }
+}
+
 impl Default for UpstreamClient {
     fn default() -> Self {
         UpstreamClient::new()

@@ -124,8 +124,9 @@ pub trait ChatHooks: Send + 'static {
     /// spliced in (no parse into a tree and no serialisation).
     const EDITS_ANSWERS: bool = true;
 
-    /// Whether `on_response` needs this plain answer (the upstream's bytes)
-    /// as a JSON tree; without it the answer takes the splice path.
+    /// Whether `on_response` needs this plain answer (the upstream's bytes;
+    /// for a native attempt, what `on_native_answer` made) as a JSON tree;
+    /// without it the answer takes the splice path (native: goes as it is).
     fn edits_answer(&self, answer: &[u8]) -> bool {
         let _ = answer;
         Self::EDITS_ANSWERS
@@ -202,7 +203,8 @@ pub trait ChatHooks: Send + 'static {
     }
 
     /// A plain native answer: what goes to the client and its tokens (None:
-    /// estimated); `Err` says what was wrong with it.
+    /// estimated); `Err` says what was wrong with it. When `edits_answer`
+    /// says so, `on_response` then gets it as a tree.
     fn on_native_answer(&mut self, answer: &[u8]) -> Result<(Bytes, Option<Tokens>), String> {
         let _ = answer;
         Err("no native dialect".into())
@@ -228,13 +230,16 @@ pub struct NativeRequest {
 
 /// One relayed event of a native stream (see [`ChatHooks::on_native_event`]).
 pub struct NativeEvent {
-    pub frame: SseFrame,
-    /// The event ends the answer.
+    /// What goes to the client for it, in order (none: the hooks hold it,
+    /// e.g. for `on_stream_end`).
+    pub frames: Vec<SseFrame>,
+    /// The event ends the answer: the stream ends there (`on_stream_end`'s
+    /// frames follow `frames` in the same write).
     pub terminal: bool,
     /// Tokens the event reports (all of them so far: they replace earlier
     /// ones).
     pub tokens: Option<Tokens>,
-    /// The event is the upstream's error: `frame` is the last output, and
+    /// The event is the upstream's error: `frames` are the last output, and
     /// the stream fails with this error (no `on_stream_error` frames).
     pub error: Option<Error>,
 }
@@ -396,8 +401,7 @@ pub async fn relay<H: ChatHooks>(
             };
             let answer = match read {
                 Err(e) => Err(e),
-                Ok(bytes) if is_native => native_answer(&mut hooks, &bytes, prompt_estimate)
-                    .map(|(b, tokens)| (RelayedBody::Raw(b), tokens)),
+                Ok(bytes) if is_native => native_answer(&mut hooks, &bytes, prompt_estimate),
                 Ok(bytes) if hooks.edits_answer(&bytes) => {
                     answer_tree(&bytes, shown, prompt_estimate, &mut attempt)
                         .map(|(v, tokens)| (RelayedBody::Answer(v), tokens))
@@ -529,20 +533,24 @@ pub async fn relay<H: ChatHooks>(
     )
 }
 
-/// A plain native answer through the hooks; tokens estimated when it has none.
+/// A plain native answer through the hooks; tokens estimated when it has
+/// none. A tree (for `on_response`) when the hooks edit it (`edits_answer`).
 fn native_answer<H: ChatHooks>(
     hooks: &mut H,
     bytes: &[u8],
     prompt_estimate: i64,
-) -> Result<(Bytes, Tokens), AttemptError> {
-    let (b, tokens) = hooks
-        .on_native_answer(bytes)
-        .map_err(|what| AttemptError::new(Failure::BadAnswer, upstream::bad_answer(what)))?;
+) -> Result<(RelayedBody, Tokens), AttemptError> {
+    let bad = |what: String| AttemptError::new(Failure::BadAnswer, upstream::bad_answer(what));
+    let (b, tokens) = hooks.on_native_answer(bytes).map_err(bad)?;
     let tokens = tokens.unwrap_or(Tokens {
         prompt: prompt_estimate,
         ..Tokens::default()
     });
-    Ok((b, tokens))
+    if !hooks.edits_answer(&b) {
+        return Ok((RelayedBody::Raw(b), tokens));
+    }
+    let v = serde_json::from_slice(&b).map_err(|_| bad("it is not JSON".into()))?;
+    Ok((RelayedBody::Answer(v), tokens))
 }
 
 /// A plain answer of the upstream in chat terms (its adapter's translation).
@@ -908,13 +916,22 @@ impl<H: ChatHooks> StreamRelay<H> {
                                 "prompt_tokens_details": {"cached_tokens": t.cache_read}}));
                             self.native_tokens = Some(t);
                         }
-                        let out = n.frame.to_bytes();
+                        let mut out = Vec::new();
+                        for f in &n.frames {
+                            f.write_to(&mut out);
+                        }
                         if let Some(e) = n.error {
                             // Relayed as it came, and the stream ends there.
                             self.failure = Some(Failure::BadAnswer);
                             self.close_failed(&e);
+                        } else if n.terminal {
+                            // Ended here, not at the upstream's end of body:
+                            // what the hooks add goes out with the last event.
+                            out.extend_from_slice(&self.end().await);
+                        } else if out.is_empty() {
+                            continue;
                         }
-                        return Ok(Step::Out(out));
+                        return Ok(Step::Out(Bytes::from(out)));
                     }
                 }
             }

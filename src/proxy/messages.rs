@@ -20,7 +20,10 @@
 //! nothing chat cannot carry is lost (thinking, cache_control, server tools,
 //! unknown members); usage is read from the Messages answer. Other attempts
 //! of the same request (a fallback to an `openai` target) are translated.
-//! The agent route gives no [`Native`]: its hooks work on chat answers.
+//! On the agent route the inner hooks' rules apply to what passes through,
+//! read in Messages terms ([`MessagesRules`]): a stream's `message_stop` is
+//! held until the stream's end (`on_stream_end`: AG-UI's last events, the
+//! approvals event, then `message_stop`).
 
 use bytes::Bytes;
 use reqwest::header::HeaderValue;
@@ -30,6 +33,7 @@ use crate::error::Error;
 use crate::models::upstream::Extras;
 use crate::models::{Provider, ProviderType};
 use crate::proxy::chat::{error_in_answer, ChatHooks, ChunkAction, NativeEvent, NativeRequest};
+use crate::proxy::messages_rules::MessagesRules;
 use crate::usage::{estimate_tokens, Tokens};
 use crate::wire::messages::error::stream_error;
 use crate::wire::messages::from_chat_answer::{block_id, messages_answer, new_message_id};
@@ -94,6 +98,9 @@ struct Passed {
     usage: Option<MessagesUsage>,
     /// Characters of text streamed (for an estimate without usage).
     text_chars: usize,
+    /// The upstream's `message_stop`, held for the stream's end while the
+    /// inner hooks' rules apply.
+    held_stop: Option<SseFrame>,
 }
 
 /// Characters of the text in Messages content blocks (for an estimate).
@@ -124,7 +131,7 @@ pub struct MessagesHooks<H> {
     passed: Option<Passed>,
 }
 
-impl<H: ChatHooks> MessagesHooks<H> {
+impl<H: ChatHooks + MessagesRules> MessagesHooks<H> {
     /// `model`: the name the answer carries; `input_estimate`: the
     /// gateway's estimate of the prompt (for `message_start`).
     pub fn new(
@@ -196,10 +203,19 @@ impl<H: ChatHooks> MessagesHooks<H> {
     }
 }
 
-impl<H: ChatHooks> ChatHooks for MessagesHooks<H> {
+impl<H: ChatHooks + MessagesRules> ChatHooks for MessagesHooks<H> {
     const EDITS_ANSWERS: bool = true;
 
+    /// Translated answers are made anew; a passed-through one only when
+    /// the inner hooks' rules apply to it.
+    fn edits_answer(&self, _answer: &[u8]) -> bool {
+        self.passed.is_none() || self.inner.rules_passed()
+    }
+
     async fn on_response(&mut self, response: &mut Value) -> Result<(), Error> {
+        if self.passed.is_some() {
+            return self.inner.on_passed_answer(response).await;
+        }
         self.client_calls(response.pointer_mut("/choices/0/message/tool_calls"));
         self.inner.on_response(response).await?;
         let approvals = response.get("approvals").cloned();
@@ -246,13 +262,17 @@ impl<H: ChatHooks> ChatHooks for MessagesHooks<H> {
     }
 
     async fn on_stream_end(&mut self, usage: Option<&Value>) -> Vec<SseFrame> {
-        if self.passed.is_some() {
+        let held = self.passed.as_mut().map(|p| p.held_stop.take());
+        if held.as_ref().is_some_and(Option::is_none) {
             // The upstream's own `message_stop` ended it.
             return Vec::new();
         }
         let inner = self.inner.on_stream_end(usage).await;
         let mut out = Vec::new();
-        self.stream.start(&mut out);
+        let passed = held.is_some();
+        if !passed {
+            self.stream.start(&mut out);
+        }
         let mut after_delta = Vec::new();
         let mut approvals = None;
         for f in inner {
@@ -274,23 +294,32 @@ impl<H: ChatHooks> ChatHooks for MessagesHooks<H> {
             }
             if let Some(a) = v.get("approvals") {
                 approvals = Some(a.clone());
-            } else {
+            } else if !passed {
+                // (Passed through, restorers gave their text at each block's end.)
                 self.stream.chunk(&v, &mut out);
             }
         }
-        self.stream.finish(usage, &mut out);
+        if !passed {
+            self.stream.finish(usage, &mut out);
+        }
         out.extend(after_delta);
         if let Some(a) = approvals {
             out.push(frame(json!({"type": "service.approvals", "approvals": a})));
         }
-        self.stream.stop(&mut out);
+        match held.flatten() {
+            Some(stop) => out.push(stop),
+            None => self.stream.stop(&mut out),
+        }
         out
     }
 
     fn on_stream_error(&mut self, error: &Error) -> Vec<SseFrame> {
         if self.passed.is_some() {
             // The upstream's own events began the stream: only the error
-            // event (`error_frame`) follows.
+            // event (`error_frame`) follows, after the rules' (RUN_ERROR).
+            if self.inner.rules_passed() {
+                return self.inner.on_stream_error(error);
+            }
             return Vec::new();
         }
         let mut out = Vec::new();
@@ -329,6 +358,7 @@ impl<H: ChatHooks> ChatHooks for MessagesHooks<H> {
             model,
             usage: None,
             text_chars: 0,
+            held_stop: None,
         });
         Some(req)
     }
@@ -371,11 +401,13 @@ impl<H: ChatHooks> ChatHooks for MessagesHooks<H> {
             serde_json::from_str(&event.data).map_err(|_| "a stream event is not JSON")?;
         let kind = v.get("type").and_then(Value::as_str).unwrap_or_default();
         let name = event.event.clone().unwrap_or_else(|| kind.to_string());
+        // The inner hooks' rules read the event (the agent route's).
+        let ruled = self.inner.rules_passed().then(|| kind.to_string());
         let mut relayed = NativeEvent {
-            frame: SseFrame::Event {
+            frames: vec![SseFrame::Event {
                 event: name,
                 data: event.data.clone(),
-            },
+            }],
             terminal: false,
             tokens: None,
             error: None,
@@ -387,7 +419,7 @@ impl<H: ChatHooks> ChatHooks for MessagesHooks<H> {
                     usage = m.get("usage").filter(|u| u.is_object()).cloned();
                     m.insert("model".into(), Value::String(passed.model.clone()));
                 }
-                if let SseFrame::Event { data, .. } = &mut relayed.frame {
+                if let Some(SseFrame::Event { data, .. }) = relayed.frames.first_mut() {
                     *data = v.to_string();
                 }
             }
@@ -413,6 +445,24 @@ impl<H: ChatHooks> ChatHooks for MessagesHooks<H> {
             let merged = passed.usage.get_or_insert_with(MessagesUsage::default);
             merged.merge(&u);
             relayed.tokens = Some(merged.tokens());
+        }
+        if let Some(kind) = ruled {
+            match kind.as_str() {
+                // Held: the rules' last frames go before it (`on_stream_end`).
+                "message_stop" => passed.held_stop = relayed.frames.pop(),
+                "error" => {
+                    let mut frames = match &relayed.error {
+                        Some(e) => self.inner.on_stream_error(e),
+                        None => Vec::new(),
+                    };
+                    frames.append(&mut relayed.frames);
+                    relayed.frames = frames;
+                }
+                _ => {
+                    relayed.frames.clear();
+                    self.inner.on_passed_event(&kind, v, &mut relayed.frames);
+                }
+            }
         }
         Ok(Some(relayed))
     }

@@ -123,8 +123,9 @@ impl<H: ChatHooks> ChatHooks for ResponsesHooks<H> {
         false
     }
 
+    /// Bridged answers are translated; native ones pass as they came.
     fn edits_answer(&self, _answer: &[u8]) -> bool {
-        true
+        self.native.is_none()
     }
 
     async fn on_response(&mut self, response: &mut Value) -> Result<(), Error> {
@@ -217,7 +218,7 @@ impl<H: ChatHooks> ChatHooks for ResponsesHooks<H> {
             return Err("no native attempt".into());
         };
         Ok(n.on_event(event)?.map(|r| NativeEvent {
-            frame: r.frame,
+            frames: vec![r.frame],
             terminal: r.terminal,
             tokens: r.tokens,
             error: None,

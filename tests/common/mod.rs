@@ -21,6 +21,7 @@
 pub mod agent_chat;
 pub mod agents;
 pub mod captured;
+pub mod mcp;
 pub mod models;
 pub mod oidc;
 pub mod procs;

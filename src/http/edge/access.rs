@@ -31,6 +31,12 @@ pub struct AccessFields {
     pub api: Option<&'static str>,
     /// The dialect of the attempt that answered (`chat`, `messages`).
     pub upstream_api: Option<&'static str>,
+    /// MCP routes: the JSON-RPC method, and for `tools/call` the server,
+    /// the exposed tool name and the decision.
+    pub mcp_method: Option<String>,
+    pub mcp_server: Option<String>,
+    pub mcp_tool: Option<String>,
+    pub mcp_decision: Option<&'static str>,
 }
 
 /// The request's slot for [`AccessFields`], in its extensions; empty when
@@ -163,6 +169,10 @@ impl Access {
             provider = f.provider.as_deref(),
             api = f.api,
             upstream_api = f.upstream_api,
+            mcp_method = f.mcp_method.as_deref(),
+            mcp_server = f.mcp_server.as_deref(),
+            mcp_tool = f.mcp_tool.as_deref(),
+            mcp_decision = f.mcp_decision,
             "request"
         );
     }

@@ -9,6 +9,7 @@ pub mod agent_messages;
 pub mod agents;
 pub mod agui;
 pub mod limits;
+pub mod mcp;
 pub mod messages;
 pub mod responses;
 pub mod signins;
