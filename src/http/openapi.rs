@@ -123,9 +123,10 @@ fn schemas() -> Map<String, Value> {
             "status",
             "expires_at",
         ],
-        json!({"id": string(), "tool_call_id": string(), "tool": string(), "arguments": string(),
+        json!({"id": string(), "source": one_of(&["chat", "mcp"]), "server": or_null(string()),
+               "tool_call_id": or_null(string()), "tool": string(), "arguments": string(),
                "status": one_of(&["pending", "approved", "denied", "expired"]), "expires_at": time(),
-               "created_at": time(), "decided_at": time(), "reason": string(),
+               "created_at": time(), "decided_at": or_null(time()), "used_at": or_null(time()), "reason": string(),
                "device_id": string(), "conversation_id": or_null(string())}),
     );
     let sign_in = object(
@@ -317,7 +318,8 @@ fn schemas() -> Map<String, Value> {
     );
     let agent_tool = object(
         &["name", "class", "description", "status", "first_seen_at"],
-        json!({"name": string(), "class": one_of(&["read", "write", "execute"]), "description": or_null(string()),
+        json!({"name": string(), "source": one_of(&["device", "mcp"]), "server": or_null(string()),
+               "class": one_of(&["read", "write", "execute"]), "description": or_null(string()),
                "status": one_of(&["contract", "accepted", "held", "rejected"]), "first_seen_at": or_null(time())}),
     );
     let used = object(
@@ -909,6 +911,9 @@ fn bodies(method: &str, path: &str) -> Option<Bodies> {
         | ("post", "/api/admin/agents/{address}/tools/{name}/reject") => b(None, ok("AgentTool")),
         ("get", "/api/admin/agents/{address}/events") => b(None, ok("EventsPage")),
         ("get", "/api/admin/agents/{address}/approvals") => b(None, list("Approval")),
+        ("post", "/api/admin/agents/{address}/approvals/{id}") => {
+            b(req("ApprovalAnswer"), ok("Approval"))
+        }
         ("get", "/api/admin/sign-ins") => b(None, list("AdminSignIn")),
         ("delete", "/api/admin/sign-ins/{device_id}") => b(None, none()),
         ("get", "/api/admin/usage") => b(None, list("UsageRow")),

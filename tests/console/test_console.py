@@ -153,6 +153,54 @@ def test_accepting_a_held_tool_stops_the_agent_chat_holding_it(console, gateway)
     assert console.errors == []
 
 
+def test_an_admin_approves_and_denies_approvals_from_the_agent_page(console, gateway, stub):
+    gateway.agent("approve-agent")
+    _, login = gateway.user()
+    access = gateway.sign_in(login, "approve-agent")["access_token"]
+    # The upstream asks for two write calls; in ask mode each needs an approval.
+    calls = [
+        {"id": "call_a", "name": "write_note", "arguments": '{"text":"first"}'},
+        {"id": "call_b", "name": "delete_note", "arguments": '{"id":7}'},
+    ]
+    status, body, _ = http("POST", f"{stub}/_stub/script", {"model": "up-chat", "script": {"tool_calls": calls}})
+    assert status == 200, body
+    try:
+        status, answer, _ = http(
+            "POST",
+            f"{gateway.url}/v1/agents/approve-agent/chat/completions",
+            {"model": "x", "messages": [{"role": "user", "content": "go"}],
+             "tools": [{"type": "function", "function": {"name": c["name"], "parameters": {"type": "object"}}} for c in calls]},
+            access,
+            headers={"X-Service-Tool-Mode": "ask"},
+        )
+    finally:
+        http("POST", f"{stub}/_stub/script", {"model": "up-chat", "script": None})
+    assert status == 200, answer
+    ids = {a["tool"]: a["id"] for a in answer["approvals"]}
+
+    console.sign_in(ADMIN_EMAIL, ADMIN_PASSWORD)
+    console.go("/console/admin/agents/approve-agent")
+    first = console.page.locator(f"tr[data-approval={ids['write_note']}]")
+    assert first.locator(".status").inner_text() == "pending"
+    assert first.locator(".source").inner_text() == "chat"
+    assert '{"text":"first"}' in first.inner_text()
+    first.locator("button:has-text('Approve')").click()
+    console.page.wait_for_load_state()
+    assert "Approved" in console.page.locator(".note").inner_text()
+    row = console.page.locator(f"tr[data-approval={ids['write_note']}]")
+    assert row.locator(".status").inner_text() == "approved"
+    assert row.locator("button").count() == 0, "a decided approval has no buttons"
+    console.page.locator(f"tr[data-approval={ids['delete_note']}] button:has-text('Deny')").click()
+    console.page.wait_for_load_state()
+    assert console.page.locator(f"tr[data-approval={ids['delete_note']}] .status").inner_text() == "denied"
+
+    # The API agrees: decided by the admin, for the user's calls.
+    status, listed, _ = http("GET", f"{gateway.url}/api/admin/agents/approve-agent/approvals", token=gateway.admin)
+    assert status == 200, listed
+    assert {a["tool"]: a["status"] for a in listed} == {"write_note": "approved", "delete_note": "denied"}
+    assert console.errors == []
+
+
 def test_ending_a_sign_in_refuses_its_token(console, gateway):
     gateway.agent("end-agent")
     email, login = gateway.user()

@@ -324,6 +324,14 @@ def test_agent_routes_validate(check, gateway, stub):
                query={"limit": "10", "after": page["next"], "device_id": device})
     check.call("GET", "/api/admin/agents/{address}/approvals", params=adm, token=admin, expect=200,
                query={"status": "denied"})
+    # An admin decides the streamed answer's approval; one the user decided already is a 409.
+    _, pending = check.call("GET", "/api/admin/agents/{address}/approvals", params=adm, token=admin, expect=200,
+                            query={"status": "pending"})
+    assert pending and pending[0]["source"] == "chat", pending
+    check.call("POST", "/api/admin/agents/{address}/approvals/{id}", params={**adm, "id": pending[0]["id"]},
+               token=admin, expect=200, body={"decision": "approve", "reason": "fine"})
+    check.call("POST", "/api/admin/agents/{address}/approvals/{id}", params={**adm, "id": approvals[0]["id"]},
+               token=admin, expect=409, body={"decision": "approve"})
     check.call("GET", "/api/admin/sign-ins", token=admin, expect=200)
     check.call("GET", "/api/admin/sign-ins", token=admin, expect=200, query={"user": ADMIN_EMAIL, "agent": AGENT})
     check.call("DELETE", "/api/agent-tokens/{device_id}", params={"device_id": device}, token=access, expect=204)

@@ -482,12 +482,15 @@ pub async fn agent(
         h2 { "Tools" }
         @if tools.is_empty() { p.empty { "No tools reported yet." } } @else {
             table id="tools" {
-                thead { tr { th { "Name" } th { "Class" } th { "Description" } th { "Status" } th { "First seen" } th {} } }
+                thead { tr { th { "Name" } th { "Source" } th { "Class" } th { "Description" } th { "Status" } th { "First seen" } th {} } }
                 tbody {
                     @for t in &tools {
                         @let status = if agent.tool_contract.contains(&t.name) { "contract" } else { t.status.as_str() };
-                        tr data-tool=(t.name) {
+                        tr data-tool=(t.name) data-source=(t.source) {
                             td { code { (t.name) } }
+                            td.source {
+                                @if let Some(server) = &t.server { "MCP server " code { (server) } } @else { "device" }
+                            }
                             td { (t.class) }
                             td.text { (t.description) }
                             td { span class=(format!("status {status}")) { (status) } }
@@ -510,16 +513,26 @@ pub async fn agent(
         }
         @if approvals.is_empty() { p.empty { "No approvals." } } @else {
             table {
-                thead { tr { th { "Tool" } th { "Arguments" } th { "Status" } th { "Created" } th { "Decided" } th { "Device" } } }
+                thead { tr { th { "Tool" } th { "Source" } th { "Arguments" } th { "Status" } th { "Created" } th { "Decided" } th { "Device" } th {} } }
                 tbody {
                     @for a in &approvals {
-                        tr {
+                        @let state = ApprovalState::parse(&a.status).unwrap_or(ApprovalState::Pending).effective(a.expires_at, now);
+                        tr data-approval=(a.id) data-source=(a.source) {
                             td { code { (a.tool) } }
+                            td.source {
+                                @if let Some(server) = &a.server { "MCP server " code { (server) } } @else { "chat" }
+                            }
                             td.text { code { (a.arguments) } }
-                            td { (ApprovalState::parse(&a.status).unwrap_or(ApprovalState::Pending).effective(a.expires_at, now).as_str()) }
+                            td.status { (state.as_str()) }
                             td { (when(a.created_at)) }
                             td { (opt_when(a.decided_at)) }
                             td { code { (a.device_id) } }
+                            td.actions {
+                                @if state == ApprovalState::Pending {
+                                    (button_form(&user, &format!("{base}/approvals/{}/approve", enc(&a.id)), "Approve", ""))
+                                    (button_form(&user, &format!("{base}/approvals/{}/deny", enc(&a.id)), "Deny", "danger"))
+                                }
+                            }
                         }
                     }
                 }
@@ -604,6 +617,31 @@ pub async fn decide_tool(
         }
     };
     let _tool = crate::http::routes::agent_data::decide_tool(&app, &address, &name, status).await?;
+    redirect(&format!(
+        "/console/admin/agents/{}?done={done}",
+        enc(&address)
+    ))
+}
+
+/// An admin approves or denies an approval (chat or MCP) from the agent's page.
+pub async fn decide_approval(
+    State(app): State<AppState>,
+    Path((address, id, decision)): Path<(String, String, String)>,
+    posted: Posted,
+) -> Out {
+    admin_only(&posted)?;
+    let (status, done) = match decision.as_str() {
+        "approve" => ("approved", "approved"),
+        "deny" => ("denied", "denied"),
+        _ => {
+            return Err(ConsoleError::new(
+                StatusCode::NOT_FOUND,
+                "Unknown decision.",
+            ))
+        }
+    };
+    let _approval =
+        crate::http::routes::agent_data::admin_decide(&app, &address, &id, status, None).await?;
     redirect(&format!(
         "/console/admin/agents/{}?done={done}",
         enc(&address)

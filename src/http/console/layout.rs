@@ -99,6 +99,10 @@ pub fn done_note(done: Option<&str>) -> Markup {
         Some("price-ended") => "Price ended: later requests for this pair are unpriced.",
         Some("accepted") => "Tool accepted: it reaches the model from now on.",
         Some("rejected") => "Tool rejected: it stays held.",
+        Some("approved") => {
+            "Approved: the call may go ahead (an MCP call once, when it is made again)."
+        }
+        Some("denied") => "Denied: the call is answered as denied.",
         _ => return html! {},
     };
     html! { p.note role="status" { (text) } }

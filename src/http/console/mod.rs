@@ -97,6 +97,10 @@ pub fn router() -> Router<AppState> {
             "/console/admin/agents/{address}/tools/{name}/{decision}",
             post(admin::decide_tool),
         )
+        .route(
+            "/console/admin/agents/{address}/approvals/{id}/{decision}",
+            post(admin::decide_approval),
+        )
         .route("/console/admin/sign-ins", get(admin::sign_ins))
         .route(
             "/console/admin/sign-ins/{device}/end",

@@ -50,6 +50,7 @@ const CONTRACT_ROUTES: &[(&str, &str)] = &[
     ("post", "/api/admin/agents/{address}/tools/{name}/reject"),
     ("get", "/api/admin/agents/{address}/events"),
     ("get", "/api/admin/agents/{address}/approvals"),
+    ("post", "/api/admin/agents/{address}/approvals/{id}"),
     ("get", "/api/admin/sign-ins"),
     ("delete", "/api/admin/sign-ins/{device_id}"),
     ("get", "/api/admin/usage"),
