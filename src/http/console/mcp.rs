@@ -148,6 +148,8 @@ pub async fn server(
     Query(q): Query<DoneQuery>,
 ) -> Out {
     let s = admin_mcp::load_server(&app, &name).await?;
+    // Asked of the upstream now; an unreachable one is said, not an error page.
+    let tools = crate::http::routes::mcp::server_tools(&app, &s.name).await;
     let action = format!("/console/admin/mcp/{}", enc(&s.name));
     let body = html! {
         h1 { "MCP server " (s.name) }
@@ -161,9 +163,38 @@ pub async fn server(
             label.check { input type="checkbox" name="clear_headers" value="true"; " remove every header" }
             button type="submit" { "Save server" }
         }
+        h2 { "Tools (asked of the server now)" }
+        (tools_table(&tools))
         p { a href="/console/admin/mcp" { "← MCP servers" } " · " a href=(format!("/console/admin/mcp?server={}", enc(&s.name))) { "its calls" } }
     };
     Ok(page(&user, "MCP server", "/console/admin/mcp", body))
+}
+
+/// The live tool list: upstream and exposed name, class and its source,
+/// and whether the server's allow-list lets it through.
+fn tools_table(tools: &Result<Vec<Value>, crate::error::Error>) -> Markup {
+    let text = |v: &Value, k: &str| v[k].as_str().unwrap_or_default().to_string();
+    html! {
+        @match tools {
+            Err(e) => p.error id="mcp-tools-error" { (e.message) }
+            Ok(list) if list.is_empty() => p.empty { "The server lists no tools." }
+            Ok(list) => table id="mcp-tools" {
+                thead { tr { th { "Tool" } th { "Exposed as" } th { "Class" } th { "Class from" } th { "Allowed" } th { "Description" } } }
+                tbody {
+                    @for t in list {
+                        tr data-mcp-tool=(text(t, "name")) {
+                            td { code { (text(t, "name")) } }
+                            td { code { (text(t, "exposed_name")) } }
+                            td { (text(t, "class")) }
+                            td { (text(t, "class_source")) }
+                            td { @if t["allowed"].as_bool() == Some(true) { "yes" } @else { "no" } }
+                            td { (text(t, "description")) }
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 pub async fn change(State(app): State<AppState>, Path(name): Path<String>, posted: Posted) -> Out {
