@@ -21,7 +21,11 @@
 # stub's own /v1/responses),
 # messages and messages-stream (Anthropic's /v1/messages translated to the
 # OpenAI stub, plain and streamed; direct and nginx get the same body, which
-# the stub reads as chat, on /v1/chat/completions); each
+# the stub reads as chat, on /v1/chat/completions),
+# messages-passthrough and messages-passthrough-stream (the same Messages
+# bodies to a model on an `anthropic` provider: the gateway passes the body
+# through to the stub's own /v1/messages, which answers in Messages; direct
+# and nginx send them to the stub's /v1/messages); each
 # at concurrency 1 and 32, one keep-alive connection per concurrent client. Prints Markdown tables and writes raw JSON
 # lines to bench/results/latest.jsonl.
 #
@@ -33,7 +37,7 @@
 #                          add `hyper` for the floor of a hop built as the gateway
 #                          is (examples/hyper_floor.rs: hyper server and client,
 #                          one runtime per core, nothing else)
-#   BENCH_WORKLOADS="chat chat-stream chat-stream-paced embeddings rerank agent-chat messages messages-stream responses responses-stream"
+#   BENCH_WORKLOADS="chat chat-stream chat-stream-paced embeddings rerank agent-chat messages messages-stream messages-passthrough messages-passthrough-stream responses responses-stream"
 #   BENCH_NGINX_WORKERS=1  nginx worker_processes
 #   BENCH_LOADGEN_THREADS=1  load generator runtime threads
 #   BENCH_LOADGEN=wrk      a second load generator: wrk (Debian's package) instead of
@@ -58,6 +62,9 @@
 #                          '{"requests_per_minute":100000000,"tokens_per_minute":100000000000,
 #                            "tokens_per_day":100000000000000,"max_parallel":100000}'
 #                          to measure what checking limits costs
+#   BENCH_PRICE=1          set a price (with cache, reasoning, a request fee and a tier)
+#                          on every stub model, to measure what pricing each request costs
+#                          (compare chat with and without it; docs/spend.md)
 #   BENCH_OTLP=1           export the gateway's traces (OTLP/HTTP, every request
 #                          sampled) to a local collector (a second stub-upstream,
 #                          which accepts and drops them), to measure what tracing costs
@@ -72,7 +79,7 @@ DURATION=${BENCH_DURATION:-10}
 WARMUP=${BENCH_WARMUP:-2}
 CONCURRENCY=${BENCH_CONCURRENCY:-"1 32"}
 TARGETS=${BENCH_TARGETS:-"direct nginx gatehouse"}
-WORKLOADS=${BENCH_WORKLOADS:-"chat chat-stream chat-stream-paced embeddings rerank agent-chat messages messages-stream responses responses-stream"}
+WORKLOADS=${BENCH_WORKLOADS:-"chat chat-stream chat-stream-paced embeddings rerank agent-chat messages messages-stream messages-passthrough messages-passthrough-stream responses responses-stream"}
 NGINX_WORKERS=${BENCH_NGINX_WORKERS:-1}
 LOADGEN_THREADS=${BENCH_LOADGEN_THREADS:-1}
 LOADGEN=${BENCH_LOADGEN:-loadgen}
@@ -288,10 +295,21 @@ if [[ " $TARGETS " == *" gatehouse "* ]]; then
     api POST /api/admin/providers "{\"name\":\"stub\",\"type\":\"openai\",\"base_url\":\"$STUB/v1\"}" >/dev/null
     api POST /api/admin/models '{"id":"bench-chat","kind":"chat","provider":"stub","upstream_model":"bench-chat"}' >/dev/null
     api POST /api/admin/models '{"id":"bench-chat-paced","kind":"chat","provider":"stub","upstream_model":"bench-chat-paced"}' >/dev/null
+    # Messages passed through: an anthropic provider on the stub's root.
+    api POST /api/admin/providers "{\"name\":\"stub-anthropic\",\"type\":\"anthropic\",\"base_url\":\"$STUB\",\"api_key\":\"bench\"}" >/dev/null
+    api POST /api/admin/models '{"id":"bench-claude","kind":"chat","provider":"stub-anthropic","upstream_model":"bench-claude"}' >/dev/null
     api POST /api/admin/models '{"id":"bench-embed","kind":"embeddings","provider":"stub","upstream_model":"bench-embed"}' >/dev/null
     KEY=$(api POST /api/api-keys "{\"name\":\"bench\",\"limits\":${BENCH_KEY_LIMITS:-null}}" | jq -r .key)
     [ -n "$KEY" ] && [ "$KEY" != null ] || die "no API key"
     api POST /api/admin/models '{"id":"bench-rerank","kind":"scoring","provider":"stub","upstream_model":"bench-rerank"}' >/dev/null
+    if [ -n "${BENCH_PRICE:-}" ]; then
+        for m in bench-chat bench-chat-paced bench-embed bench-rerank; do
+            api PUT "/api/admin/prices/stub/$m" '{"input":"0.15","output":"0.60","cache_read":"0.075",
+                "reasoning":"0.60","request":"0.0001",
+                "tiers":[{"above_prompt_tokens":128000,"input":"0.30","output":"1.20"}]}' >/dev/null
+        done
+        log "prices set on every stub model"
+    fi
     # An agent with a tool contract of 15 of the 20 tools, tool mode ask; one
     # device signed in with a manifest of the 20 tools (half of them `read`).
     api POST /api/admin/agents "{\"address\":\"bench-agent\",\"name\":\"Bench\",\"model\":\"bench-chat\",
@@ -327,6 +345,8 @@ jq -nc --arg p "$PROMPT" '{model:"bench-chat",store:false,include:["reasoning.en
 jq -c '. + {stream:true}' "$TMP/responses.json" >"$TMP/responses-stream.json"
 jq -nc --arg p "$PROMPT" '{model:"bench-chat",max_tokens:256,system:"You are terse.",messages:[{role:"user",content:$p}]}' >"$TMP/messages.json"
 jq -nc --arg p "$PROMPT" '{model:"bench-chat",max_tokens:256,stream:true,system:"You are terse.",messages:[{role:"user",content:$p}]}' >"$TMP/messages-stream.json"
+jq -c '.model = "bench-claude"' "$TMP/messages.json" >"$TMP/messages-passthrough.json"
+jq -c '.model = "bench-claude"' "$TMP/messages-stream.json" >"$TMP/messages-passthrough-stream.json"
 
 base_url() {
     case $1 in
@@ -344,6 +364,7 @@ path_of() {
     responses | responses-stream) echo /v1/responses ;;
     agent-chat) if [ "$2" = gatehouse ]; then echo /v1/agents/bench-agent/chat/completions; else echo /v1/chat/completions; fi ;;
     messages | messages-stream) if [ "$2" = gatehouse ]; then echo /v1/messages; else echo /v1/chat/completions; fi ;;
+    messages-passthrough | messages-passthrough-stream) echo /v1/messages ;;
     esac
 }
 # auth_of WORKLOAD TARGET: the credential the gateway wants for it.
@@ -533,7 +554,7 @@ for w in $WORKLOADS; do
                     [ "$w" = chat-stream ] || [ "$w" = chat-stream-paced ] && args+=(--stream --expect-suffix '[DONE]')
                     [ "$w" = responses-stream ] && args+=(--stream)
                     # Anthropic's stream has no [DONE]: read to its end.
-                    [ "$w" = messages-stream ] && args+=(--stream)
+                    [ "$w" = messages-stream ] || [ "$w" = messages-passthrough-stream ] && args+=(--stream)
                     timeout $((WARMUP + DURATION + 60)) "$BIN/loadgen" "${args[@]}" >"$TMP/loadgen.out" 2>"$TMP/loadgen.err" &
                     settle=$WARMUP
                     ;;

@@ -35,6 +35,8 @@ pub struct App {
     /// Catalog reloads started, and the latest one applied (see `reload_catalog`).
     catalog_reloads: AtomicU64,
     catalog_applied: AtomicU64,
+    /// Price reloads started (see `reload_prices`).
+    price_reloads: AtomicU64,
     /// Every target's health and every provider's attempt counters here.
     pub routing: RoutingState,
     pub metrics: Metrics,
@@ -108,6 +110,7 @@ impl App {
             catalog: RwLock::new(Arc::new(CatalogSnapshot::default())),
             catalog_reloads: AtomicU64::new(0),
             catalog_applied: AtomicU64::new(0),
+            price_reloads: AtomicU64::new(0),
             routing: RoutingState::new(cooldown),
             metrics: Metrics::default(),
             usage,
@@ -153,6 +156,22 @@ impl App {
         Ok(())
     }
 
+    /// The prices requests are costed with, and the currency.
+    pub fn prices(&self) -> &crate::spend::Prices {
+        &self.usage.prices
+    }
+
+    /// Reads the current prices again (after a change here or on another
+    /// server). Overlapping reloads: the one that started last wins.
+    pub async fn reload_prices(&self) -> Result<(), sqlx::Error> {
+        let started = self.price_reloads.fetch_add(1, Ordering::SeqCst) + 1;
+        let current = self.store.current_prices().await?;
+        self.usage
+            .prices
+            .replace_if_newer(started, crate::spend::PriceBook::new(current));
+        Ok(())
+    }
+
     /// Applies an invalidation in this process.
     pub async fn invalidate_local(&self, inv: &Invalidation) {
         self.auth.forget(inv);
@@ -160,6 +179,11 @@ impl App {
         if *inv == Invalidation::Catalog {
             if let Err(e) = self.reload_catalog().await {
                 tracing::warn!(error = %e, "catalog reload failed");
+            }
+            // Prices belong to (provider, upstream model) pairs: a price
+            // change is told as a catalog change (docs/spend.md).
+            if let Err(e) = self.reload_prices().await {
+                tracing::warn!(error = %e, "price reload failed");
             }
         }
         if *inv == Invalidation::McpServers {

@@ -60,6 +60,8 @@ pub struct Settings {
     pub mcp_session_ttl_s: u64,
     /// `GATEHOUSE_MCP_MAX_RESULT_BYTES`: the largest `tools/call` result (compact JSON).
     pub mcp_max_result_bytes: usize,
+    /// `GATEHOUSE_CURRENCY`: what every price and budget is in.
+    pub currency: crate::spend::Currency,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -250,6 +252,7 @@ impl Settings {
                 "GATEHOUSE_SERVE_THREADS",
                 std::thread::available_parallelism().map_or(1, |n| n.get()),
             )?,
+            currency: crate::spend::Currency::from_env().map_err(ConfigError)?,
         })
     }
 
@@ -289,6 +292,7 @@ impl Settings {
             shutdown_grace_s: 30,
             trusted_proxies: Vec::new(),
             serve_threads: 1,
+            currency: crate::spend::Currency::USD,
         }
     }
 }
@@ -328,6 +332,13 @@ pub struct FileConfig {
     /// `[[sso]]`: single sign-on providers, the fields of `POST /api/admin/sso`.
     #[serde(default)]
     pub sso: Vec<crate::sso::NewSsoProvider>,
+    /// `[[prices]]`: `provider`, `upstream_model` and the fields of
+    /// `PUT /api/admin/prices/...` (amounts as strings).
+    #[serde(default)]
+    pub prices: Vec<serde_json::Value>,
+    /// `[[mcp_servers]]`: the fields of `POST /api/admin/mcp-servers`.
+    #[serde(default)]
+    pub mcp_servers: Vec<serde_json::Value>,
 }
 
 impl FileConfig {

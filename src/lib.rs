@@ -19,6 +19,7 @@ pub mod pii;
 pub mod proxy;
 pub mod runtime;
 pub mod secrets;
+pub mod spend;
 pub mod sso;
 pub mod store;
 pub mod telemetry;
@@ -213,11 +214,26 @@ async fn apply_file_config(
         let (row, targets) = models::rows_of(spec);
         store.put_model(&row, &targets, true).await?;
     }
+    // As PUT would: an unchanged price makes no new version on restart.
+    for (i, entry) in file.prices.iter().enumerate() {
+        let who = spend::price::file_price_label(entry, i);
+        let (provider, upstream_model, spec) = spend::price::file_price(entry)
+            .map_err(|e| StartError::Other(format!("GATEHOUSE_CONFIG {who}: {}", e.message)))?;
+        if !providers.contains_key(&provider) {
+            return Err(StartError::Other(format!(
+                "GATEHOUSE_CONFIG {who}: there is no provider named '{provider}' in the file or the database"
+            )));
+        }
+        store.put_price(&provider, &upstream_model, &spec).await?;
+    }
     for p in &file.sso {
         sso.put_config(store, p)
             .await
             .map_err(|e| StartError::Other(format!("GATEHOUSE_CONFIG sso {}: {e}", p.name)))?;
     }
+    mcp::apply_file_servers(store, keyring, &file.mcp_servers)
+        .await
+        .map_err(StartError::Other)?;
     let written = agents::apply_file_agents(store, &file.agents)
         .await
         .map_err(StartError::Other)?;
@@ -270,7 +286,8 @@ pub async fn start(settings: Settings) -> Result<Server, StartError> {
         .clone()
         .unwrap_or_else(|| format!("http://{addr}"));
 
-    let (usage_sink, usage_writer) = usage::start(store.clone(), settings.usage_queue);
+    let prices = Arc::new(spend::Prices::new(settings.currency));
+    let (usage_sink, usage_writer) = usage::start(store.clone(), settings.usage_queue, prices);
     let app: AppState = Arc::new(App::new(
         settings.clone(),
         store.clone(),
@@ -280,6 +297,7 @@ pub async fn start(settings: Settings) -> Result<Server, StartError> {
         public_url,
     ));
     app.reload_catalog().await?;
+    app.reload_prices().await?;
     app.mcp_servers.reload(&app.store, &app.keyring).await?;
 
     let mut background = Vec::new();

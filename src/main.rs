@@ -58,6 +58,10 @@ async fn main() {
     }
     // Outside `serve` messages are plain text, whatever the log format.
     let says = if serving { format } else { logs::Format::Text };
+    // Every command, not only those that read the settings (contract, "Currency").
+    if let Err(e) = gatehouse::spend::Currency::from_env() {
+        fail(says, &CliError::usage(e));
+    }
     let settings = || Settings::from_env().map_err(|e| CliError::usage(e.to_string()));
     let done = match cli.command {
         Command::Serve => match settings() {

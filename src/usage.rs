@@ -28,10 +28,17 @@ pub struct UsageRecord {
     pub completion_tokens: i64,
     pub cache_read_tokens: i64,
     pub cache_write_tokens: i64,
+    pub reasoning_tokens: i64,
     pub latency_ms: i64,
     pub status: u16,
     pub conversation_id: Option<String>,
     pub turn_id: Option<String>,
+    /// The answer's `x-request-id`.
+    pub request_id: Option<String>,
+    /// The model name the answering provider was sent.
+    pub upstream_model: Option<String>,
+    /// The cost, fixed now and never recomputed (docs/spend.md).
+    pub cost: crate::spend::Cost,
 }
 
 #[derive(Default)]
@@ -41,12 +48,17 @@ pub struct UsageCounters {
     pub dropped: AtomicU64,
     /// Records lost because the database refused the batch.
     pub failed: AtomicU64,
+    /// Cost and unpriced requests by model and provider, counted by the
+    /// writer (off the request path).
+    pub spend: crate::spend::metrics::SpendCounters,
 }
 
 #[derive(Clone)]
 pub struct UsageSink {
     tx: mpsc::Sender<UsageRecord>,
     pub counters: Arc<UsageCounters>,
+    /// The prices each request is costed with (a snapshot at its start).
+    pub prices: Arc<crate::spend::Prices>,
 }
 
 impl UsageSink {
@@ -113,6 +125,22 @@ pub struct Tokens {
     pub cache_read: i64,
     /// Prompt tokens written to the upstream's cache.
     pub cache_write: i64,
+    /// Completion tokens spent reasoning (included in `completion`).
+    pub reasoning: i64,
+    /// Some figures are the gateway's estimate, not the upstream's usage.
+    pub estimated: bool,
+}
+
+impl Tokens {
+    /// The gateway's estimate for an answer without usage.
+    pub fn estimate(prompt: i64, completion: i64) -> Tokens {
+        Tokens {
+            prompt,
+            completion,
+            estimated: true,
+            ..Tokens::default()
+        }
+    }
 }
 
 /// Token estimate for text whose upstream reports no usage: one token per
@@ -138,6 +166,8 @@ pub struct UsageTicket {
     record: Option<UsageRecord>,
     started: Instant,
     on_end: EndHook,
+    /// The prices current when the request was admitted.
+    prices: Arc<crate::spend::PriceBook>,
 }
 
 impl UsageTicket {
@@ -153,11 +183,44 @@ impl UsageTicket {
                 turn_id: ctx.turn_id,
                 kind,
                 api: ctx.api.or((kind == "chat").then_some("chat")),
+                request_id: crate::models::upstream::REQUEST_ID
+                    .try_with(|id| id.to_str().ok().map(str::to_string))
+                    .ok()
+                    .flatten(),
                 ..UsageRecord::default()
             }),
             started: Instant::now(),
             on_end: ctx.on_end,
+            prices: sink.prices.book(),
         }
+    }
+
+    /// The upstream model the answering provider was sent (with
+    /// [`UsageTicket::set_provider`]: the pair that prices the request).
+    pub fn set_upstream_model(&mut self, upstream_model: &str) {
+        if let Some(r) = self.record.as_mut() {
+            let m = r.upstream_model.get_or_insert_with(String::new);
+            m.clear();
+            m.push_str(upstream_model);
+        }
+    }
+
+    /// What the request costs with these tokens (the answering pair's price
+    /// of its admission), without finishing it: a stream's usage chunk
+    /// carries it before the stream ends.
+    pub fn cost_of(&self, tokens: &Tokens) -> crate::spend::Cost {
+        let answered = self.record.as_ref().and_then(|r| {
+            Some((
+                r.provider.as_deref()?,
+                r.upstream_model.as_deref().unwrap_or(""),
+            ))
+        });
+        crate::spend::cost::price(&self.prices, answered, tokens)
+    }
+
+    /// The currency costs are in.
+    pub fn currency(&self) -> crate::spend::Currency {
+        self.sink.prices.currency
     }
 
     /// Sets what to tell the request's tokens when it ends.
@@ -204,11 +267,22 @@ impl UsageTicket {
     pub fn clear_provider(&mut self) {
         if let Some(r) = self.record.as_mut() {
             r.provider = None;
+            r.upstream_model = None;
         }
     }
 
+    /// Records the request (once; later calls do nothing).
     pub fn finish(&mut self, status: u16, tokens: Tokens) {
+        self.finish_priced(status, tokens);
+    }
+
+    /// [`UsageTicket::finish`], returning the request's cost (status `none`
+    /// when it was recorded already).
+    pub fn finish_priced(&mut self, status: u16, tokens: Tokens) -> crate::spend::Cost {
+        let cost = self.cost_of(&tokens);
         if let Some(mut r) = self.record.take() {
+            r.cost = cost.clone();
+            r.reasoning_tokens = tokens.reasoning;
             r.at = crate::store::now_ms();
             r.status = status;
             r.prompt_tokens = tokens.prompt;
@@ -218,7 +292,9 @@ impl UsageTicket {
             r.latency_ms = i64::try_from(self.started.elapsed().as_millis()).unwrap_or(i64::MAX);
             self.sink.record(r);
             self.on_end.fire(tokens);
+            return cost;
         }
+        crate::spend::Cost::default()
     }
 
     /// Forget the request without recording it (another ticket records it).
@@ -252,7 +328,9 @@ impl UsageTicket {
 
 impl Drop for UsageTicket {
     fn drop(&mut self) {
-        self.finish(CLIENT_CLOSED, Tokens::default());
+        if self.record.is_some() {
+            self.finish(CLIENT_CLOSED, Tokens::default());
+        }
     }
 }
 
@@ -266,7 +344,7 @@ const BATCH: usize = 512;
 /// more records in each (a record is still written within ~10 ms).
 const LINGER: Duration = Duration::from_millis(10);
 
-/// Rows per `INSERT` statement, largest first (18 parameters a row: within
+/// Rows per `INSERT` statement, largest first (24 parameters a row: within
 /// SQLite's and PostgreSQL's limits on bound parameters). Only these shapes
 /// are ever prepared: each connection caches its prepared statements, and one
 /// shape per batch length (1 to 64 rows, on each of eight connections) kept
@@ -313,7 +391,11 @@ impl UsageWriter {
 
 /// Starts the writer; it ends when every sink is dropped or when told to
 /// finish, after writing what is queued.
-pub fn start(store: Store, capacity: usize) -> (UsageSink, UsageWriter) {
+pub fn start(
+    store: Store,
+    capacity: usize,
+    prices: Arc<crate::spend::Prices>,
+) -> (UsageSink, UsageWriter) {
     let (tx, mut rx) = mpsc::channel::<UsageRecord>(capacity.max(1));
     let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
     let counters = Arc::new(UsageCounters::default());
@@ -358,6 +440,7 @@ pub fn start(store: Store, capacity: usize) -> (UsageSink, UsageWriter) {
                 }
             }
             let n = batch.len() as u64;
+            c.spend.count(&batch);
             let mut attempt: u32 = 0;
             loop {
                 match write_batch(&store, &batch).await {
@@ -391,7 +474,11 @@ pub fn start(store: Store, capacity: usize) -> (UsageSink, UsageWriter) {
         }
     });
     (
-        UsageSink { tx, counters },
+        UsageSink {
+            tx,
+            counters,
+            prices,
+        },
         UsageWriter {
             stop: Some(stop),
             handle,
@@ -428,7 +515,13 @@ async fn write_batch(store: &Store, batch: &[UsageRecord]) -> Result<(), sqlx::E
                 .bind(&r.provider)
                 .bind(r.api)
                 .bind(r.cache_read_tokens)
-                .bind(r.cache_write_tokens);
+                .bind(r.cache_write_tokens)
+                .bind(&r.request_id)
+                .bind(&r.upstream_model)
+                .bind(r.reasoning_tokens)
+                .bind(r.cost.nanos)
+                .bind(r.cost.status.as_str())
+                .bind(&r.cost.version);
         }
         q.execute(&mut *tx).await?;
     }
@@ -442,11 +535,12 @@ async fn write_batch(store: &Store, batch: &[UsageRecord]) -> Result<(), sqlx::E
 /// which made a 64-row statement (960 parameters) cost a fifth of the
 /// gateway's CPU under load.
 fn insert_sql(rows: usize, backend: crate::store::Backend) -> String {
-    const COLS: usize = 18;
+    const COLS: usize = 24;
     let mut sql = String::from(
         "INSERT INTO usage_records (id, at, user_id, api_key_id, agent, device_id, model, kind,
             prompt_tokens, completion_tokens, latency_ms, status, conversation_id, turn_id, provider,
-            api, cache_read_tokens, cache_write_tokens) VALUES ",
+            api, cache_read_tokens, cache_write_tokens, request_id, upstream_model, reasoning_tokens,
+            cost_nanos, cost_status, price_version) VALUES ",
     );
     for r in 0..rows {
         if r > 0 {
@@ -509,6 +603,7 @@ mod tests {
             api: Some("messages"),
             cache_read_tokens: i,
             cache_write_tokens: 1,
+            ..UsageRecord::default()
         }
     }
 
@@ -518,6 +613,7 @@ mod tests {
         let sink = UsageSink {
             tx,
             counters: Arc::default(),
+            prices: Arc::new(crate::spend::Prices::new(crate::spend::Currency::USD)),
         };
         let mut ticket = UsageTicket::new(&sink, UsageContext::default(), "chat");
         for (name, kept) in [
@@ -540,6 +636,7 @@ mod tests {
         let sink = UsageSink {
             tx,
             counters: Arc::default(),
+            prices: Arc::new(crate::spend::Prices::new(crate::spend::Currency::USD)),
         };
         let ctx = UsageContext {
             user_id: Some("u1".into()),

@@ -173,6 +173,7 @@ impl Agent {
             "instructions": self.instructions,
             "allowed_users": self.allowed_users,
             "limits": self.limits,
+            "mcp": self.mcp,
             "created_at": rfc3339(self.created_at),
             "updated_at": rfc3339(self.updated_at),
         })
@@ -275,6 +276,12 @@ pub struct NewAgent {
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     pub limits: Option<serde_json::Value>,
+    /// `{"servers": [...], "tools"?: {...}}`; null or left out: no MCP access.
+    /// Checked against the configured servers by the caller
+    /// (`crate::mcp::McpGrant::parse`).
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub mcp: Option<serde_json::Value>,
 }
 
 /// The body of `PATCH /api/admin/agents/{address}`: any subset of the fields.
@@ -307,6 +314,10 @@ pub struct AgentPatch {
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     pub limits: Patch<serde_json::Value>,
+    /// Checked and applied by the caller, like `NewAgent::mcp`.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub mcp: Patch<serde_json::Value>,
 }
 
 fn parse_name(raw: &str) -> Result<String, Error> {

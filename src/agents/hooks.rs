@@ -6,6 +6,12 @@
 //! answer is the AG-UI events alone (plain `data:` messages), and there they
 //! describe the answer as the client gets it, PII values restored, since
 //! the events are the answer; `CUSTOM` events never carry values.
+//!
+//! A Messages answer passed through to an `anthropic` provider goes through
+//! the same rules, its blocks and events read as the chunks above
+//! ([`messages`]).
+
+mod messages;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -63,6 +69,8 @@ pub struct AgentHooks {
     custom: Vec<String>,
     /// The answer is the AG-UI events alone (see the module documentation).
     events_only: bool,
+    /// A Messages stream passed through ([`messages`]).
+    passed: messages::Passed,
 }
 
 fn agui_frame(ev: Value) -> SseFrame {
@@ -99,6 +107,7 @@ impl AgentHooks {
             meta: Map::new(),
             custom: Vec::new(),
             events_only: false,
+            passed: messages::Passed::default(),
         }
     }
 
@@ -176,6 +185,27 @@ impl AgentHooks {
                        "status": "pending", "expires_at": crate::time::rfc3339(a.expires_at)})
             })
             .collect())
+    }
+
+    /// A plain answer's side of the turn, in any dialect: PII restored by
+    /// `restore`, approvals for `calls` (as the model gave them) in a
+    /// top-level `approvals`.
+    async fn answer_rules(
+        &self,
+        answer: &mut Value,
+        calls: &[ToolCall],
+        restore: fn(&mut Value, &Vault),
+    ) -> Result<(), Error> {
+        if let Some(vault) = &self.ctx.vault {
+            restore(answer, vault);
+        }
+        if self.ctx.mode == ToolMode::Ask {
+            let approvals = self.create_approvals(calls).await?;
+            if !approvals.is_empty() {
+                answer["approvals"] = Value::Array(approvals);
+            }
+        }
+        Ok(())
     }
 
     fn restore_delta(
@@ -297,16 +327,8 @@ impl ChatHooks for AgentHooks {
     async fn on_response(&mut self, response: &mut Value) -> Result<(), Error> {
         // The calls as the model gave them: tokens, not values, are stored.
         let calls = tool_calls_of_response(response);
-        if let Some(vault) = &self.ctx.vault {
-            crate::pii::restore_response(response, vault);
-        }
-        if self.ctx.mode == ToolMode::Ask {
-            let approvals = self.create_approvals(&calls).await?;
-            if !approvals.is_empty() {
-                response["approvals"] = Value::Array(approvals);
-            }
-        }
-        Ok(())
+        self.answer_rules(response, &calls, crate::pii::restore_response)
+            .await
     }
 
     fn on_chunk(&mut self, chunk: &mut Value, before: &mut Vec<SseFrame>) -> ChunkAction {

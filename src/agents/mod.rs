@@ -19,7 +19,7 @@ use crate::runtime::Invalidation;
 use crate::store::Store;
 
 /// The fields of an `[[agents]]` table (those of `POST /api/admin/agents`).
-const FIELDS: [&str; 10] = [
+const FIELDS: [&str; 11] = [
     "address",
     "name",
     "model",
@@ -30,6 +30,7 @@ const FIELDS: [&str; 10] = [
     "instructions",
     "allowed_users",
     "limits",
+    "mcp",
 ];
 
 /// How a problem names the `i`th `[[agents]]` table: its address, else its place.
@@ -41,11 +42,13 @@ pub fn file_agent_label(raw: &serde_json::Value, i: usize) -> String {
 
 /// One `[[agents]]` table checked as `POST /api/admin/agents` checks its body,
 /// its model looked up in `catalog`; unknown fields, ignored in the HTTP body,
-/// are refused here: in a file they are typos.
+/// are refused here: in a file they are typos. `mcp_server` says whether an
+/// MCP server of that name exists (for the agent's `mcp` grant).
 pub fn parse_file_agent(
     raw: &serde_json::Value,
     catalog: &CatalogSnapshot,
     now: i64,
+    mcp_server: impl Fn(&str) -> bool,
 ) -> crate::error::Result<Agent> {
     if let Some(unknown) = raw
         .as_object()
@@ -58,7 +61,11 @@ pub fn parse_file_agent(
     }
     let new: NewAgent = serde_json::from_value(raw.clone())
         .map_err(|e| crate::error::Error::validation("agent", e.to_string()))?;
-    new.validate(catalog, now)
+    let mut agent = new.validate(catalog, now)?;
+    if let Some(v) = &new.mcp {
+        agent.mcp = crate::mcp::McpGrant::parse(v, mcp_server)?;
+    }
+    Ok(agent)
 }
 
 /// Applies the `[[agents]]` tables of GATEHOUSE_CONFIG as upserts: the file is
@@ -77,10 +84,12 @@ pub async fn apply_file_agents(
         .await
         .map_err(|e| e.to_string())?;
     let now = crate::store::now_ms();
+    let mcp_servers = store.mcp_server_names().await.map_err(|e| e.to_string())?;
     for (i, raw) in agents.iter().enumerate() {
         let label = file_agent_label(raw, i);
         let fail = |m: String| format!("GATEHOUSE_CONFIG agent {label}: {m}");
-        let agent = parse_file_agent(raw, &catalog, now).map_err(|e| fail(e.message))?;
+        let agent = parse_file_agent(raw, &catalog, now, |s| mcp_servers.iter().any(|n| n == s))
+            .map_err(|e| fail(e.message))?;
         store
             .upsert_agent(&agent.to_row())
             .await

@@ -167,6 +167,7 @@ pub fn user_json(u: &UserRow) -> serde_json::Value {
         "id": u.id, "email": u.email, "is_admin": u.admin(), "is_active": u.active(),
         "created_at": crate::time::rfc3339(u.created_at),
         "limits": crate::limits::Limits::from_db_or_closed(u.limits.as_deref(), &u.id),
+        "mcp": crate::mcp::McpGrant::from_db_or_closed(u.mcp.as_deref(), &u.id),
     })
 }
 
@@ -185,6 +186,7 @@ pub fn key_json(row: &ApiKeyRow, secret: Option<&str>) -> serde_json::Value {
         "models": models,
         "last_used_at": row.last_used_at.map(crate::time::rfc3339),
         "limits": crate::limits::Limits::from_db_or_closed(row.limits.as_deref(), &row.id),
+        "mcp": crate::mcp::McpGrant::from_db_or_closed(row.mcp.as_deref(), &row.id),
     });
     if let Some(k) = secret {
         v["key"] = serde_json::json!(k);

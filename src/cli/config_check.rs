@@ -19,6 +19,8 @@ pub struct Counts {
     pub providers: usize,
     pub models: usize,
     pub agents: usize,
+    pub prices: usize,
+    pub mcp_servers: usize,
 }
 
 fn tables<'a>(doc: &'a toml::Table, key: &str, problems: &mut Vec<String>) -> Vec<&'a toml::Value> {
@@ -150,6 +152,32 @@ pub fn check_text(text: &str) -> Result<Counts, Vec<String>> {
         &RoutingState::new(std::time::Duration::ZERO),
     );
     let now = crate::store::now_ms();
+    // MCP servers before agents: an agent's `mcp` grant names them.
+    let declared_mcp = declared("mcp_servers", "name");
+    let mut mcp_names = HashSet::new();
+    for (i, entry) in tables(&doc, "mcp_servers", &mut problems)
+        .into_iter()
+        .enumerate()
+    {
+        let raw = match serde_json::to_value(entry) {
+            Ok(v) => v,
+            Err(e) => {
+                problems.push(format!("mcp server #{}: {e}", i + 1));
+                continue;
+            }
+        };
+        let who = format!(
+            "mcp server {}",
+            crate::mcp::servers::file_server_label(&raw, i)
+        );
+        match crate::mcp::servers::parse_new(&raw, crate::mcp::servers::Source::Config, true, now) {
+            Err(e) => problems.push(format!("{who}: {}", e.message)),
+            Ok(s) if !mcp_names.insert(s.name.clone()) => {
+                problems.push(format!("{who}: this name is used twice"))
+            }
+            Ok(_) => {}
+        }
+    }
     let mut agents = 0;
     let mut addresses = HashSet::new();
     for (i, entry) in tables(&doc, "agents", &mut problems)
@@ -165,7 +193,9 @@ pub fn check_text(text: &str) -> Result<Counts, Vec<String>> {
         };
         let who = format!("agent {}", crate::agents::file_agent_label(&raw, i));
         let model = raw.get("model").and_then(|m| m.as_str()).unwrap_or("");
-        match crate::agents::parse_file_agent(&raw, &catalog, now) {
+        // A server declared with a problem of its own is not reported again here.
+        let mcp_known = |s: &str| mcp_names.contains(s) || declared_mcp.contains(s);
+        match crate::agents::parse_file_agent(&raw, &catalog, now, mcp_known) {
             Err(e)
                 if e.param.as_deref() == Some("model")
                     && declared_models.contains(model)
@@ -175,6 +205,35 @@ pub fn check_text(text: &str) -> Result<Counts, Vec<String>> {
                 problems.push(format!("{who}: this address is used twice"))
             }
             Ok(_) => agents += 1,
+        }
+    }
+
+    // Prices name a provider of the file (no database here) and a pair once.
+    let mut prices = 0;
+    let mut pairs = HashSet::new();
+    for (i, entry) in tables(&doc, "prices", &mut problems)
+        .into_iter()
+        .enumerate()
+    {
+        let raw = match serde_json::to_value(entry) {
+            Ok(v) => v,
+            Err(e) => {
+                problems.push(format!("price #{}: {e}", i + 1));
+                continue;
+            }
+        };
+        let who = crate::spend::price::file_price_label(&raw, i);
+        match crate::spend::price::file_price(&raw) {
+            Err(e) => problems.push(format!("{who}: {}", e.message)),
+            Ok((p, _, _)) if !provider_names.contains(&p) && !declared_providers.contains(&p) => {
+                problems.push(format!(
+                    "{who}: there is no provider named '{p}' in the file"
+                ))
+            }
+            Ok((p, m, _)) if !pairs.insert((p.clone(), m.clone())) => {
+                problems.push(format!("{who}: this pair is priced twice"))
+            }
+            Ok(_) => prices += 1,
         }
     }
 
@@ -190,6 +249,8 @@ pub fn check_text(text: &str) -> Result<Counts, Vec<String>> {
             providers: providers.len(),
             models: models.len(),
             agents,
+            prices,
+            mcp_servers: mcp_names.len(),
         })
     } else {
         Err(problems)
@@ -212,6 +273,8 @@ pub fn run(file: Option<&Path>, configured: Option<&Path>) -> CliResult {
             "providers": c.providers,
             "models": c.models,
             "agents": c.agents,
+            "prices": c.prices,
+            "mcp_servers": c.mcp_servers,
         })),
         Err(problems) => {
             super::print_json(&json!({
@@ -250,6 +313,13 @@ upstream_model = "u"
 address = "a"
 name = "A"
 model = "m"
+
+[[prices]]
+provider = "p"
+upstream_model = "org/u"
+input = "1.00"
+output = "2"
+tiers = [{ above_prompt_tokens = 1000, input = "2", output = "4" }]
 "#;
 
     #[test]
@@ -259,8 +329,105 @@ model = "m"
             Counts {
                 providers: 1,
                 models: 1,
-                agents: 1
+                agents: 1,
+                prices: 1,
+                mcp_servers: 0,
             }
+        );
+    }
+
+    const MCP: &str = r#"
+[[mcp_servers]]
+name = "alpha"
+url = "http://127.0.0.1:9001/mcp"
+timeout_s = 60
+headers = { Authorization = "Bearer up-secret" }
+tools = ["*"]
+tool_classes = { write_note = "write" }
+"#;
+
+    #[test]
+    fn mcp_servers_are_counted_and_agents_may_grant_them() {
+        let text = format!(
+            "{GOOD}mcp = {{ servers = [\"alpha\"], tools = {{ alpha = [\"get_*\"] }} }}\n{MCP}"
+        );
+        assert_eq!(check_text(&text).expect("valid").mcp_servers, 1);
+    }
+
+    #[test]
+    fn each_mcp_server_problem_names_the_server_and_never_a_header_value() {
+        let text = format!(
+            "{MCP}\n[[mcp_servers]]\nname = \"beta\"\nurl = \"http://x\"\ntimeout_s = 3601\n\
+             \n[[mcp_servers]]\nname = \"gamma\"\nurl = \"http://x\"\ntool_classes = {{ write_note = \"delete\" }}\n\
+             \n[[mcp_servers]]\nname = \"delta\"\nurl = \"http://x\"\nheaders = {{ \"Bad Name\" = \"s3cr3t\" }}\n\
+             \n[[mcp_servers]]\nname = \"alpha\"\nurl = \"http://y\"\n\
+             \n[[mcp_servers]]\nname = \"Bad_Name\"\nurl = \"http://y\"\ncolour = 1\n"
+        );
+        let problems = check_text(&text).unwrap_err();
+        assert_eq!(problems.len(), 5, "{problems:?}");
+        assert!(problems[0].starts_with("mcp server beta: ") && problems[0].contains("timeout_s"));
+        assert!(
+            problems[1].starts_with("mcp server gamma: ") && problems[1].contains("write_note")
+        );
+        assert!(problems[2].starts_with("mcp server delta: ") && problems[2].contains("Bad Name"));
+        assert!(!problems[2].contains("s3cr3t"));
+        assert_eq!(problems[3], "mcp server alpha: this name is used twice");
+        assert!(problems[4].starts_with("mcp server Bad_Name: ") && problems[4].contains("colour"));
+    }
+
+    #[test]
+    fn an_agent_granting_an_unknown_mcp_server_is_a_problem() {
+        let text = format!("{GOOD}mcp = {{ servers = [\"nowhere\"] }}\n{MCP}");
+        let problems = check_text(&text).unwrap_err();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].starts_with("agent a: ") && problems[0].contains("nowhere"));
+    }
+
+    #[test]
+    fn price_problems_name_the_pair_and_the_field() {
+        let text = format!(
+            "{GOOD}\n{}",
+            r#"
+[[prices]]
+provider = "p"
+upstream_model = "v"
+input = "1"
+output = 2
+
+[[prices]]
+provider = "p"
+upstream_model = "w"
+input = "1"
+output = "1"
+tiers = [{ above_prompt_tokens = 5, input = "1", output = "1" }, { above_prompt_tokens = 5, input = "1", output = "1" }]
+
+[[prices]]
+provider = "nobody"
+upstream_model = "x"
+input = "1"
+output = "1"
+
+[[prices]]
+provider = "p"
+upstream_model = "org/u"
+input = "1000000.000000001"
+output = "1"
+"#
+        );
+        let problems = check_text(&text).unwrap_err();
+        assert_eq!(problems.len(), 4, "{problems:?}");
+        assert!(
+            problems[0].starts_with("price p/v: 'output'"),
+            "{problems:?}"
+        );
+        assert!(
+            problems[1].starts_with("price p/w: 'tiers[1].above_prompt_tokens'"),
+            "{problems:?}"
+        );
+        assert!(problems[2].starts_with("price nobody/x: "), "{problems:?}");
+        assert!(
+            problems[3].starts_with("price p/org/u: 'input'"),
+            "{problems:?}"
         );
     }
 

@@ -8,11 +8,32 @@ use axum::Json;
 
 use crate::models::routing::Answered;
 use crate::proxy::chat::{Relayed, RelayedBody};
+use crate::spend::{Cost, Currency};
 
 // Names made once (a `&str` name is copied into a new allocation on each insert).
 pub const X_GATEHOUSE_PROVIDER: HeaderName = HeaderName::from_static("x-gatehouse-provider");
 const X_GATEHOUSE_ATTEMPTS: HeaderName = HeaderName::from_static("x-gatehouse-attempts");
 const X_ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");
+const X_GATEHOUSE_COST_STATUS: HeaderName = HeaderName::from_static("x-gatehouse-cost-status");
+const X_GATEHOUSE_COST: HeaderName = HeaderName::from_static("x-gatehouse-cost");
+const X_GATEHOUSE_CURRENCY: HeaderName = HeaderName::from_static("x-gatehouse-currency");
+
+/// A plain 2xx answer's cost: `x-gatehouse-cost-status`, and when priced
+/// `x-gatehouse-cost` and `x-gatehouse-currency` (docs/spend.md).
+pub fn cost_headers(h: &mut HeaderMap, cost: &Cost, currency: Currency) {
+    h.insert(
+        X_GATEHOUSE_COST_STATUS,
+        HeaderValue::from_static(cost.status.as_str()),
+    );
+    if let Some(a) = cost.amount() {
+        if let Ok(v) = HeaderValue::from_str(&a.to_string()) {
+            h.insert(X_GATEHOUSE_COST, v);
+        }
+        if let Ok(v) = HeaderValue::from_str(currency.as_str()) {
+            h.insert(X_GATEHOUSE_CURRENCY, v);
+        }
+    }
+}
 
 /// `x-gatehouse-provider` and `x-gatehouse-attempts` of an answer.
 pub fn routing_headers(resp: &mut Response, answered: &Answered) {
@@ -60,5 +81,8 @@ pub fn relayed_response(relayed: Relayed) -> Response {
         }
     };
     routing_headers(&mut resp, &relayed.answered);
+    if let Some((cost, currency)) = &relayed.cost {
+        cost_headers(resp.headers_mut(), cost, *currency);
+    }
     resp
 }

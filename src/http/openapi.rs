@@ -123,9 +123,10 @@ fn schemas() -> Map<String, Value> {
             "status",
             "expires_at",
         ],
-        json!({"id": string(), "tool_call_id": string(), "tool": string(), "arguments": string(),
+        json!({"id": string(), "source": one_of(&["chat", "mcp"]), "server": or_null(string()),
+               "tool_call_id": or_null(string()), "tool": string(), "arguments": string(),
                "status": one_of(&["pending", "approved", "denied", "expired"]), "expires_at": time(),
-               "created_at": time(), "decided_at": time(), "reason": string(),
+               "created_at": time(), "decided_at": or_null(time()), "used_at": or_null(time()), "reason": string(),
                "device_id": string(), "conversation_id": or_null(string())}),
     );
     let sign_in = object(
@@ -203,7 +204,7 @@ fn schemas() -> Map<String, Value> {
         "address": {"type": "string", "pattern": "^[a-z0-9._@-]{1,64}$"}, "name": string(), "model": string(),
         "default_tool_mode": tool_modes(), "tool_contract": strings(), "pii": pii,
         "allow_local_mcp": boolean(), "instructions": or_null(string()), "allowed_users": or_null(strings()),
-        "limits": r("Limits"),
+        "limits": r("Limits"), "mcp": or_null(r("McpGrant")),
     });
     let mut agent = object(
         &[
@@ -269,6 +270,7 @@ fn schemas() -> Map<String, Value> {
     let key_props = json!({
         "id": string(), "name": string(), "created_at": time(), "expires_at": or_null(time()),
         "models": or_null(strings()), "last_used_at": or_null(time()), "limits": r("Limits"),
+        "mcp": or_null(r("McpGrant")),
     });
     let mut api_key = object(
         &["id", "name", "created_at", "expires_at", "models"],
@@ -283,7 +285,7 @@ fn schemas() -> Map<String, Value> {
     let user = object(
         &["id", "email", "is_admin"],
         json!({"id": string(), "email": string(), "is_admin": boolean(), "is_active": boolean(),
-               "created_at": time(), "limits": r("Limits")}),
+               "created_at": time(), "limits": r("Limits"), "mcp": or_null(r("McpGrant"))}),
     );
     let event_in = object(
         &["type"],
@@ -316,7 +318,8 @@ fn schemas() -> Map<String, Value> {
     );
     let agent_tool = object(
         &["name", "class", "description", "status", "first_seen_at"],
-        json!({"name": string(), "class": one_of(&["read", "write", "execute"]), "description": or_null(string()),
+        json!({"name": string(), "source": one_of(&["device", "mcp"]), "server": or_null(string()),
+               "class": one_of(&["read", "write", "execute"]), "description": or_null(string()),
                "status": one_of(&["contract", "accepted", "held", "rejected"]), "first_seen_at": or_null(time())}),
     );
     let used = object(
@@ -377,19 +380,19 @@ fn schemas() -> Map<String, Value> {
         (
             "UserPatch",
             json!({"type": "object", "properties": {"is_active": boolean(), "is_admin": boolean(), "password": string(),
-            "limits": or_null(r("Limits"))}}),
+            "limits": or_null(r("Limits")), "mcp": or_null(r("McpGrant"))}}),
         ),
         (
             "NewApiKey",
             object(
                 &["name"],
                 json!({"name": string(), "expires_at": or_null(time()),
-            "models": or_null(strings()), "limits": or_null(r("Limits"))}),
+            "models": or_null(strings()), "limits": or_null(r("Limits")), "mcp": or_null(r("McpGrant"))}),
             ),
         ),
         (
             "ApiKeyPatch",
-            json!({"type": "object", "properties": {"limits": or_null(r("Limits"))}}),
+            json!({"type": "object", "properties": {"limits": or_null(r("Limits")), "mcp": or_null(r("McpGrant"))}}),
         ),
         ("ApiKey", api_key),
         ("NewApiKeyAnswer", new_api_key),
@@ -521,11 +524,18 @@ fn schemas() -> Map<String, Value> {
                     "prompt_tokens",
                     "completion_tokens",
                     "errors",
+                    "cost",
+                    "currency",
+                    "unpriced_requests",
                 ],
                 json!({
-            "key": or_null(string()), "requests": int(), "prompt_tokens": int(), "completion_tokens": int(), "errors": int()}),
+            "key": or_null(string()), "requests": int(), "prompt_tokens": int(), "completion_tokens": int(), "errors": int(),
+            "cost": crate::spend::amount::schema(), "currency": string(), "unpriced_requests": int()}),
             ),
         ),
+        ("PriceBody", crate::spend::price::body_schema()),
+        ("Price", crate::spend::price::schema()),
+        ("UsageRecord", crate::spend::cost::record_schema()),
         ("NewSsoProvider", new_sso),
         ("SsoProviderPatch", sso_patch),
         ("SsoProvider", sso),
@@ -739,7 +749,97 @@ fn schemas() -> Map<String, Value> {
             object(&["version"], json!({"version": string()})),
         ),
     ];
-    s.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+    s.into_iter()
+        .chain(mcp_admin_schemas())
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+}
+
+/// MCP servers, grants and the call audit (docs/mcp-admin.md).
+fn mcp_admin_schemas() -> Vec<(&'static str, Value)> {
+    let pattern = json!({"type": "string", "minLength": 1, "maxLength": 256});
+    let classes =
+        json!({"type": "object", "additionalProperties": one_of(&["read", "write", "execute"])});
+    let props = json!({
+        "name": {"type": "string", "pattern": "^[a-z0-9][a-z0-9-]{0,31}$"},
+        "url": {"type": "string", "maxLength": 2048},
+        "transport": one_of(&["streamable_http"]),
+        "timeout_s": {"type": "integer", "minimum": 1, "maximum": 3600},
+        "tools": {"type": "array", "maxItems": 100, "items": pattern.clone()},
+        "tool_classes": classes,
+    });
+    let mut new_server = object(&["name", "url"], props.clone());
+    new_server["properties"]["headers"] = json!({"type": "object", "maxProperties": 32,
+        "description": "Header name -> value, sent upstream; sealed at rest and never shown.",
+        "additionalProperties": {"type": "string", "maxLength": 8192}});
+    let mut patch = json!({"type": "object", "description": "Any fields but name; headers replace them all.",
+        "properties": new_server["properties"].clone()});
+    if let Some(p) = patch["properties"].as_object_mut() {
+        p.remove("name");
+    }
+    let mut server = object(
+        &[
+            "name",
+            "url",
+            "transport",
+            "timeout_s",
+            "tools",
+            "tool_classes",
+            "header_names",
+            "source",
+            "created_at",
+        ],
+        props,
+    );
+    server["properties"]["header_names"] = strings();
+    server["properties"]["source"] = one_of(&["api", "config"]);
+    server["properties"]["created_at"] = time();
+    server["not"] = json!({"required": ["headers"]});
+    let grant = json!({"type": "object", "required": ["servers"], "additionalProperties": false,
+    "description": "Deny by default: null is no MCP access. Effective access is the intersection of the server's allow-list, the user's grant and the key's (or agent's) grant.",
+    "properties": {
+        "servers": {"type": "array", "items": string(), "description": "Server names, or [\"*\"] for every server"},
+        "tools": {"type": "object", "additionalProperties": {"type": "array", "minItems": 1, "maxItems": 100, "items": pattern}},
+    }});
+    let s = || or_null(string());
+    // An enum or null (`or_null` would keep the enum, which null is not in).
+    let opt = |v: Value| json!({"anyOf": [v, {"type": "null"}]});
+    let call = object(
+        &[
+            "id",
+            "created_at",
+            "server",
+            "tool",
+            "exposed_name",
+            "decision",
+            "outcome",
+            "latency_ms",
+            "arguments_sha256",
+        ],
+        json!({"id": string(), "created_at": time(), "request_id": s(), "user_id": s(), "user": s(),
+               "api_key_id": s(), "agent": s(), "device_id": s(), "server": s(), "tool": string(),
+               "exposed_name": string(), "class": opt(one_of(&["read", "write", "execute"])),
+               "mode": opt(tool_modes()),
+               "decision": one_of(&["allowed", "approved", "held", "denied", "rate_limited"]),
+               "reason": opt(one_of(&["unknown_tool", "not_granted", "tool_mode", "tool_held", "approval_denied"])),
+               "approval_id": s(),
+               "outcome": opt(one_of(&["ok", "tool_error", "upstream_error", "unavailable", "timeout", "too_large"])),
+               "latency_ms": int(), "arguments_sha256": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"}}),
+    );
+    vec![
+        ("NewMcpServer", new_server),
+        ("McpServerPatch", patch),
+        ("McpServer", server),
+        ("McpGrant", grant),
+        ("McpCall", call),
+        (
+            "McpCallsPage",
+            object(
+                &["calls", "next"],
+                json!({"calls": array(r("McpCall")), "next": or_null(string())}),
+            ),
+        ),
+    ]
 }
 
 /// What one operation takes and gives: request body (media type, schema)
@@ -811,9 +911,19 @@ fn bodies(method: &str, path: &str) -> Option<Bodies> {
         | ("post", "/api/admin/agents/{address}/tools/{name}/reject") => b(None, ok("AgentTool")),
         ("get", "/api/admin/agents/{address}/events") => b(None, ok("EventsPage")),
         ("get", "/api/admin/agents/{address}/approvals") => b(None, list("Approval")),
+        ("post", "/api/admin/agents/{address}/approvals/{id}") => {
+            b(req("ApprovalAnswer"), ok("Approval"))
+        }
         ("get", "/api/admin/sign-ins") => b(None, list("AdminSignIn")),
         ("delete", "/api/admin/sign-ins/{device_id}") => b(None, none()),
         ("get", "/api/admin/usage") => b(None, list("UsageRow")),
+        ("get", "/api/admin/usage/records") => b(None, list("UsageRecord")),
+        ("get", "/api/admin/prices") => b(None, list("Price")),
+        ("get", "/api/admin/prices/{provider}/{upstream_model}") => b(None, ok("Price")),
+        ("put", "/api/admin/prices/{provider}/{upstream_model}") => {
+            b(req("PriceBody"), ok("Price"))
+        }
+        ("delete", "/api/admin/prices/{provider}/{upstream_model}") => b(None, none()),
         ("post", "/api/agent-tokens") => b(req("SignInRequest"), created("AgentTokens")),
         ("post", "/api/agent-tokens/refresh") => b(req("RefreshRequest"), ok("AgentTokens")),
         ("get", "/api/agent-tokens/mine") => b(None, list("SignIn")),
@@ -850,6 +960,12 @@ fn bodies(method: &str, path: &str) -> Option<Bodies> {
         ("post", "/v1/rerank") => b(req("RerankRequest"), ok("Rerank")),
         ("post", "/api/admin/sso") => b(req("NewSsoProvider"), created("SsoProvider")),
         ("get", "/api/admin/sso") => b(None, list("SsoProvider")),
+        ("post", "/api/admin/mcp-servers") => b(req("NewMcpServer"), created("McpServer")),
+        ("get", "/api/admin/mcp-servers") => b(None, list("McpServer")),
+        ("get", "/api/admin/mcp-servers/{name}") => b(None, ok("McpServer")),
+        ("patch", "/api/admin/mcp-servers/{name}") => b(req("McpServerPatch"), ok("McpServer")),
+        ("delete", "/api/admin/mcp-servers/{name}") => b(None, none()),
+        ("get", "/api/admin/mcp/calls") => b(None, ok("McpCallsPage")),
         ("get", "/api/admin/sso/{name}") => b(None, ok("SsoProvider")),
         ("patch", "/api/admin/sso/{name}") => b(req("SsoProviderPatch"), ok("SsoProvider")),
         ("delete", "/api/admin/sso/{name}") => b(None, none()),

@@ -97,3 +97,34 @@ impl McpServers {
         Ok(())
     }
 }
+
+/// Applies the `[[mcp_servers]]` tables of GATEHOUSE_CONFIG as upserts
+/// (`source: "config"`): the file is the source of truth for the servers it
+/// names. Runs at start, before the file's agents (whose grants may name them).
+pub async fn apply_file_servers(
+    store: &Store,
+    keyring: &Keyring,
+    tables: &[serde_json::Value],
+) -> Result<(), String> {
+    let now = crate::store::now_ms();
+    let mut seen = std::collections::HashSet::new();
+    for (i, raw) in tables.iter().enumerate() {
+        let label = servers::file_server_label(raw, i);
+        let fail = |m: String| format!("GATEHOUSE_CONFIG mcp server {label}: {m}");
+        let server = servers::parse_new(raw, servers::Source::Config, true, now)
+            .map_err(|e| fail(e.message))?;
+        if !seen.insert(server.name.clone()) {
+            return Err(fail("this name is used twice".to_string()));
+        }
+        let row =
+            crate::store::mcp::McpServerRow::seal(&server, keyring).map_err(|e| fail(e.message))?;
+        store
+            .put_mcp_server(&row, true)
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+    }
+    if !tables.is_empty() {
+        crate::store::notify::publish(store, &crate::runtime::Invalidation::McpServers).await;
+    }
+    Ok(())
+}

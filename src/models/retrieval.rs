@@ -226,6 +226,7 @@ async fn routed<T>(
         let answered = Answered {
             model: chain[pick.stage].id.clone(),
             provider: target.provider.name.clone(),
+            upstream_model: target.upstream_model.clone(),
             attempts: attempts.made(),
         };
         let mut attempt = Attempt::start(operation, &target.provider, &target.upstream_model);
@@ -277,6 +278,7 @@ pub async fn embed(
         },
     )
     .await?;
+    let estimated_prompt = reported.is_none();
     let prompt = reported.unwrap_or_else(|| estimate_embed_tokens(&req.inputs));
     Ok((
         EmbeddingsResponse {
@@ -287,6 +289,7 @@ pub async fn embed(
         },
         Tokens {
             prompt,
+            estimated: estimated_prompt,
             ..Tokens::default()
         },
         answered,
@@ -326,6 +329,7 @@ pub async fn rerank(
         |a, answer| a.parse_rerank_bytes(answer, documents),
     )
     .await?;
+    let estimated_prompt = parsed.prompt_tokens.is_none();
     let prompt = parsed
         .prompt_tokens
         .unwrap_or_else(|| estimate_rerank_tokens(&req.query, &req.documents));
@@ -349,6 +353,7 @@ pub async fn rerank(
         },
         Tokens {
             prompt,
+            estimated: estimated_prompt,
             ..Tokens::default()
         },
         answered,

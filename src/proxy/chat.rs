@@ -82,6 +82,7 @@ use crate::models::{Model, Provider};
 use crate::usage::{estimate_tokens, Tokens, UsageContext, UsageSink, UsageTicket, CLIENT_CLOSED};
 use crate::wire::chat::answer::{splice_answer, splice_chunk_into};
 use crate::wire::chat::body::{ChatBody, ChatInput};
+use crate::wire::chat::chunk::ChunkText;
 use crate::wire::chat::{
     ask_for_usage, completion_chars, is_stream, prompt_chars, rewrite_model, strip_usage,
     usage_tokens,
@@ -124,11 +125,48 @@ pub trait ChatHooks: Send + 'static {
     /// spliced in (no parse into a tree and no serialisation).
     const EDITS_ANSWERS: bool = true;
 
-    /// Whether `on_response` needs this plain answer (the upstream's bytes)
-    /// as a JSON tree; without it the answer takes the splice path.
+    /// Whether `on_response` needs this plain answer (the upstream's bytes;
+    /// for a native attempt, what `on_native_answer` made) as a JSON tree;
+    /// without it the answer takes the splice path (native: goes as it is).
     fn edits_answer(&self, answer: &[u8]) -> bool {
         let _ = answer;
         Self::EDITS_ANSWERS
+    }
+
+    /// Whether the hooks do nothing at all (every method the default): a
+    /// dialect's hooks around them may then translate chunks and answers
+    /// from their text (`reads_chunk_text`, `answer_text`).
+    const DOES_NOTHING: bool = false;
+
+    /// A plain chat answer (the upstream's bytes, checked by nothing yet)
+    /// made into the hooks' own answer without a tree: its bytes and its
+    /// tokens (the upstream's usage, else estimated with `prompt_estimate`
+    /// as chat's are). None: the tree path (`on_response`), which also
+    /// words what is wrong with an answer. Asked when `edits_answer` says
+    /// the answer needs editing; `alias` is the name the answer shows.
+    fn answer_text(
+        &mut self,
+        answer: &[u8],
+        alias: &str,
+        prompt_estimate: i64,
+    ) -> Option<(Bytes, Tokens)> {
+        let _ = (answer, alias, prompt_estimate);
+        None
+    }
+
+    /// Whether stream chunks may come to `on_chunk_text`, read from their
+    /// text, instead of to `on_chunk` as trees (chunks of unusual shapes
+    /// still come as trees).
+    fn reads_chunk_text(&self) -> bool {
+        false
+    }
+
+    /// A stream chunk read from its text (see `reads_chunk_text`; its
+    /// `usage` only when the client asked for usage, as `on_chunk` sees
+    /// it): what goes out for it written into `out` (nothing: no output).
+    /// `alias` is the name the chunk shows.
+    fn on_chunk_text(&mut self, chunk: &ChunkText<'_>, alias: &str, out: &mut Vec<u8>) {
+        let _ = (chunk, alias, out);
     }
 
     /// A plain (non-stream) answer, after the `model` rewrite.
@@ -202,7 +240,8 @@ pub trait ChatHooks: Send + 'static {
     }
 
     /// A plain native answer: what goes to the client and its tokens (None:
-    /// estimated); `Err` says what was wrong with it.
+    /// estimated); `Err` says what was wrong with it. When `edits_answer`
+    /// says so, `on_response` then gets it as a tree.
     fn on_native_answer(&mut self, answer: &[u8]) -> Result<(Bytes, Option<Tokens>), String> {
         let _ = answer;
         Err("no native dialect".into())
@@ -228,13 +267,16 @@ pub struct NativeRequest {
 
 /// One relayed event of a native stream (see [`ChatHooks::on_native_event`]).
 pub struct NativeEvent {
-    pub frame: SseFrame,
-    /// The event ends the answer.
+    /// What goes to the client for it, in order (none: the hooks hold it,
+    /// e.g. for `on_stream_end`).
+    pub frames: Vec<SseFrame>,
+    /// The event ends the answer: the stream ends there (`on_stream_end`'s
+    /// frames follow `frames` in the same write).
     pub terminal: bool,
     /// Tokens the event reports (all of them so far: they replace earlier
     /// ones).
     pub tokens: Option<Tokens>,
-    /// The event is the upstream's error: `frame` is the last output, and
+    /// The event is the upstream's error: `frames` are the last output, and
     /// the stream fails with this error (no `on_stream_error` frames).
     pub error: Option<Error>,
 }
@@ -244,6 +286,7 @@ pub struct NoHooks;
 
 impl ChatHooks for NoHooks {
     const EDITS_ANSWERS: bool = false;
+    const DOES_NOTHING: bool = true;
 }
 
 fn unsupported_provider(model: &Model, provider: &Provider) -> Error {
@@ -276,6 +319,8 @@ pub enum RelayedBody {
 pub struct Relayed {
     pub body: RelayedBody,
     pub answered: Answered,
+    /// A plain answer's cost (None for streams: theirs is known at the end).
+    pub cost: Option<(crate::spend::Cost, crate::spend::Currency)>,
 }
 
 fn failed(mut ticket: UsageTicket, e: Error) -> Result<Relayed, Error> {
@@ -340,6 +385,7 @@ pub async fn relay<H: ChatHooks>(
         let answered = Answered {
             model: answering.id.clone(),
             provider: target.provider.name.clone(),
+            upstream_model: target.upstream_model.clone(),
             attempts: attempts.made(),
         };
         let deadline = upstream::deadline(&target.provider);
@@ -396,11 +442,17 @@ pub async fn relay<H: ChatHooks>(
             };
             let answer = match read {
                 Err(e) => Err(e),
-                Ok(bytes) if is_native => native_answer(&mut hooks, &bytes, prompt_estimate)
-                    .map(|(b, tokens)| (RelayedBody::Raw(b), tokens)),
+                Ok(bytes) if is_native => native_answer(&mut hooks, &bytes, prompt_estimate),
                 Ok(bytes) if hooks.edits_answer(&bytes) => {
-                    answer_tree(&bytes, shown, prompt_estimate, &mut attempt)
-                        .map(|(v, tokens)| (RelayedBody::Answer(v), tokens))
+                    // A span records the answer's model and usage: the tree path reads them.
+                    let text = (!attempt.wants_answer())
+                        .then(|| hooks.answer_text(&bytes, shown, prompt_estimate))
+                        .flatten();
+                    match text {
+                        Some((b, tokens)) => Ok((RelayedBody::Raw(b), tokens)),
+                        None => answer_tree(&bytes, shown, prompt_estimate, &mut attempt)
+                            .map(|(v, tokens)| (RelayedBody::Answer(v), tokens)),
+                    }
                 }
                 Ok(bytes) => raw_answer(&bytes, shown, prompt_estimate, &mut attempt)
                     .map(|(b, tokens)| (RelayedBody::Raw(b), tokens)),
@@ -411,13 +463,18 @@ pub async fn relay<H: ChatHooks>(
                     attempt.finish();
                     ticket.set_model(&answering.id);
                     ticket.set_provider(&target.provider.name);
+                    ticket.set_upstream_model(&target.upstream_model);
                     if let RelayedBody::Answer(v) = &mut body {
                         if let Err(e) = hooks.on_response(v).await {
                             return failed(ticket, answered.mark(e));
                         }
                     }
-                    ticket.finish(200, tokens);
-                    return Ok(Relayed { body, answered });
+                    let cost = Some((ticket.finish_priced(200, tokens), ticket.currency()));
+                    return Ok(Relayed {
+                        body,
+                        answered,
+                        cost,
+                    });
                 }
                 Err(e) => {
                     attempt.failed(e.failure);
@@ -466,6 +523,7 @@ pub async fn relay<H: ChatHooks>(
         if let Some(t) = relay.ticket.as_mut() {
             t.set_model(&answering.id);
             t.set_provider(&target.provider.name);
+            t.set_upstream_model(&target.upstream_model);
         }
         // Wait for the first output. A failure before the first event is a
         // plain HTTP error and may go to the next target; once an event was
@@ -521,6 +579,7 @@ pub async fn relay<H: ChatHooks>(
         return Ok(Relayed {
             body: RelayedBody::Stream(Box::pin(body)),
             answered,
+            cost: None,
         });
     }
     failed(
@@ -529,20 +588,21 @@ pub async fn relay<H: ChatHooks>(
     )
 }
 
-/// A plain native answer through the hooks; tokens estimated when it has none.
+/// A plain native answer through the hooks; tokens estimated when it has
+/// none. A tree (for `on_response`) when the hooks edit it (`edits_answer`).
 fn native_answer<H: ChatHooks>(
     hooks: &mut H,
     bytes: &[u8],
     prompt_estimate: i64,
-) -> Result<(Bytes, Tokens), AttemptError> {
-    let (b, tokens) = hooks
-        .on_native_answer(bytes)
-        .map_err(|what| AttemptError::new(Failure::BadAnswer, upstream::bad_answer(what)))?;
-    let tokens = tokens.unwrap_or(Tokens {
-        prompt: prompt_estimate,
-        ..Tokens::default()
-    });
-    Ok((b, tokens))
+) -> Result<(RelayedBody, Tokens), AttemptError> {
+    let bad = |what: String| AttemptError::new(Failure::BadAnswer, upstream::bad_answer(what));
+    let (b, tokens) = hooks.on_native_answer(bytes).map_err(bad)?;
+    let tokens = tokens.unwrap_or(Tokens::estimate(prompt_estimate, 0));
+    if !hooks.edits_answer(&b) {
+        return Ok((RelayedBody::Raw(b), tokens));
+    }
+    let v = serde_json::from_slice(&b).map_err(|_| bad("it is not JSON".into()))?;
+    Ok((RelayedBody::Answer(v), tokens))
 }
 
 /// A plain answer of the upstream in chat terms (its adapter's translation).
@@ -574,10 +634,11 @@ fn answer_tree(
     }
     attempt.answer(obj.get("model"), obj.get("usage"));
     rewrite_model(obj, alias);
-    let tokens = usage_tokens(obj.get("usage")).unwrap_or_else(|| Tokens {
-        prompt: prompt_estimate,
-        completion: estimate_tokens(completion_chars(obj, "message")),
-        ..Tokens::default()
+    let tokens = usage_tokens(obj.get("usage")).unwrap_or_else(|| {
+        Tokens::estimate(
+            prompt_estimate,
+            estimate_tokens(completion_chars(obj, "message")),
+        )
     });
     Ok((v, tokens))
 }
@@ -706,11 +767,29 @@ impl<H> StreamRelay<H> {
         if let Some(t) = self.native_tokens {
             return t;
         }
-        usage_tokens(self.usage.as_ref()).unwrap_or(Tokens {
-            prompt: self.prompt_estimate,
-            completion: estimate_tokens(self.completion_chars),
-            ..Tokens::default()
-        })
+        usage_tokens(self.usage.as_ref()).unwrap_or(Tokens::estimate(
+            self.prompt_estimate,
+            estimate_tokens(self.completion_chars),
+        ))
+    }
+
+    /// The request's cost in the `usage` object of the chunk that carries
+    /// the client's usage: `cost` (when priced) and `cost_status`.
+    fn add_cost(&self, obj: &mut serde_json::Map<String, Value>) {
+        let (Some(ticket), Some(tokens)) = (self.ticket.as_ref(), usage_tokens(obj.get("usage")))
+        else {
+            return;
+        };
+        let cost = ticket.cost_of(&tokens);
+        if let Some(Value::Object(u)) = obj.get_mut("usage") {
+            if let Some(a) = cost.amount() {
+                u.insert("cost".into(), Value::String(a.to_string()));
+            }
+            u.insert(
+                "cost_status".into(),
+                Value::String(cost.status.as_str().to_string()),
+            );
+        }
     }
 
     fn fault(&mut self, failure: Failure, e: Error) -> Error {
@@ -908,13 +987,22 @@ impl<H: ChatHooks> StreamRelay<H> {
                                 "prompt_tokens_details": {"cached_tokens": t.cache_read}}));
                             self.native_tokens = Some(t);
                         }
-                        let out = n.frame.to_bytes();
+                        let mut out = Vec::new();
+                        for f in &n.frames {
+                            f.write_to(&mut out);
+                        }
                         if let Some(e) = n.error {
                             // Relayed as it came, and the stream ends there.
                             self.failure = Some(Failure::BadAnswer);
                             self.close_failed(&e);
+                        } else if n.terminal {
+                            // Ended here, not at the upstream's end of body:
+                            // what the hooks add goes out with the last event.
+                            out.extend_from_slice(&self.end().await);
+                        } else if out.is_empty() {
+                            continue;
                         }
-                        return Ok(Step::Out(out));
+                        return Ok(Step::Out(Bytes::from(out)));
                     }
                 }
             }
@@ -941,12 +1029,41 @@ impl<H: ChatHooks> StreamRelay<H> {
             if ev.data.trim() == "[DONE]" {
                 return Ok(Step::Out(self.end().await));
             }
+            let reads_text = self.hooks.as_ref().is_some_and(|h| h.reads_chunk_text());
+            if reads_text && !self.attempt.wants_answer() {
+                if let Some(mut c) = ChunkText::read(&ev.data) {
+                    if c.usage.is_some() {
+                        self.usage.clone_from(&c.usage);
+                    }
+                    self.completion_chars += c.chars;
+                    self.saw_finish |= c.finish;
+                    self.read_event = true;
+                    if !self.client_usage {
+                        // The usage-only chunk is dropped, and usage removed.
+                        if c.choices == 0 && c.has_usage {
+                            continue;
+                        }
+                        c.usage = None;
+                    }
+                    let mut out = Vec::with_capacity(ev.data.len() + 128);
+                    if let Some(h) = self.hooks.as_mut() {
+                        h.on_chunk_text(&c, &self.alias, &mut out);
+                    }
+                    if out.is_empty() {
+                        continue;
+                    }
+                    return Ok(Step::Out(Bytes::from(out)));
+                }
+            }
             if !H::EDITS_ANSWERS && !self.attempt.wants_answer() {
                 let alias_json = &self.alias_json;
+                let client_usage = self.client_usage;
                 let mut out = Vec::with_capacity(ev.data.len() + alias_json.len() + 24);
                 out.extend_from_slice(b"data: ");
-                if let Some(c) =
-                    splice_chunk_into(&ev.data, alias_json, self.client_usage, &mut out)
+                // The usage chunk a client asked for takes the tree path,
+                // where it gains the request's cost (once per stream).
+                if let Some(c) = splice_chunk_into(&ev.data, alias_json, client_usage, &mut out)
+                    .filter(|c| !(client_usage && c.usage.is_some()))
                 {
                     if c.usage.is_some() {
                         self.usage = c.usage;
@@ -993,6 +1110,9 @@ impl<H: ChatHooks> StreamRelay<H> {
             }
             self.attempt.answer(obj.get("model"), None);
             rewrite_model(obj, &self.alias);
+            if self.client_usage {
+                self.add_cost(obj);
+            }
             let mut before = Vec::new();
             let action = match self.hooks.as_mut() {
                 Some(h) => h.on_chunk(&mut chunk, &mut before),

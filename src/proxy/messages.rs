@@ -20,7 +20,10 @@
 //! nothing chat cannot carry is lost (thinking, cache_control, server tools,
 //! unknown members); usage is read from the Messages answer. Other attempts
 //! of the same request (a fallback to an `openai` target) are translated.
-//! The agent route gives no [`Native`]: its hooks work on chat answers.
+//! On the agent route the inner hooks' rules apply to what passes through,
+//! read in Messages terms ([`MessagesRules`]): a stream's `message_stop` is
+//! held until the stream's end (`on_stream_end`: AG-UI's last events, the
+//! approvals event, then `message_stop`).
 
 use bytes::Bytes;
 use reqwest::header::HeaderValue;
@@ -30,9 +33,14 @@ use crate::error::Error;
 use crate::models::upstream::Extras;
 use crate::models::{Provider, ProviderType};
 use crate::proxy::chat::{error_in_answer, ChatHooks, ChunkAction, NativeEvent, NativeRequest};
+use crate::proxy::messages_rules::MessagesRules;
 use crate::usage::{estimate_tokens, Tokens};
+use crate::wire::chat::chunk::ChunkText;
 use crate::wire::messages::error::stream_error;
-use crate::wire::messages::from_chat_answer::{block_id, messages_answer, new_message_id};
+use crate::wire::messages::from_chat_answer::{
+    block_id, messages_answer, messages_answer_text, new_message_id,
+};
+use crate::wire::messages::passed::{passed_answer, passed_event};
 use crate::wire::messages::stream::{frame, ToMessages};
 use crate::wire::messages::to_chat::ToolNames;
 use crate::wire::messages::to_chat_answer::MessagesUsage;
@@ -94,6 +102,9 @@ struct Passed {
     usage: Option<MessagesUsage>,
     /// Characters of text streamed (for an estimate without usage).
     text_chars: usize,
+    /// The upstream's `message_stop`, held for the stream's end while the
+    /// inner hooks' rules apply.
+    held_stop: Option<SseFrame>,
 }
 
 /// Characters of the text in Messages content blocks (for an estimate).
@@ -124,7 +135,7 @@ pub struct MessagesHooks<H> {
     passed: Option<Passed>,
 }
 
-impl<H: ChatHooks> MessagesHooks<H> {
+impl<H: ChatHooks + MessagesRules> MessagesHooks<H> {
     /// `model`: the name the answer carries; `input_estimate`: the
     /// gateway's estimate of the prompt (for `message_start`).
     pub fn new(
@@ -159,11 +170,7 @@ impl<H: ChatHooks> MessagesHooks<H> {
 
     /// Tokens without usage from the upstream: the gateway's estimates.
     fn estimate(&self, text_chars: usize) -> Tokens {
-        Tokens {
-            prompt: self.input_estimate,
-            completion: estimate_tokens(text_chars),
-            ..Tokens::default()
-        }
+        Tokens::estimate(self.input_estimate, estimate_tokens(text_chars))
     }
 
     /// The name an answer carries: the client's, or a fallback's id.
@@ -171,6 +178,15 @@ impl<H: ChatHooks> MessagesHooks<H> {
         match relayed.and_then(Value::as_str) {
             Some(m) if m != self.model_id => m.to_string(),
             _ => self.model.clone(),
+        }
+    }
+
+    /// [`Self::answer_model`] for the name the relay gives.
+    fn answer_model_named(&self, relayed: &str) -> String {
+        if relayed != self.model_id {
+            relayed.to_string()
+        } else {
+            self.model.clone()
         }
     }
 
@@ -196,17 +212,60 @@ impl<H: ChatHooks> MessagesHooks<H> {
     }
 }
 
-impl<H: ChatHooks> ChatHooks for MessagesHooks<H> {
+impl<H: ChatHooks + MessagesRules> ChatHooks for MessagesHooks<H> {
     const EDITS_ANSWERS: bool = true;
 
+    /// Translated answers are made anew; a passed-through one only when
+    /// the inner hooks' rules apply to it.
+    fn edits_answer(&self, _answer: &[u8]) -> bool {
+        self.passed.is_none() || self.inner.rules_passed()
+    }
+
+    /// With inner hooks that do nothing, a translated answer is written
+    /// from the chat answer's text (no tree either way).
+    fn answer_text(
+        &mut self,
+        answer: &[u8],
+        alias: &str,
+        prompt_estimate: i64,
+    ) -> Option<(Bytes, Tokens)> {
+        if !H::DOES_NOTHING || self.passed.is_some() {
+            return None;
+        }
+        let fallback = Tokens::estimate(self.input_estimate, 0);
+        let model = self.answer_model_named(alias);
+        messages_answer_text(
+            answer,
+            self.stream.id(),
+            &model,
+            &self.names,
+            fallback,
+            prompt_estimate,
+        )
+    }
+
+    fn reads_chunk_text(&self) -> bool {
+        H::DOES_NOTHING && self.passed.is_none()
+    }
+
+    /// The events of a chunk read from its text, written as they are made.
+    fn on_chunk_text(&mut self, chunk: &ChunkText<'_>, alias: &str, out: &mut Vec<u8>) {
+        if !self.stream.started() {
+            let model = self.answer_model_named(alias);
+            self.stream.set_model(model);
+        }
+        self.stream
+            .chunk_into(&chunk.delta, chunk.usage.as_ref(), out);
+    }
+
     async fn on_response(&mut self, response: &mut Value) -> Result<(), Error> {
+        if self.passed.is_some() {
+            return self.inner.on_passed_answer(response).await;
+        }
         self.client_calls(response.pointer_mut("/choices/0/message/tool_calls"));
         self.inner.on_response(response).await?;
         let approvals = response.get("approvals").cloned();
-        let fallback = Tokens {
-            prompt: self.input_estimate,
-            ..Tokens::default()
-        };
+        let fallback = Tokens::estimate(self.input_estimate, 0);
         let model = self.answer_model(response.get("model"));
         let mut answer = messages_answer(
             response,
@@ -246,13 +305,17 @@ impl<H: ChatHooks> ChatHooks for MessagesHooks<H> {
     }
 
     async fn on_stream_end(&mut self, usage: Option<&Value>) -> Vec<SseFrame> {
-        if self.passed.is_some() {
+        let held = self.passed.as_mut().map(|p| p.held_stop.take());
+        if held.as_ref().is_some_and(Option::is_none) {
             // The upstream's own `message_stop` ended it.
             return Vec::new();
         }
         let inner = self.inner.on_stream_end(usage).await;
         let mut out = Vec::new();
-        self.stream.start(&mut out);
+        let passed = held.is_some();
+        if !passed {
+            self.stream.start(&mut out);
+        }
         let mut after_delta = Vec::new();
         let mut approvals = None;
         for f in inner {
@@ -274,23 +337,32 @@ impl<H: ChatHooks> ChatHooks for MessagesHooks<H> {
             }
             if let Some(a) = v.get("approvals") {
                 approvals = Some(a.clone());
-            } else {
+            } else if !passed {
+                // (Passed through, restorers gave their text at each block's end.)
                 self.stream.chunk(&v, &mut out);
             }
         }
-        self.stream.finish(usage, &mut out);
+        if !passed {
+            self.stream.finish(usage, &mut out);
+        }
         out.extend(after_delta);
         if let Some(a) = approvals {
             out.push(frame(json!({"type": "service.approvals", "approvals": a})));
         }
-        self.stream.stop(&mut out);
+        match held.flatten() {
+            Some(stop) => out.push(stop),
+            None => self.stream.stop(&mut out),
+        }
         out
     }
 
     fn on_stream_error(&mut self, error: &Error) -> Vec<SseFrame> {
         if self.passed.is_some() {
             // The upstream's own events began the stream: only the error
-            // event (`error_frame`) follows.
+            // event (`error_frame`) follows, after the rules' (RUN_ERROR).
+            if self.inner.rules_passed() {
+                return self.inner.on_stream_error(error);
+            }
             return Vec::new();
         }
         let mut out = Vec::new();
@@ -329,6 +401,7 @@ impl<H: ChatHooks> ChatHooks for MessagesHooks<H> {
             model,
             usage: None,
             text_chars: 0,
+            held_stop: None,
         });
         Some(req)
     }
@@ -339,6 +412,14 @@ impl<H: ChatHooks> ChatHooks for MessagesHooks<H> {
         let Some(passed) = self.passed.as_ref() else {
             return Err("no pass-through attempt".into());
         };
+        if H::DOES_NOTHING {
+            // The usual answer: read and `model` spliced in without a tree.
+            if let Some((out, usage)) = passed_answer(answer, &passed.model) {
+                let mut m = MessagesUsage::default();
+                m.merge(&usage);
+                return Ok((out, Some(m.tokens())));
+            }
+        }
         let mut v: Value = serde_json::from_slice(answer).map_err(|_| "it is not JSON")?;
         let Some(obj) = v.as_object_mut() else {
             return Err("it is not a JSON object".into());
@@ -367,15 +448,44 @@ impl<H: ChatHooks> ChatHooks for MessagesHooks<H> {
         let Some(passed) = self.passed.as_mut() else {
             return Err("no pass-through attempt".into());
         };
+        if H::DOES_NOTHING {
+            // The events that carry no usage and no model, read without a
+            // tree and relayed as they came.
+            if let Some(e) = passed_event(&event.data) {
+                if !matches!(&*e.kind, "message_start" | "message_delta" | "error") {
+                    passed.text_chars += e.text_chars;
+                    let terminal = e.kind == "message_stop";
+                    let tokens = (terminal && passed.usage.is_none()).then(|| Tokens {
+                        completion: estimate_tokens(passed.text_chars),
+                        ..estimate
+                    });
+                    let event_name = match &event.event {
+                        Some(n) => n.clone(),
+                        None => e.kind.into_owned(),
+                    };
+                    return Ok(Some(NativeEvent {
+                        frames: vec![SseFrame::Event {
+                            event: event_name,
+                            data: event.data.clone(),
+                        }],
+                        terminal,
+                        tokens,
+                        error: None,
+                    }));
+                }
+            }
+        }
         let mut v: Value =
             serde_json::from_str(&event.data).map_err(|_| "a stream event is not JSON")?;
         let kind = v.get("type").and_then(Value::as_str).unwrap_or_default();
         let name = event.event.clone().unwrap_or_else(|| kind.to_string());
+        // The inner hooks' rules read the event (the agent route's).
+        let ruled = self.inner.rules_passed().then(|| kind.to_string());
         let mut relayed = NativeEvent {
-            frame: SseFrame::Event {
+            frames: vec![SseFrame::Event {
                 event: name,
                 data: event.data.clone(),
-            },
+            }],
             terminal: false,
             tokens: None,
             error: None,
@@ -387,7 +497,7 @@ impl<H: ChatHooks> ChatHooks for MessagesHooks<H> {
                     usage = m.get("usage").filter(|u| u.is_object()).cloned();
                     m.insert("model".into(), Value::String(passed.model.clone()));
                 }
-                if let SseFrame::Event { data, .. } = &mut relayed.frame {
+                if let Some(SseFrame::Event { data, .. }) = relayed.frames.first_mut() {
                     *data = v.to_string();
                 }
             }
@@ -413,6 +523,24 @@ impl<H: ChatHooks> ChatHooks for MessagesHooks<H> {
             let merged = passed.usage.get_or_insert_with(MessagesUsage::default);
             merged.merge(&u);
             relayed.tokens = Some(merged.tokens());
+        }
+        if let Some(kind) = ruled {
+            match kind.as_str() {
+                // Held: the rules' last frames go before it (`on_stream_end`).
+                "message_stop" => passed.held_stop = relayed.frames.pop(),
+                "error" => {
+                    let mut frames = match &relayed.error {
+                        Some(e) => self.inner.on_stream_error(e),
+                        None => Vec::new(),
+                    };
+                    frames.append(&mut relayed.frames);
+                    relayed.frames = frames;
+                }
+                _ => {
+                    relayed.frames.clear();
+                    self.inner.on_passed_event(&kind, v, &mut relayed.frames);
+                }
+            }
         }
         Ok(Some(relayed))
     }

@@ -7,6 +7,7 @@
 
 pub mod chat;
 pub mod messages;
+pub mod messages_rules;
 pub mod responses;
 
 pub use crate::usage::UsageContext;

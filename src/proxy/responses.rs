@@ -17,7 +17,8 @@ use crate::models::{Provider, ProviderType, ResponsesMode};
 use crate::proxy::chat::{ChatHooks, ChunkAction, NativeEvent, NativeRequest};
 use crate::usage::Tokens;
 use crate::wire::chat::body::ChatBody;
-use crate::wire::responses::answer::from_chat;
+use crate::wire::chat::chunk::ChunkText;
+use crate::wire::responses::answer::{from_chat, from_chat_text};
 use crate::wire::responses::native::{self, NativeStream};
 use crate::wire::responses::{Echo, ResponseMeta, ResponsesRequest, ResponsesStream};
 use crate::wire::sse::{SseEvent, SseFrame};
@@ -118,13 +119,45 @@ impl<H: ChatHooks> ResponsesHooks<H> {
 impl<H: ChatHooks> ChatHooks for ResponsesHooks<H> {
     const EDITS_ANSWERS: bool = true;
 
+    /// With inner hooks that do nothing, a bridged answer is written from
+    /// the chat answer's text (no tree either way).
+    fn answer_text(
+        &mut self,
+        answer: &[u8],
+        alias: &str,
+        prompt_estimate: i64,
+    ) -> Option<(Bytes, Tokens)> {
+        if !H::DOES_NOTHING || self.native.is_some() {
+            return None;
+        }
+        from_chat_text(
+            answer,
+            &ResponseMeta::new(alias),
+            &self.echo,
+            prompt_estimate,
+        )
+    }
+
+    fn reads_chunk_text(&self) -> bool {
+        H::DOES_NOTHING && self.native.is_none()
+    }
+
+    /// The events of a chunk read from its text, written as they are made.
+    fn on_chunk_text(&mut self, chunk: &ChunkText<'_>, alias: &str, out: &mut Vec<u8>) {
+        let echo = &self.echo;
+        self.stream
+            .get_or_insert_with(|| ResponsesStream::new(ResponseMeta::new(alias), echo.clone()))
+            .on_chunk_into(&chunk.delta, out);
+    }
+
     /// The Responses grammar ends the stream (`on_stream_end`, `on_stream_error`).
     fn openai_frames(&self) -> bool {
         false
     }
 
+    /// Bridged answers are translated; native ones pass as they came.
     fn edits_answer(&self, _answer: &[u8]) -> bool {
-        true
+        self.native.is_none()
     }
 
     async fn on_response(&mut self, response: &mut Value) -> Result<(), Error> {
@@ -217,7 +250,7 @@ impl<H: ChatHooks> ChatHooks for ResponsesHooks<H> {
             return Err("no native attempt".into());
         };
         Ok(n.on_event(event)?.map(|r| NativeEvent {
-            frame: r.frame,
+            frames: vec![r.frame],
             terminal: r.terminal,
             tokens: r.tokens,
             error: None,

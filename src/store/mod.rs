@@ -11,6 +11,7 @@ pub mod limits;
 pub mod listener;
 pub mod mcp;
 pub mod notify;
+pub mod prices;
 pub mod signins;
 pub mod sso;
 pub mod usage;

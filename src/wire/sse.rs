@@ -60,6 +60,47 @@ impl SseFrame {
     }
 }
 
+/// Writes `event: NAME` and the start of its `data:` line into `out`: the
+/// caller writes the event's JSON (one line: compact JSON has no line
+/// break), then [`end_event`]. Translations write their events straight
+/// into the output buffer this way, with no frame or tree in between.
+pub fn begin_event(out: &mut Vec<u8>, name: &str) {
+    out.extend_from_slice(b"event: ");
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b"\ndata: ");
+}
+
+/// Ends an event begun with [`begin_event`].
+pub fn end_event(out: &mut Vec<u8>) {
+    out.extend_from_slice(b"\n\n");
+}
+
+/// Writes `s` as a JSON string.
+pub fn json_str(out: &mut Vec<u8>, s: &str) {
+    // Writing to a Vec cannot fail, and a str always serialises.
+    let _ = serde_json::to_writer(&mut *out, s);
+}
+
+/// Writes a number as JSON.
+pub fn json_num<N: serde::Serialize + Copy + Into<i128>>(out: &mut Vec<u8>, n: N) {
+    let _ = serde_json::to_writer(&mut *out, &n);
+}
+
+/// The frames of SSE bytes (for callers that deal in frames).
+pub fn frames_of(bytes: &[u8]) -> Vec<SseFrame> {
+    let mut p = SseParser::new();
+    p.push(bytes);
+    std::iter::from_fn(|| p.next_event())
+        .map(|ev| match ev.event {
+            Some(event) => SseFrame::Event {
+                event,
+                data: ev.data,
+            },
+            None => SseFrame::Data(ev.data),
+        })
+        .collect()
+}
+
 /// `data: [DONE]`, the end of an OpenAI stream.
 pub const DONE: &[u8] = b"data: [DONE]\n\n";
 

@@ -568,7 +568,7 @@ async fn overview_and_usage_pages_chart_recorded_requests_and_export_csv() {
     let mut lines = csv.lines();
     assert_eq!(
         lines.next(),
-        Some("model,requests,prompt_tokens,completion_tokens,errors")
+        Some("model,requests,prompt_tokens,completion_tokens,errors,cost,unpriced_requests")
     );
     assert!(lines.next().unwrap().starts_with("\"chat-1\",3,"), "{csv}");
 }

@@ -19,6 +19,7 @@ mod models;
 mod pii;
 mod proxy;
 mod responses;
+mod spend;
 mod sso;
 mod users;
 mod wire;

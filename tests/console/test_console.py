@@ -153,6 +153,54 @@ def test_accepting_a_held_tool_stops_the_agent_chat_holding_it(console, gateway)
     assert console.errors == []
 
 
+def test_an_admin_approves_and_denies_approvals_from_the_agent_page(console, gateway, stub):
+    gateway.agent("approve-agent")
+    _, login = gateway.user()
+    access = gateway.sign_in(login, "approve-agent")["access_token"]
+    # The upstream asks for two write calls; in ask mode each needs an approval.
+    calls = [
+        {"id": "call_a", "name": "write_note", "arguments": '{"text":"first"}'},
+        {"id": "call_b", "name": "delete_note", "arguments": '{"id":7}'},
+    ]
+    status, body, _ = http("POST", f"{stub}/_stub/script", {"model": "up-chat", "script": {"tool_calls": calls}})
+    assert status == 200, body
+    try:
+        status, answer, _ = http(
+            "POST",
+            f"{gateway.url}/v1/agents/approve-agent/chat/completions",
+            {"model": "x", "messages": [{"role": "user", "content": "go"}],
+             "tools": [{"type": "function", "function": {"name": c["name"], "parameters": {"type": "object"}}} for c in calls]},
+            access,
+            headers={"X-Service-Tool-Mode": "ask"},
+        )
+    finally:
+        http("POST", f"{stub}/_stub/script", {"model": "up-chat", "script": None})
+    assert status == 200, answer
+    ids = {a["tool"]: a["id"] for a in answer["approvals"]}
+
+    console.sign_in(ADMIN_EMAIL, ADMIN_PASSWORD)
+    console.go("/console/admin/agents/approve-agent")
+    first = console.page.locator(f"tr[data-approval={ids['write_note']}]")
+    assert first.locator(".status").inner_text() == "pending"
+    assert first.locator(".source").inner_text() == "chat"
+    assert '{"text":"first"}' in first.inner_text()
+    first.locator("button:has-text('Approve')").click()
+    console.page.wait_for_load_state()
+    assert "Approved" in console.page.locator(".note").inner_text()
+    row = console.page.locator(f"tr[data-approval={ids['write_note']}]")
+    assert row.locator(".status").inner_text() == "approved"
+    assert row.locator("button").count() == 0, "a decided approval has no buttons"
+    console.page.locator(f"tr[data-approval={ids['delete_note']}] button:has-text('Deny')").click()
+    console.page.wait_for_load_state()
+    assert console.page.locator(f"tr[data-approval={ids['delete_note']}] .status").inner_text() == "denied"
+
+    # The API agrees: decided by the admin, for the user's calls.
+    status, listed, _ = http("GET", f"{gateway.url}/api/admin/agents/approve-agent/approvals", token=gateway.admin)
+    assert status == 200, listed
+    assert {a["tool"]: a["status"] for a in listed} == {"write_note": "approved", "delete_note": "denied"}
+    assert console.errors == []
+
+
 def test_ending_a_sign_in_refuses_its_token(console, gateway):
     gateway.agent("end-agent")
     email, login = gateway.user()
@@ -485,6 +533,8 @@ def test_no_browser_console_errors_on_any_page(console, gateway):
         "/console/admin/sign-ins": "sign-ins",
         "/console/admin/usage?group_by=agent": "usage",
         "/console/admin/sso": None,
+        "/console/admin/prices": "prices",
+        "/console/admin/mcp": "mcp-servers",
         "/console/admin/models/console-chat": None,
         "/console/admin/agents/tour-agent/limits": "agent-limits",
         f"/console/admin/users/{user_id}/limits": None,
@@ -505,4 +555,100 @@ def test_no_browser_console_errors_on_any_page(console, gateway):
     console.page.click("a:has-text('Next page')")
     console.page.wait_for_load_state()
     assert console.page.locator("#events tbody tr").count() == 10
+    assert console.errors == [], console.errors
+
+
+def test_mcp_servers_are_managed_in_the_console_without_showing_header_values(console, gateway):
+    secret = "Bearer mcp-up-secret-77"
+    console.sign_in(ADMIN_EMAIL, ADMIN_PASSWORD)
+    console.go("/console/admin/mcp")
+    console.page.fill("input[name=name]", "alpha")
+    console.page.fill("input[name=url]", "http://127.0.0.1:9/mcp")
+    console.page.fill("input[name=timeout_s]", "30")
+    console.page.fill("input[name=tools]", "get_*, add")
+    console.page.fill("textarea[name=tool_classes]", "write_note = write")
+    console.page.fill("textarea[name=headers]", f"Authorization: {secret}")
+    console.page.click("button:has-text('Add server')")
+    console.page.wait_for_load_state()
+    assert console.page.url.endswith("/console/admin/mcp?done=created")
+    row = console.page.locator("tr[data-mcp-server=alpha]")
+    text = row.inner_text()
+    assert "http://127.0.0.1:9/mcp" in text and "30 s" in text and "get_*, add" in text, text
+    assert "Authorization" in row.locator("td.header-names").inner_text()
+    assert "mcp-up-secret" not in console.page.content()
+    status, servers, _ = http("GET", f"{gateway.url}/api/admin/mcp-servers", token=gateway.admin)
+    assert status == 200 and servers[0]["header_names"] == ["Authorization"], servers
+    assert servers[0]["tool_classes"] == {"write_note": "write"}
+    shot(console, "mcp-servers")
+
+    # The API's rules and messages: a name taken, a timeout out of range.
+    console.page.fill("input[name=name]", "alpha")
+    console.page.fill("input[name=url]", "http://127.0.0.1:9/mcp")
+    console.page.click("button:has-text('Add server')")
+    console.page.wait_for_load_state()
+    assert "already exists" in console.page.content()
+    console.go("/console/admin/mcp/alpha")
+    assert "mcp-up-secret" not in console.page.content()
+    console.page.fill("input[name=timeout_s]", "3601")
+    console.page.click("button:has-text('Save server')")
+    console.page.wait_for_load_state()
+    assert "'timeout_s' must be a whole number of seconds from 1 to 3600" in console.page.content()
+    # The two refusals above are error pages (409, 400): Chromium logs their status.
+    console.errors.clear()
+    console.go("/console/admin/mcp/alpha")
+    console.page.fill("input[name=timeout_s]", "3600")
+    console.page.click("button:has-text('Save server')")
+    console.page.wait_for_load_state()
+    assert console.page.url.endswith("/console/admin/mcp/alpha?done=updated")
+    status, server, _ = http("GET", f"{gateway.url}/api/admin/mcp-servers/alpha", token=gateway.admin)
+    assert server["timeout_s"] == 3600 and server["header_names"] == ["Authorization"], server
+
+    # A key's MCP access, set by its owner: an unknown server is refused with the API's message.
+    email, token = gateway.user()
+    console.page.context.clear_cookies()
+    console.sign_in(email, USER_PASSWORD)
+    console.go("/console/keys")
+    console.page.fill("input[name=name]", "mcp backend")
+    console.page.click("button:has-text('Create key')")
+    console.page.wait_for_load_state()
+    console.go("/console/keys")
+    console.page.locator("tr", has_text="mcp backend").locator("a:has-text('MCP access')").click()
+    console.page.wait_for_load_state()
+    console.page.check("input[name=access][value=granted]")
+    console.page.fill("input[name=servers]", "nowhere")
+    console.page.click("button:has-text('Save MCP access')")
+    console.page.wait_for_load_state()
+    assert "There is no MCP server 'nowhere'" in console.page.locator(".error").inner_text()
+    console.page.check("input[name=access][value=granted]")
+    console.page.fill("input[name=servers]", "alpha")
+    console.page.fill("textarea[name=tools]", "alpha: get_*")
+    console.page.click("button:has-text('Save MCP access')")
+    console.page.wait_for_load_state()
+    assert console.page.url.endswith("/console/keys?done=updated")
+    status, keys, _ = http("GET", f"{gateway.url}/api/api-keys", token=token)
+    key = [k for k in keys if k["name"] == "mcp backend"][0]
+    assert key["mcp"] == {"servers": ["alpha"], "tools": {"alpha": ["get_*"]}}, key
+
+    # Back as the admin: the user's MCP access, then the server is deleted.
+    console.page.context.clear_cookies()
+    console.sign_in(ADMIN_EMAIL, ADMIN_PASSWORD)
+    status, users, _ = http("GET", f"{gateway.url}/api/admin/users", token=gateway.admin)
+    uid = [u for u in users if u["email"] == email][0]["id"]
+    console.go(f"/console/admin/users/{uid}/mcp")
+    console.page.check("input[name=access][value=granted]")
+    console.page.fill("input[name=servers]", "*")
+    console.page.click("button:has-text('Save MCP access')")
+    console.page.wait_for_load_state()
+    status, users, _ = http("GET", f"{gateway.url}/api/admin/users", token=gateway.admin)
+    assert [u for u in users if u["id"] == uid][0]["mcp"] == {"servers": ["*"]}
+    # The call audit: its filters and an empty first page.
+    console.go("/console/admin/mcp?decision=denied&from_day=2026-01-01&to_day=2026-01-02")
+    assert console.page.locator("select[name=decision]").input_value() == "denied"
+    assert "No calls." in console.page.content()
+    console.go("/console/admin/mcp")
+    console.page.locator("tr[data-mcp-server=alpha]").locator("button:has-text('Delete')").click()
+    console.page.wait_for_load_state()
+    assert console.page.locator("tr[data-mcp-server=alpha]").count() == 0
+    status, servers, _ = http("GET", f"{gateway.url}/api/admin/mcp-servers", token=gateway.admin)
+    assert servers == []
     assert console.errors == [], console.errors

@@ -8,4 +8,5 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod agents;
 mod gateway;

@@ -659,3 +659,34 @@ async fn healthcheck_defaults_to_the_healthz_of_gatehouse_listen() {
     let o = gatehouse(&["healthcheck"], &[("GATEHOUSE_LISTEN", &nobody)], "");
     assert_fails(&o, 1, &nobody);
 }
+
+#[test]
+fn a_bad_currency_stops_the_server_and_every_command_with_status_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("c.db").display());
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/gatehouse.example.toml");
+    for bad in ["usd", "US", "EURO", "U$D"] {
+        for args in [
+            &["serve"][..],
+            &["users", "list"][..],
+            &["keys", "list", "--user", "a@example.com"][..],
+            &["config", "check", example][..],
+            &["healthcheck"][..],
+        ] {
+            let o = gatehouse(
+                args,
+                &[("GATEHOUSE_CURRENCY", bad), ("GATEHOUSE_DATABASE_URL", &db)],
+                "",
+            );
+            assert_fails(&o, 2, "GATEHOUSE_CURRENCY");
+        }
+    }
+    // Three upper-case letters pass.
+    let o = gatehouse(
+        &["config", "check", example],
+        &[("GATEHOUSE_CURRENCY", "EUR")],
+        "",
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(json_out(&o)["prices"], 1);
+}

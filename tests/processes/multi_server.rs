@@ -518,3 +518,97 @@ async fn an_approval_created_on_one_server_is_answered_on_another_and_enforced_o
         "The user denied this tool call."
     );
 }
+
+#[tokio::test]
+async fn a_price_set_or_ended_on_one_server_applies_on_another_within_a_second() {
+    let db = pg_or_skip!();
+    let stub = gatehouse_stub_upstream::Stub::start().await;
+    let (a, b) = tokio::join!(spawn_server(&db, &[]), spawn_server(&db, &[]));
+    let c = client();
+    let admin = login(&c, &a.url, ADMIN_EMAIL, ADMIN_PASSWORD).await;
+    let send = |method: reqwest::Method, url: String, body: Value| {
+        let c = c.clone();
+        let admin = admin.clone();
+        async move {
+            c.request(method, url)
+                .bearer_auth(admin)
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    let r = send(
+        reqwest::Method::POST,
+        format!("{}/api/admin/providers", a.url),
+        json!({"name": "vllm", "type": "openai", "base_url": stub.openai_base_url()}),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let r = send(
+        reqwest::Method::POST,
+        format!("{}/api/admin/models", a.url),
+        json!({"id": "chat", "kind": "chat", "provider": "vllm", "upstream_model": "org/m"}),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let key = send(
+        reqwest::Method::POST,
+        format!("{}/api/api-keys", b.url),
+        json!({"name": "k"}),
+    )
+    .await
+    .json::<Value>()
+    .await
+    .unwrap()["key"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let body = json!({"model": "chat", "messages": [{"role": "user", "content": "hi"}]});
+    let status_on_b = || async {
+        let r = c
+            .post(format!("{}/v1/chat/completions", b.url))
+            .bearer_auth(&key)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        r.headers()
+            .get("x-gatehouse-cost-status")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
+    assert_eq!(status_on_b().await.as_deref(), Some("unpriced"));
+
+    let r = send(
+        reqwest::Method::PUT,
+        format!("{}/api/admin/prices/vllm/org/m", a.url),
+        json!({"input": "1", "output": "2"}),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let took = eventually(Duration::from_secs(1), || async {
+        status_on_b().await.as_deref() == Some("exact")
+    })
+    .await;
+    assert!(
+        took.is_some(),
+        "server B does not price with the price set on A"
+    );
+
+    let r = send(
+        reqwest::Method::DELETE,
+        format!("{}/api/admin/prices/vllm/org/m", a.url),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    let took = eventually(Duration::from_secs(1), || async {
+        status_on_b().await.as_deref() == Some("unpriced")
+    })
+    .await;
+    assert!(
+        took.is_some(),
+        "server B still prices a pair whose price A ended"
+    );
+}

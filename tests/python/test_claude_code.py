@@ -326,3 +326,94 @@ def test_claude_code_sends_agent_headers_from_anthropic_custom_headers(gateway, 
     reqs = stub.requests(upstream)
     assert len(reqs) == 1
     assert "tools" not in reqs[0]["body"] or reqs[0]["body"]["tools"] == []
+
+
+def messages_stream(events: list[tuple[str, dict]]) -> list[str]:
+    """A stub script's `stream_events`: whole Messages SSE frames."""
+    return [f"event: {name}\ndata: {json.dumps(data)}" for name, data in events]
+
+
+THINKING = "The user wants the marker; Bash prints it."
+
+
+def thinking_then_bash(upstream: str) -> list[str]:
+    """A Messages stream as Anthropic sends it with interleaved thinking: a
+    signed thinking block, then a Bash tool_use whose input comes in pieces."""
+    arguments = json.dumps({"command": SHELL_COMMAND, "description": "Print the marker"})
+    start = {"id": "msg_cc_1", "type": "message", "role": "assistant", "model": upstream, "content": [],
+             "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 50, "output_tokens": 1}}
+    events = [
+        ("message_start", {"type": "message_start", "message": start}),
+        ("content_block_start", {"type": "content_block_start", "index": 0,
+                                 "content_block": {"type": "thinking", "thinking": "", "signature": ""}}),
+        ("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                 "delta": {"type": "thinking_delta", "thinking": THINKING}}),
+        ("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                 "delta": {"type": "signature_delta", "signature": "sig-cc-1"}}),
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        ("content_block_start", {"type": "content_block_start", "index": 1, "content_block":
+                                 {"type": "tool_use", "id": "toolu_cc_bash_1", "name": "Bash", "input": {}}}),
+    ]
+    for i in range(0, len(arguments), 7):
+        events.append(("content_block_delta", {"type": "content_block_delta", "index": 1,
+                                               "delta": {"type": "input_json_delta",
+                                                         "partial_json": arguments[i:i + 7]}}))
+    events += [
+        ("content_block_stop", {"type": "content_block_stop", "index": 1}),
+        ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+                           "usage": {"output_tokens": 20}}),
+        ("message_stop", {"type": "message_stop"}),
+    ]
+    return messages_stream(events)
+
+
+def test_claude_code_under_an_agent_on_an_anthropic_provider_keeps_thinking_and_restores_pii(
+    gateway, stub, tmp_path, anthropic_provider
+):
+    # The agent route passes through to an anthropic provider: Claude Code's
+    # own body under the agent's rules (instructions, contract tools, the
+    # email tokenized), the answer's signed thinking block reaches Claude
+    # Code intact (it sends it back with its tool result), and the token in
+    # the final answer comes back as the email.
+    model, upstream = new_model(gateway, provider=anthropic_provider, prefix=CLAUDE_NAME)
+    pii = {"mode": "tokenize_reversible", "user_choosable": False, "terms": []}
+    address, token = new_agent(
+        gateway, model, instructions="You are the gatehouse test agent.", tool_contract=["Bash"], pii=pii
+    )
+    email = "jane.doe@example.com"
+
+    done = run_two_turns(
+        stub,
+        upstream,
+        {"stream_events": thinking_then_bash(upstream)},
+        {"content": "Printed the marker for [EMAIL_1]."},
+        # The answer names the agent's model; Claude Code keeps a thinking
+        # block in its history only when that is the model it asked for.
+        claude_cmd(model, f"Run the marker command for {email}.", "--allowedTools", "Bash"),
+        claude_env(tmp_path / "home", f"{gateway.url}/v1/agents/{address}", token, "ANTHROPIC_AUTH_TOKEN"),
+        tmp_path / "work",
+    )
+
+    result = result_json(done)
+    assert done.returncode == 0, (result, done.stderr)
+    assert result["result"] == f"Printed the marker for {email}."
+    reqs = stub.requests(upstream)
+    assert len(reqs) == 2
+    assert all(r["path"] == "/v1/messages" for r in reqs)
+    first = reqs[0]["body"]
+    assert first["thinking"]["type"] == "enabled"
+    assert [t["name"] for t in first["tools"]] == ["Bash"]
+    assert first["system"][0]["text"] == "You are the gatehouse test agent."
+    assert any(b.get("cache_control") for b in first["system"]), first["system"]
+    for r in reqs:
+        assert email not in json.dumps(r["body"])
+    assert "[EMAIL_1]" in json.dumps(first["messages"])
+    # The second turn carries the thinking block as Claude Code received it.
+    second = reqs[1]["body"]["messages"]
+    blocks = [b for m in second if m["role"] == "assistant" and isinstance(m["content"], list) for b in m["content"]]
+    assert {"type": "thinking", "thinking": THINKING, "signature": "sig-cc-1"} in blocks, blocks
+    uses = [b for b in blocks if b.get("type") == "tool_use"]
+    assert [(u["id"], u["input"]["command"]) for u in uses] == [("toolu_cc_bash_1", SHELL_COMMAND)]
+    results = [b for b in second[-1]["content"] if isinstance(b, dict) and b.get("type") == "tool_result"]
+    assert [r["tool_use_id"] for r in results] == ["toolu_cc_bash_1"]
+    assert SHELL_OUTPUT in json.dumps(results[0]["content"])

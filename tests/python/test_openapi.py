@@ -195,6 +195,23 @@ def test_admin_providers_models_and_usage_validate(check, gateway, stub):
     check.call("GET", "/api/admin/usage", token=admin, expect=400, query={"group_by": "day"})
 
 
+def test_prices_and_usage_records_validate(check, gateway):
+    admin = gateway.admin
+    pair = {"provider": "stub-openai", "upstream_model": "org/openapi-priced"}
+    body = {"input": "1.00", "output": "2", "cache_read": "0.1", "request": "0.001",
+            "tiers": [{"above_prompt_tokens": 1000, "input": "2", "output": "4"}]}
+    check.call("PUT", "/api/admin/prices/{provider}/{upstream_model}", params=pair, token=admin,
+               expect=200, body=body)
+    check.call("PUT", "/api/admin/prices/{provider}/{upstream_model}", params=pair, token=admin,
+               expect=400, body={"input": 1, "output": "2"}, valid=False)
+    check.call("GET", "/api/admin/prices/{provider}/{upstream_model}", params=pair, token=admin, expect=200)
+    check.call("GET", "/api/admin/prices", token=admin, expect=200, query={"history": "true"})
+    check.call("DELETE", "/api/admin/prices/{provider}/{upstream_model}", params=pair, token=admin, expect=204)
+    check.call("GET", "/api/admin/prices/{provider}/{upstream_model}", params=pair, token=admin, expect=404)
+    check.call("GET", "/api/admin/usage/records", token=admin, expect=200, query={"limit": "5"})
+    check.call("GET", "/api/admin/usage/records", token=admin, expect=400, query={"limit": "0"})
+
+
 def test_model_chat_embeddings_and_rerank_validate(check, gateway):
     key = gateway.key
     check.call("GET", "/v1/models", token=key, expect=200)
@@ -307,6 +324,14 @@ def test_agent_routes_validate(check, gateway, stub):
                query={"limit": "10", "after": page["next"], "device_id": device})
     check.call("GET", "/api/admin/agents/{address}/approvals", params=adm, token=admin, expect=200,
                query={"status": "denied"})
+    # An admin decides the streamed answer's approval; one the user decided already is a 409.
+    _, pending = check.call("GET", "/api/admin/agents/{address}/approvals", params=adm, token=admin, expect=200,
+                            query={"status": "pending"})
+    assert pending and pending[0]["source"] == "chat", pending
+    check.call("POST", "/api/admin/agents/{address}/approvals/{id}", params={**adm, "id": pending[0]["id"]},
+               token=admin, expect=200, body={"decision": "approve", "reason": "fine"})
+    check.call("POST", "/api/admin/agents/{address}/approvals/{id}", params={**adm, "id": approvals[0]["id"]},
+               token=admin, expect=409, body={"decision": "approve"})
     check.call("GET", "/api/admin/sign-ins", token=admin, expect=200)
     check.call("GET", "/api/admin/sign-ins", token=admin, expect=200, query={"user": ADMIN_EMAIL, "agent": AGENT})
     check.call("DELETE", "/api/agent-tokens/{device_id}", params={"device_id": device}, token=access, expect=204)

@@ -235,6 +235,7 @@ pub async fn users(
                         td.limits {
                             (super::limits::summary(&crate::limits::Limits::from_db_or_closed(u.limits.as_deref(), &u.id)))
                             " · " a href=(format!("{action}/limits")) { "limits and use" }
+                            " · " a href=(format!("{action}/mcp")) { "MCP access" }
                         }
                         td.actions {
                             @if u.id != me {
@@ -481,12 +482,15 @@ pub async fn agent(
         h2 { "Tools" }
         @if tools.is_empty() { p.empty { "No tools reported yet." } } @else {
             table id="tools" {
-                thead { tr { th { "Name" } th { "Class" } th { "Description" } th { "Status" } th { "First seen" } th {} } }
+                thead { tr { th { "Name" } th { "Source" } th { "Class" } th { "Description" } th { "Status" } th { "First seen" } th {} } }
                 tbody {
                     @for t in &tools {
                         @let status = if agent.tool_contract.contains(&t.name) { "contract" } else { t.status.as_str() };
-                        tr data-tool=(t.name) {
+                        tr data-tool=(t.name) data-source=(t.source) {
                             td { code { (t.name) } }
+                            td.source {
+                                @if let Some(server) = &t.server { "MCP server " code { (server) } } @else { "device" }
+                            }
                             td { (t.class) }
                             td.text { (t.description) }
                             td { span class=(format!("status {status}")) { (status) } }
@@ -509,16 +513,26 @@ pub async fn agent(
         }
         @if approvals.is_empty() { p.empty { "No approvals." } } @else {
             table {
-                thead { tr { th { "Tool" } th { "Arguments" } th { "Status" } th { "Created" } th { "Decided" } th { "Device" } } }
+                thead { tr { th { "Tool" } th { "Source" } th { "Arguments" } th { "Status" } th { "Created" } th { "Decided" } th { "Device" } th {} } }
                 tbody {
                     @for a in &approvals {
-                        tr {
+                        @let state = ApprovalState::parse(&a.status).unwrap_or(ApprovalState::Pending).effective(a.expires_at, now);
+                        tr data-approval=(a.id) data-source=(a.source) {
                             td { code { (a.tool) } }
+                            td.source {
+                                @if let Some(server) = &a.server { "MCP server " code { (server) } } @else { "chat" }
+                            }
                             td.text { code { (a.arguments) } }
-                            td { (ApprovalState::parse(&a.status).unwrap_or(ApprovalState::Pending).effective(a.expires_at, now).as_str()) }
+                            td.status { (state.as_str()) }
                             td { (when(a.created_at)) }
                             td { (opt_when(a.decided_at)) }
                             td { code { (a.device_id) } }
+                            td.actions {
+                                @if state == ApprovalState::Pending {
+                                    (button_form(&user, &format!("{base}/approvals/{}/approve", enc(&a.id)), "Approve", ""))
+                                    (button_form(&user, &format!("{base}/approvals/{}/deny", enc(&a.id)), "Deny", "danger"))
+                                }
+                            }
                         }
                     }
                 }
@@ -603,6 +617,31 @@ pub async fn decide_tool(
         }
     };
     let _tool = crate::http::routes::agent_data::decide_tool(&app, &address, &name, status).await?;
+    redirect(&format!(
+        "/console/admin/agents/{}?done={done}",
+        enc(&address)
+    ))
+}
+
+/// An admin approves or denies an approval (chat or MCP) from the agent's page.
+pub async fn decide_approval(
+    State(app): State<AppState>,
+    Path((address, id, decision)): Path<(String, String, String)>,
+    posted: Posted,
+) -> Out {
+    admin_only(&posted)?;
+    let (status, done) = match decision.as_str() {
+        "approve" => ("approved", "approved"),
+        "deny" => ("denied", "denied"),
+        _ => {
+            return Err(ConsoleError::new(
+                StatusCode::NOT_FOUND,
+                "Unknown decision.",
+            ))
+        }
+    };
+    let _approval =
+        crate::http::routes::agent_data::admin_decide(&app, &address, &id, status, None).await?;
     redirect(&format!(
         "/console/admin/agents/{}?done={done}",
         enc(&address)
@@ -813,6 +852,9 @@ fn group_name(g: GroupBy) -> &'static str {
         GroupBy::Model => "model",
         GroupBy::User => "user",
         GroupBy::Agent => "agent",
+        GroupBy::Key => "key",
+        GroupBy::Provider => "provider",
+        GroupBy::Api => "api",
     }
 }
 
@@ -842,13 +884,30 @@ pub async fn usage(
         count,
     );
     let csv = format!("/console/admin/usage.csv?from={from_s}&to={to_s}&group_by={g}");
+    let currency = app.prices().currency;
+    // Spend per day whatever the range's buckets (the contract's chart).
+    let days = ((to - from) / DAY) as usize;
+    let day_points = if bucket == DAY {
+        points
+            .iter()
+            .map(|p| (p.bucket, p.cost_nanos))
+            .collect::<Vec<_>>()
+    } else {
+        app.store
+            .usage_series(from, to, DAY)
+            .await?
+            .iter()
+            .map(|p| (p.bucket, p.cost_nanos))
+            .collect()
+    };
+    let spend = charts::dense(&day_points, days);
     let body = html! {
         h1 { "Usage" }
         form.row method="get" action="/console/admin/usage" {
             label { "From" input type="date" name="from" value=(from_s); }
             label { "To" input type="date" name="to" value=(to_s); }
             label { "By" select name="group_by" {
-                @for opt in ["model", "user", "agent"] { option value=(opt) selected[opt == g] { (opt) } }
+                @for opt in ["model", "user", "agent", "key", "provider", "api"] { option value=(opt) selected[opt == g] { (opt) } }
             } }
             button type="submit" { "Show" }
         }
@@ -858,12 +917,14 @@ pub async fn usage(
                 reqs.iter().all(|n| *n == 0).then_some("No requests in this range.")))
             (charts::by_group(&format!("Requests by {g}"), "requests", &rows.iter().map(|r| (r.key.clone(), r.requests)).collect::<Vec<_>>()))
             (charts::by_group(&format!("Tokens by {g}"), "tokens", &rows.iter().map(|r| (r.key.clone(), r.prompt_tokens + r.completion_tokens)).collect::<Vec<_>>()))
+            (charts::money_per_day(&format!("Spend per day ({currency})"), currency.as_str(), &spend, from))
         }
-        table {
-            thead { tr { th { (g) } th { "Requests" } th { "Errors" } th { "Prompt tokens" } th { "Completion tokens" } } }
+        table id="usage-totals" {
+            thead { tr { th { (g) } th { "Requests" } th { "Errors" } th { "Prompt tokens" } th { "Completion tokens" } th { "Cost" } th { "Unpriced" } } }
             tbody {
                 @for r in &rows {
-                    tr { td { (r.key) } td { (r.requests) } td { (r.errors) } td { (r.prompt_tokens) } td { (r.completion_tokens) } }
+                    tr { td { (r.key) } td { (r.requests) } td { (r.errors) } td { (r.prompt_tokens) } td { (r.completion_tokens) }
+                         td.cost { (super::prices::short_nanos(r.cost_nanos)) " " (currency) } td { (r.unpriced_requests) } }
                 }
             }
         }
@@ -890,17 +951,19 @@ pub async fn usage_csv(
     let (from_s, to_s, from, to, group) = usage_range(&q)?;
     let rows = app.store.usage_totals(from, to, group).await?;
     let mut out = format!(
-        "{},requests,prompt_tokens,completion_tokens,errors\n",
+        "{},requests,prompt_tokens,completion_tokens,errors,cost,unpriced_requests\n",
         group_name(group)
     );
     for r in &rows {
         out.push_str(&format!(
-            "{},{},{},{},{}\n",
+            "{},{},{},{},{},{},{}\n",
             csv_field(&r.key),
             r.requests,
             r.prompt_tokens,
             r.completion_tokens,
-            r.errors
+            r.errors,
+            crate::spend::amount::format_nanos(r.cost_nanos),
+            r.unpriced_requests
         ));
     }
     let name = format!(

@@ -89,6 +89,53 @@ pub fn over_time(
     }
 }
 
+/// Spend per day: one column per day from `start_ms`, values in nano-units,
+/// labels as amounts of `currency` (up to 9 decimals).
+pub fn money_per_day(title: &str, currency: &str, nanos: &[i64], start_ms: i64) -> Markup {
+    let day = 86_400_000;
+    let money = |n: i64| {
+        let s = crate::spend::amount::format_nanos(n);
+        let s = s.trim_end_matches('0');
+        s.strip_suffix('.').unwrap_or(s).to_string()
+    };
+    if nanos.iter().all(|n| *n == 0) {
+        return html! {
+            figure.chart id="spend-chart" {
+                figcaption { (title) }
+                p.empty { "No spend in this range." }
+            }
+        };
+    }
+    let max = nanos.iter().copied().max().unwrap_or(0).max(1);
+    let n = nanos.len().max(1) as f64;
+    let plot_w = W - LEFT - 8.0;
+    let plot_h = H - BOTTOM - 10.0;
+    let bw = plot_w / n;
+    let y = |v: i64| 10.0 + plot_h - (v as f64 / max as f64) * plot_h;
+    let total: i64 = nanos.iter().sum();
+    html! {
+        figure.chart id="spend-chart" {
+            figcaption { (title) }
+            svg viewBox=(format!("0 0 {W} {H}")) role="img" aria-label=(title) xmlns="http://www.w3.org/2000/svg" {
+                line x1=(LEFT) y1=(10.0 + plot_h) x2=(W - 8.0) y2=(10.0 + plot_h) stroke="#999" stroke-width="1" {}
+                text x=(LEFT - 4.0) y="18" text-anchor="end" font-size="11" fill="#555" { (money(max)) }
+                text x=(LEFT - 4.0) y=(10.0 + plot_h) text-anchor="end" font-size="11" fill="#555" { "0" }
+                @for (i, v) in nanos.iter().enumerate() {
+                    @let x = LEFT + i as f64 * bw;
+                    @let at = start_ms + i as i64 * day;
+                    rect x=(format!("{:.1}", x + bw * 0.1)) y=(format!("{:.1}", y(*v)))
+                        width=(format!("{:.1}", (bw * 0.8).max(1.0))) height=(format!("{:.1}", 10.0 + plot_h - y(*v)))
+                        fill="#2f6fab" {
+                        title { (short_time(at, day)) ": " (money(*v)) " " (currency) }
+                    }
+                }
+                text x=(LEFT) y=(H - 6.0) font-size="11" fill="#555" { (short_time(start_ms, day)) }
+            }
+            p.legend { span.key.blue {} "spend (total " (money(total)) " " (currency) ")" }
+        }
+    }
+}
+
 /// Horizontal bars, one per group (model, user, agent).
 pub fn by_group(title: &str, unit: &str, items: &[(String, i64)]) -> Markup {
     let max = items.iter().map(|i| i.1).max().unwrap_or(0).max(1);

@@ -7,14 +7,16 @@ use maud::{html, Markup, DOCTYPE};
 use super::guard::ConsoleUser;
 use super::html::head;
 
-const ADMIN_NAV: [(&str, &str); 7] = [
+const ADMIN_NAV: [(&str, &str); 9] = [
     ("/console/", "Overview"),
     ("/console/admin/users", "Users"),
     ("/console/admin/models", "Providers & models"),
     ("/console/admin/sso", "SSO"),
     ("/console/admin/agents", "Agents"),
     ("/console/admin/sign-ins", "Sign-ins"),
+    ("/console/admin/mcp", "MCP servers"),
     ("/console/admin/usage", "Usage"),
+    ("/console/admin/prices", "Prices"),
 ];
 const USER_NAV: [(&str, &str); 2] = [
     ("/console/keys", "My API keys"),
@@ -94,8 +96,13 @@ pub fn done_note(done: Option<&str>) -> Markup {
         Some("updated") => "Saved.",
         Some("deleted") => "Deleted.",
         Some("ended") => "Sign-in ended.",
+        Some("price-ended") => "Price ended: later requests for this pair are unpriced.",
         Some("accepted") => "Tool accepted: it reaches the model from now on.",
         Some("rejected") => "Tool rejected: it stays held.",
+        Some("approved") => {
+            "Approved: the call may go ahead (an MCP call once, when it is made again)."
+        }
+        Some("denied") => "Denied: the call is answered as denied.",
         _ => return html! {},
     };
     html! { p.note role="status" { (text) } }

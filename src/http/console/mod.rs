@@ -11,7 +11,9 @@ mod guard;
 mod html;
 mod layout;
 mod limits;
+mod mcp;
 mod models;
+mod prices;
 mod sso;
 mod user;
 
@@ -95,13 +97,37 @@ pub fn router() -> Router<AppState> {
             "/console/admin/agents/{address}/tools/{name}/{decision}",
             post(admin::decide_tool),
         )
+        .route(
+            "/console/admin/agents/{address}/approvals/{id}/{decision}",
+            post(admin::decide_approval),
+        )
         .route("/console/admin/sign-ins", get(admin::sign_ins))
         .route(
             "/console/admin/sign-ins/{device}/end",
             post(admin::end_sign_in),
         )
+        .route("/console/admin/mcp", get(mcp::servers).post(mcp::create))
+        .route(
+            "/console/admin/mcp/{name}",
+            get(mcp::server).post(mcp::change),
+        )
+        .route("/console/admin/mcp/{name}/delete", post(mcp::delete))
+        .route(
+            "/console/keys/{id}/mcp",
+            get(mcp::key_grant).post(mcp::set_key_grant),
+        )
+        .route(
+            "/console/admin/users/{id}/mcp",
+            get(mcp::user_grant).post(mcp::set_user_grant),
+        )
         .route("/console/admin/usage", get(admin::usage))
         .route("/console/admin/usage.csv", get(admin::usage_csv))
+        .route(
+            "/console/admin/prices",
+            get(prices::prices).post(prices::set),
+        )
+        .route("/console/admin/prices/end", post(prices::end))
+        .route("/console/admin/prices/history", get(prices::history))
         .route("/console/{*rest}", get(not_found))
         .layer(middleware::from_fn(security_headers))
 }

@@ -259,6 +259,7 @@ pub async fn keys(
                             td.limits {
                                 (super::limits::summary(&crate::limits::Limits::from_db_or_closed(k.limits.as_deref(), &k.id)))
                                 " · " a href=(format!("/console/keys/{}/limits", enc(&k.id))) { "limits and use" }
+                                " · " a href=(format!("/console/keys/{}/mcp", enc(&k.id))) { "MCP access" }
                             }
                             td { (opt_when(app.auth.last_used.api_keys.get(&k.id).map(|v| *v).max(k.last_used_at))) }
                             td { (button_form(&user, &format!("/console/keys/{}/delete", enc(&k.id)), "Delete", "danger")) }

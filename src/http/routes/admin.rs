@@ -72,6 +72,10 @@ pub struct UserPatch {
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<Object>)]
     limits: Option<serde_json::Value>,
+    /// The user's `mcp` grant; null removes it (no MCP access); left out keeps it.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<Object>)]
+    mcp: Option<serde_json::Value>,
 }
 
 /// Tells "sent as null" (Some(Null)) from "left out" (None).
@@ -94,6 +98,14 @@ async fn update_user(
         .as_ref()
         .map(crate::limits::Limits::from_json)
         .transpose()?;
+    let mcp = match &body.mcp {
+        None => None,
+        Some(v) => Some(super::admin_mcp::check_grant(&app, v).await?),
+    };
+    if let Some(grant) = mcp {
+        // Like the limits: the change below drops the user's cached credentials.
+        store_user_mcp(&app, &id, grant.as_ref()).await?;
+    }
     if let Some(l) = limits {
         // Written first: the change below drops the user's cached credentials
         // (with their limits) here and on the other servers.
@@ -123,6 +135,26 @@ pub(crate) async fn store_user_limits(
             id,
             limits.to_db().as_deref(),
         )
+        .await?;
+    if !found {
+        return Err(Error::not_found(
+            "user_not_found",
+            "There is no user with this id.",
+        ));
+    }
+    Ok(())
+}
+
+/// Writes a user's `mcp` grant (`user_not_found` when there is no such
+/// user). Callers then drop the user's cached credentials, as for limits.
+pub(crate) async fn store_user_mcp(
+    app: &AppState,
+    id: &str,
+    grant: Option<&crate::mcp::McpGrant>,
+) -> Result<()> {
+    let found = app
+        .store
+        .set_user_mcp(id, crate::mcp::McpGrant::to_db(grant).as_deref())
         .await?;
     if !found {
         return Err(Error::not_found(

@@ -213,11 +213,22 @@ async fn admin_decide_approval(
     Path((address, id)): Path<(String, String)>,
     ApiJson(body): ApiJson<ApprovalAnswer>,
 ) -> Result<impl IntoResponse> {
-    agent_or_404(&app, &address).await?;
     let status = checked_answer(&body)?;
+    admin_decide(&app, &address, &id, status, body.reason.as_deref()).await
+}
+
+/// An admin's decision (`approved` / `denied`) on any approval of the agent.
+pub(crate) async fn admin_decide(
+    app: &AppState,
+    address: &str,
+    id: &str,
+    status: &'static str,
+    reason: Option<&str>,
+) -> Result<Json<Value>> {
+    agent_or_404(app, address).await?;
     let res = app
         .store
-        .decide_approval(&address, None, &id, status, body.reason.as_deref())
+        .decide_approval(address, None, id, status, reason)
         .await?;
     decided(res, "on this agent")
 }

@@ -2,7 +2,9 @@
 //! `/v1/agents/{agent}/v1/...` (so an Anthropic client with base URL
 //! `{gw}/v1/agents/{agent}` works): agent chat read in Messages terms, on
 //! the one agent turn (`crate::agents::turn`, with
-//! [`MessagesBody`] as its body) and the one relay.
+//! [`MessagesBody`] as its body) and the one relay. To an `anthropic`
+//! provider the ruled body passes through, and the agent's answer-side
+//! rules read the upstream's Messages answer (`crate::agents::hooks`).
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -46,13 +48,16 @@ struct MessagesTurn {
     /// The agent's model, whatever the client named.
     model: String,
     route: Route,
+    /// What a pass-through sends besides the body.
+    head: ClientHead,
 }
 
 impl MessagesTurn {
-    fn of(access: &AgentAccess, route: Route) -> MessagesTurn {
+    fn of(access: &AgentAccess, route: Route, req: &Request) -> MessagesTurn {
         MessagesTurn {
             model: access.agent.model.clone(),
             route,
+            head: ClientHead::of(req),
         }
     }
 }
@@ -89,18 +94,18 @@ impl TurnRoute for MessagesTurn {
         relay_messages(
             app,
             model,
-            Cow::Borrowed(&body.fields),
+            Cow::Owned(body.fields),
             &client_model,
             hooks,
             usage,
-            None,
+            Some(self.head),
         )
         .await
     }
 }
 
 async fn messages_turn(app: &App, access: AgentAccess, req: Request) -> Result<Response> {
-    let turn = MessagesTurn::of(&access, Route::Messages);
+    let turn = MessagesTurn::of(&access, Route::Messages, &req);
     take_turn(app, access, req, turn).await
 }
 
@@ -112,9 +117,8 @@ async fn count_turn(app: &App, access: AgentAccess, req: Request) -> Result<Resp
         user_id: access.user.id.clone(),
         device_id: access.sign_in.device_id.clone(),
     };
-    let turn = MessagesTurn::of(&access, Route::CountTokens);
+    let turn = MessagesTurn::of(&access, Route::CountTokens, &req);
     let h = turn.headers(&req);
-    let head = ClientHead::of(&req);
     let (h, pii_mode, mut body, offered, model) =
         prepare_request(app, &caller, h, req, &turn).await?;
     let subjects = [
@@ -126,7 +130,7 @@ async fn count_turn(app: &App, access: AgentAccess, req: Request) -> Result<Resp
     }
     let cx = turn_context(app);
     turn::prepare(&cx, &caller, &h, pii_mode, &mut body, &offered).await?;
-    count_or_forward(app, &model, body.fields, head).await
+    count_or_forward(app, &model, body.fields, turn.head).await
 }
 
 /// A message through the agent's own model under the agent's tool rules.

@@ -110,7 +110,10 @@ async fn profile(access: AgentAccess) -> impl IntoResponse {
 /// Creates an agent (409 `agent_exists` when the address is taken); shared
 /// by the admin API and the console.
 pub(crate) async fn add_agent(app: &AppState, body: &NewAgent) -> Result<Agent> {
-    let agent = body.validate(&app.catalog(), now_ms())?;
+    let mut agent = body.validate(&app.catalog(), now_ms())?;
+    if let Some(v) = &body.mcp {
+        agent.mcp = super::admin_mcp::check_grant(app, v).await?;
+    }
     if !app.store.insert_agent(&agent.to_row()).await? {
         return Err(Error::conflict(
             "agent_exists",
@@ -129,7 +132,14 @@ pub(crate) async fn change_agent(
     // Read the stored row, not the cache: the change must build on the latest.
     let row = app.store.agent(address).await?.ok_or_else(not_found)?;
     let current = Agent::from_row(row).map_err(Error::internal)?;
-    let agent = patch.apply(&current, &app.catalog(), now_ms())?;
+    let mut agent = patch.apply(&current, &app.catalog(), now_ms())?;
+    match &patch.mcp {
+        crate::agents::agent::Patch::Absent => {}
+        crate::agents::agent::Patch::Null => agent.mcp = None,
+        crate::agents::agent::Patch::Value(v) => {
+            agent.mcp = super::admin_mcp::check_grant(app, v).await?
+        }
+    }
     if !app.store.update_agent(&agent.to_row()).await? {
         return Err(not_found());
     }

@@ -113,15 +113,22 @@ async fn admin_server_tools(
     _admin: AdminUser,
     Path(name): Path<String>,
 ) -> Result<Json<Vec<Value>>> {
+    server_tools(&app, &name).await.map(Json)
+}
+
+/// A server's tools as its upstream lists them now, with their exposed
+/// names, classes and the allow-list's verdict (the admin route's answer;
+/// the console's server page shows the same).
+pub(crate) async fn server_tools(app: &App, name: &str) -> Result<Vec<Value>> {
     let snapshot = app.mcp_servers.snapshot();
-    let server = snapshot.get(&name).cloned().ok_or_else(|| {
+    let server = snapshot.get(name).cloned().ok_or_else(|| {
         Error::not_found(
             "mcp_server_not_found",
             "There is no MCP server of this name.",
         )
     })?;
     match app.mcp_gateway.admin_tools(&server).await {
-        Ok(tools) => Ok(Json(tools)),
+        Ok(tools) => Ok(tools),
         Err(Failure::Timeout) => Err(Error::new(
             ErrorKind::GatewayTimeout,
             "mcp_upstream_timeout",

@@ -28,6 +28,7 @@ use crate::models::upstream::{self, Extras};
 use crate::models::{requested_model, Model, ModelKind};
 use crate::proxy::chat::{relay, ChatCall, ChatHooks, NoHooks};
 use crate::proxy::messages::{passes_through, MessagesHooks, Native};
+use crate::proxy::messages_rules::MessagesRules;
 use crate::usage::{UsageContext, UsageTicket};
 use crate::wire::chat::body::ChatInput;
 use crate::wire::messages::count;
@@ -103,7 +104,7 @@ pub(crate) fn note_translation(t: &Translated) -> Option<HeaderValue> {
 /// A Messages request through the relay, with `hooks` (the route's chat
 /// hooks) answered in Messages' shape: translated to chat, or, with
 /// `native`, passed through to `anthropic` targets.
-pub(crate) async fn relay_messages<H: ChatHooks>(
+pub(crate) async fn relay_messages<H: ChatHooks + MessagesRules>(
     app: &App,
     model: Arc<Model>,
     body: Cow<'_, Map<String, Value>>,

@@ -2,6 +2,7 @@
 //! (extractors), calls the domain, and shapes the answer.
 
 pub mod admin;
+pub mod admin_mcp;
 pub mod admin_models;
 pub mod agent_chat;
 pub mod agent_data;
@@ -11,6 +12,7 @@ pub mod agui;
 pub mod limits;
 pub mod mcp;
 pub mod messages;
+pub mod prices;
 pub mod responses;
 pub mod signins;
 pub mod sso;

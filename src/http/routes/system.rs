@@ -84,6 +84,7 @@ async fn metrics(State(app): State<AppState>, headers: HeaderMap) -> Result<impl
     ]);
     app.routing.stats.render(&mut body);
     app.mcp_gateway.metrics.render(&mut body);
+    c.spend.render(&mut body);
     crate::wire::translation_dropped::render(&mut body);
     Ok((
         [(

@@ -108,6 +108,10 @@ pub struct NewKey {
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     limits: Option<serde_json::Value>,
+    /// `{"servers": [...], "tools"?: {...}}`; null or left out: no MCP access.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    mcp: Option<serde_json::Value>,
 }
 
 /// The body of `PATCH /api/api-keys/{id}`.
@@ -117,6 +121,10 @@ pub struct KeyPatch {
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<Object>)]
     limits: Option<serde_json::Value>,
+    /// The key's `mcp` grant; null removes it (no MCP access); left out keeps it.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<Object>)]
+    mcp: Option<serde_json::Value>,
 }
 
 /// Tells "sent as null" (Some(Null)) from "left out" (None).
@@ -142,12 +150,16 @@ async fn create_key(
         None => crate::limits::Limits::default(),
         Some(v) => crate::limits::Limits::from_json(v)?,
     };
+    let mcp = match &body.mcp {
+        None => None,
+        Some(v) => super::admin_mcp::check_grant(&app, v).await?,
+    };
     let new = accounts::NewKey {
         name: body.name,
         expires_at: body.expires_at,
         models: body.models,
         limits,
-        mcp: None,
+        mcp,
     };
     let (row, secret) = accounts::create_key(&app.store, &u.id, new).await?;
     Ok((
@@ -170,7 +182,7 @@ async fn list_keys(
     ))
 }
 
-/// Change one of the caller's keys: its `limits` (null removes them).
+/// Change one of the caller's keys: its `limits` (null removes them) and its `mcp` grant (null: no MCP access).
 #[utoipa::path(patch, path = "/api/api-keys/{id}", tag = "api-keys", request_body = KeyPatch,
     params(("id" = String, Path)), responses((status = 200, description = "The key, without its secret"),
         (status = 400, description = "validation_error"), (status = 404, description = "api_key_not_found")))]
@@ -181,8 +193,17 @@ async fn patch_key(
     ApiJson(body): ApiJson<KeyPatch>,
 ) -> Result<impl IntoResponse> {
     let not_found = || Error::not_found("api_key_not_found", "You have no API key with this id.");
+    // Both checked before either is written.
+    let mcp = match &body.mcp {
+        None => None,
+        Some(v) => Some(super::admin_mcp::check_grant(&app, v).await?),
+    };
     if let Some(v) = &body.limits {
+        crate::limits::Limits::from_json(v)?;
         set_key_limits(&app, &u.id, &id, v).await?;
+    }
+    if let Some(grant) = mcp {
+        set_key_mcp(&app, &u.id, &id, grant.as_ref()).await?;
     }
     let row = app
         .store
@@ -206,6 +227,27 @@ pub(crate) async fn set_key_limits(
     let hash = app
         .store
         .set_api_key_limits(user_id, id, limits.to_db().as_deref())
+        .await?
+        .ok_or_else(|| {
+            Error::not_found("api_key_not_found", "You have no API key with this id.")
+        })?;
+    app.invalidate(crate::runtime::Invalidation::ApiKey(hash))
+        .await;
+    Ok(())
+}
+
+/// Sets (None: clears) the `mcp` grant of one of a user's keys, effective at
+/// once on every server, open MCP sessions included; the API and the console
+/// share it.
+pub(crate) async fn set_key_mcp(
+    app: &AppState,
+    user_id: &str,
+    id: &str,
+    grant: Option<&crate::mcp::McpGrant>,
+) -> Result<()> {
+    let hash = app
+        .store
+        .set_api_key_mcp(user_id, id, crate::mcp::McpGrant::to_db(grant).as_deref())
         .await?
         .ok_or_else(|| {
             Error::not_found("api_key_not_found", "You have no API key with this id.")

@@ -15,7 +15,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use crate::app::{App, AppState};
 use crate::error::{Error, Result};
 use crate::http::admission::{admitted, recorded};
-use crate::http::answers::{relayed_response, routing_headers};
+use crate::http::answers::{cost_headers, relayed_response, routing_headers};
 use crate::http::edge::access::AccessNote;
 use crate::http::extract::{parse_json, read_body, ApiKeyAuth};
 use crate::limits::Subject;
@@ -241,9 +241,11 @@ fn routed_response<T: serde::Serialize>(
         Ok((v, tokens, answered)) => {
             ticket.set_model(&answered.model);
             ticket.set_provider(&answered.provider);
-            ticket.finish(200, tokens);
+            ticket.set_upstream_model(&answered.upstream_model);
+            let cost = ticket.finish_priced(200, tokens);
             let mut resp = Json(v).into_response();
             routing_headers(&mut resp, &answered);
+            cost_headers(resp.headers_mut(), &cost, ticket.currency());
             Ok(resp)
         }
         Err(e) => {

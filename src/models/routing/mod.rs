@@ -103,6 +103,8 @@ pub struct Answered {
     /// The requested model, or the fallback that answered.
     pub model: String,
     pub provider: String,
+    /// The model name the provider was sent (with `provider`: the priced pair).
+    pub upstream_model: String,
     pub attempts: u32,
 }
 

@@ -25,11 +25,18 @@ struct UsageView {
     prompt_tokens: Option<i64>,
     completion_tokens: Option<i64>,
     prompt_tokens_details: Option<DetailsView>,
+    completion_tokens_details: Option<CompletionDetailsView>,
 }
 
 #[derive(serde::Deserialize)]
 struct DetailsView {
     cached_tokens: Option<i64>,
+    cache_write_tokens: Option<i64>,
+}
+
+#[derive(serde::Deserialize)]
+struct CompletionDetailsView {
+    reasoning_tokens: Option<i64>,
 }
 
 /// A plain answer as the upstream's bytes with `model` naming the alias
@@ -45,14 +52,17 @@ pub fn splice_answer(bytes: &[u8], alias: &str) -> Option<(Bytes, Tokens)> {
         return None;
     }
     let usage = view.usage?;
+    let details = usage.prompt_tokens_details;
     let tokens = Tokens {
         prompt: usage.prompt_tokens?,
         completion: usage.completion_tokens.unwrap_or(0),
-        cache_read: usage
-            .prompt_tokens_details
-            .and_then(|d| d.cached_tokens)
+        cache_read: details.as_ref().and_then(|d| d.cached_tokens).unwrap_or(0),
+        cache_write: details.and_then(|d| d.cache_write_tokens).unwrap_or(0),
+        reasoning: usage
+            .completion_tokens_details
+            .and_then(|d| d.reasoning_tokens)
             .unwrap_or(0),
-        cache_write: 0,
+        estimated: false,
     };
     let mut out = Vec::with_capacity(bytes.len() + alias.len() + 16);
     match view.model {

@@ -5,6 +5,7 @@
 
 pub mod answer;
 pub mod body;
+pub mod chunk;
 pub mod raw_fields;
 pub mod request;
 pub mod tools;
@@ -124,15 +125,19 @@ pub fn usage_tokens(usage: Option<&Value>) -> Option<Tokens> {
     if p.is_none() && c.is_none() {
         return None;
     }
+    let detail = |group: &str, k: &str| {
+        u.get(group)
+            .and_then(|d| d.get(k))
+            .and_then(Value::as_i64)
+            .unwrap_or(0)
+    };
     Some(Tokens {
         prompt: p.unwrap_or(0),
         completion: c.unwrap_or(0),
-        cache_read: u
-            .get("prompt_tokens_details")
-            .and_then(|d| d.get("cached_tokens"))
-            .and_then(Value::as_i64)
-            .unwrap_or(0),
-        cache_write: 0,
+        cache_read: detail("prompt_tokens_details", "cached_tokens"),
+        cache_write: detail("prompt_tokens_details", "cache_write_tokens"),
+        reasoning: detail("completion_tokens_details", "reasoning_tokens"),
+        estimated: false,
     })
 }
 

@@ -6,6 +6,8 @@ use serde_json::{json, Map, Value};
 
 use super::to_chat::ToolNames;
 use crate::usage::Tokens;
+use crate::wire::chat::chunk::AnswerText;
+use crate::wire::sse::json_str;
 
 /// A tool call id as a Messages client accepts it: every character outside
 /// `A-Za-z0-9_-` replaced by `_` (an empty id gets one made from `index`).
@@ -128,6 +130,73 @@ pub fn messages_answer(
     out.insert("stop_sequence".into(), Value::Null);
     out.insert("usage".into(), messages_usage(chat.get("usage"), fallback));
     Value::Object(out)
+}
+
+/// [`messages_answer`] from the chat answer's text, without a tree: its
+/// bytes and the answer's tokens for the usage record (the usage, else
+/// estimated from `prompt_estimate`). `names` maps long tool names back;
+/// tool call ids are made acceptable. None for an answer [`AnswerText`] leaves to a tree.
+pub fn messages_answer_text(
+    chat: &[u8],
+    id: &str,
+    model: &str,
+    names: &ToolNames,
+    fallback: Tokens,
+    prompt_estimate: i64,
+) -> Option<(bytes::Bytes, Tokens)> {
+    let a = AnswerText::read(chat)?;
+    let m = &a.message;
+    let mut out = Vec::with_capacity(chat.len() + 128);
+    out.extend_from_slice(b"{\"id\":");
+    json_str(&mut out, id);
+    out.extend_from_slice(b",\"type\":\"message\",\"role\":\"assistant\",\"model\":");
+    json_str(&mut out, model);
+    out.extend_from_slice(b",\"content\":[");
+    let mut first = true;
+    let mut sep = |out: &mut Vec<u8>| {
+        if !std::mem::take(&mut first) {
+            out.push(b',');
+        }
+    };
+    if let Some(r) = m.reasoning.as_deref().filter(|s| !s.is_empty()) {
+        sep(&mut out);
+        out.extend_from_slice(b"{\"type\":\"thinking\",\"thinking\":");
+        json_str(&mut out, r);
+        out.extend_from_slice(b",\"signature\":\"\"}");
+    }
+    if let Some(t) = m.content.as_deref().filter(|s| !s.is_empty()) {
+        sep(&mut out);
+        out.extend_from_slice(b"{\"type\":\"text\",\"text\":");
+        json_str(&mut out, t);
+        out.push(b'}');
+    }
+    for (i, call) in m.tool_calls.iter().enumerate() {
+        sep(&mut out);
+        // As the hooks' tree path has it: a string id is made acceptable
+        // with the call's `index` (else its place), a missing one from its place.
+        let at = if call.has_index && call.id.is_some() {
+            call.index as usize
+        } else {
+            i
+        };
+        out.extend_from_slice(b"{\"type\":\"tool_use\",\"id\":");
+        json_str(&mut out, &block_id(call.id.as_deref().unwrap_or(""), at));
+        out.extend_from_slice(b",\"name\":");
+        json_str(&mut out, names.original(call.name.as_deref().unwrap_or("")));
+        out.extend_from_slice(b",\"input\":");
+        serde_json::to_writer(
+            &mut out,
+            &tool_input(call.arguments.as_deref().unwrap_or("")),
+        )
+        .ok()?;
+        out.push(b'}');
+    }
+    out.extend_from_slice(b"],\"stop_reason\":");
+    json_str(&mut out, stop_reason(m.finish_reason.as_deref()));
+    out.extend_from_slice(b",\"stop_sequence\":null,\"usage\":");
+    serde_json::to_writer(&mut out, &messages_usage(a.usage.as_ref(), fallback)).ok()?;
+    out.push(b'}');
+    Some((bytes::Bytes::from(out), a.tokens(prompt_estimate)))
 }
 
 /// A new Messages answer id.

@@ -26,6 +26,7 @@ pub mod events;
 pub mod from_chat;
 pub mod from_chat_answer;
 pub mod models_list;
+pub mod passed;
 pub mod request;
 pub mod stream;
 pub mod to_chat;

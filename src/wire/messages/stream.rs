@@ -12,7 +12,8 @@ use serde_json::{json, Value};
 use super::from_chat_answer::{block_id, messages_usage, stop_reason};
 use super::to_chat::ToolNames;
 use crate::usage::{estimate_tokens, Tokens};
-use crate::wire::sse::SseFrame;
+use crate::wire::chat::chunk::{ChunkDelta, ToolCallDelta};
+use crate::wire::sse::{begin_event, end_event, frames_of, json_num, json_str, SseFrame};
 
 /// An event frame `event: <type>` with its JSON data.
 pub fn frame(data: Value) -> SseFrame {
@@ -35,7 +36,16 @@ enum Block {
     Tool(u64),
 }
 
-/// The translation of one stream.
+/// What a `content_block_start` announces.
+enum BlockStart<'a> {
+    Thinking,
+    Text,
+    Tool { id: &'a str, name: &'a str },
+}
+
+/// The translation of one stream. Events are written straight into the
+/// caller's output buffer (`*_into`); the methods without `_into` give the
+/// same events as frames.
 pub struct ToMessages {
     id: String,
     model: String,
@@ -50,6 +60,24 @@ pub struct ToMessages {
     finish: Option<String>,
     usage: Option<Value>,
     output_chars: usize,
+}
+
+/// `{"type":"content_block_delta","index":N,"delta":{"type":KIND,FIELD:` (the
+/// caller writes the value and [`close_delta`]).
+fn begin_delta(out: &mut Vec<u8>, index: u64, kind: &str, field: &str) {
+    begin_event(out, "content_block_delta");
+    out.extend_from_slice(b"{\"type\":\"content_block_delta\",\"index\":");
+    json_num(out, index);
+    out.extend_from_slice(b",\"delta\":{\"type\":\"");
+    out.extend_from_slice(kind.as_bytes());
+    out.extend_from_slice(b"\",\"");
+    out.extend_from_slice(field.as_bytes());
+    out.extend_from_slice(b"\":");
+}
+
+fn close_delta(out: &mut Vec<u8>) {
+    out.extend_from_slice(b"}}");
+    end_event(out);
 }
 
 impl ToMessages {
@@ -85,24 +113,42 @@ impl ToMessages {
 
     /// `message_start`, once.
     pub fn start(&mut self, out: &mut Vec<SseFrame>) {
+        let mut b = Vec::new();
+        self.start_into(&mut b);
+        out.extend(frames_of(&b));
+    }
+
+    /// `message_start`, once, into `out`.
+    pub fn start_into(&mut self, out: &mut Vec<u8>) {
         if self.started {
             return;
         }
         self.started = true;
-        out.push(frame(json!({"type": "message_start", "message": {
-            "id": self.id, "type": "message", "role": "assistant", "model": self.model,
-            "content": [], "stop_reason": null, "stop_sequence": null,
-            "usage": {"input_tokens": self.input_estimate, "output_tokens": 0}}})));
+        begin_event(out, "message_start");
+        out.extend_from_slice(b"{\"type\":\"message_start\",\"message\":{\"id\":");
+        json_str(out, &self.id);
+        out.extend_from_slice(b",\"type\":\"message\",\"role\":\"assistant\",\"model\":");
+        json_str(out, &self.model);
+        out.extend_from_slice(
+            b",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":",
+        );
+        json_num(out, self.input_estimate);
+        out.extend_from_slice(b",\"output_tokens\":0}}}");
+        end_event(out);
     }
 
-    fn close(&mut self, out: &mut Vec<SseFrame>) {
+    fn close(&mut self, out: &mut Vec<u8>) {
         if let Some((_, index)) = self.open.take() {
-            out.push(frame(json!({"type": "content_block_stop", "index": index})));
+            begin_event(out, "content_block_stop");
+            out.extend_from_slice(b"{\"type\":\"content_block_stop\",\"index\":");
+            json_num(out, index);
+            out.push(b'}');
+            end_event(out);
         }
     }
 
     /// The index of `block`, opened (after closing another) when needed.
-    fn open(&mut self, block: Block, start: Value, out: &mut Vec<SseFrame>) -> u64 {
+    fn open(&mut self, block: Block, start: BlockStart<'_>, out: &mut Vec<u8>) -> u64 {
         if let Some((b, i)) = self.open {
             if b == block {
                 return i;
@@ -112,91 +158,87 @@ impl ToMessages {
         let index = self.next_index;
         self.next_index += 1;
         self.open = Some((block, index));
-        out.push(frame(
-            json!({"type": "content_block_start", "index": index, "content_block": start}),
-        ));
+        begin_event(out, "content_block_start");
+        out.extend_from_slice(b"{\"type\":\"content_block_start\",\"index\":");
+        json_num(out, index);
+        out.extend_from_slice(b",\"content_block\":");
+        match start {
+            BlockStart::Thinking => out
+                .extend_from_slice(b"{\"type\":\"thinking\",\"thinking\":\"\",\"signature\":\"\"}"),
+            BlockStart::Text => out.extend_from_slice(b"{\"type\":\"text\",\"text\":\"\"}"),
+            BlockStart::Tool { id, name } => {
+                out.extend_from_slice(b"{\"type\":\"tool_use\",\"id\":");
+                json_str(out, id);
+                out.extend_from_slice(b",\"name\":");
+                json_str(out, name);
+                out.extend_from_slice(b",\"input\":{}}");
+            }
+        }
+        out.push(b'}');
+        end_event(out);
         index
     }
 
     /// The events for one chat chunk (choice 0; others are not Messages').
     pub fn chunk(&mut self, chunk: &Value, out: &mut Vec<SseFrame>) {
-        self.start(out);
-        if let Some(u) = chunk.get("usage").filter(|u| u.is_object()) {
+        let mut b = Vec::new();
+        let usage = chunk.get("usage").filter(|u| u.is_object());
+        self.chunk_into(&ChunkDelta::of_tree(chunk), usage, &mut b);
+        out.extend(frames_of(&b));
+    }
+
+    /// The events for one chat chunk, read as `delta` (its choice 0) and
+    /// its `usage` object, into `out`.
+    pub fn chunk_into(&mut self, delta: &ChunkDelta<'_>, usage: Option<&Value>, out: &mut Vec<u8>) {
+        self.start_into(out);
+        if let Some(u) = usage {
             self.usage = Some(u.clone());
         }
-        let Some(choice) = chunk
-            .get("choices")
-            .and_then(Value::as_array)
-            .and_then(|cs| {
-                cs.iter()
-                    .find(|c| c.get("index").and_then(Value::as_u64).unwrap_or(0) == 0)
-            })
-        else {
-            return;
-        };
-        if let Some(delta) = choice.get("delta") {
-            if let Some(r) = delta
-                .get("reasoning_content")
-                .and_then(Value::as_str)
-                .filter(|s| !s.is_empty())
-            {
-                let i = self.open(
-                    Block::Thinking,
-                    json!({"type": "thinking", "thinking": "", "signature": ""}),
-                    out,
-                );
-                out.push(frame(json!({"type": "content_block_delta", "index": i,
-                    "delta": {"type": "thinking_delta", "thinking": r}})));
-            }
-            if let Some(t) = delta
-                .get("content")
-                .and_then(Value::as_str)
-                .filter(|s| !s.is_empty())
-            {
-                self.output_chars += t.chars().count();
-                let i = self.open(Block::Text, json!({"type": "text", "text": ""}), out);
-                out.push(frame(json!({"type": "content_block_delta", "index": i,
-                    "delta": {"type": "text_delta", "text": t}})));
-            }
-            for tc in delta
-                .get("tool_calls")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                self.tool_piece(tc, out);
-            }
+        if let Some(r) = delta.reasoning.as_deref().filter(|s| !s.is_empty()) {
+            let i = self.open(Block::Thinking, BlockStart::Thinking, out);
+            begin_delta(out, i, "thinking_delta", "thinking");
+            json_str(out, r);
+            close_delta(out);
         }
-        if let Some(f) = choice.get("finish_reason").and_then(Value::as_str) {
+        if let Some(t) = delta.content.as_deref().filter(|s| !s.is_empty()) {
+            self.output_chars += t.chars().count();
+            let i = self.open(Block::Text, BlockStart::Text, out);
+            begin_delta(out, i, "text_delta", "text");
+            json_str(out, t);
+            close_delta(out);
+        }
+        for tc in &delta.tool_calls {
+            self.tool_piece(tc, out);
+        }
+        if let Some(f) = delta.finish_reason.as_deref() {
             self.finish = Some(f.to_string());
         }
     }
 
-    fn tool_piece(&mut self, tc: &Value, out: &mut Vec<SseFrame>) {
-        let at = tc.get("index").and_then(Value::as_u64).unwrap_or(0);
+    fn tool_piece(&mut self, tc: &ToolCallDelta<'_>, out: &mut Vec<u8>) {
+        let at = tc.index;
         let index = match self.tools.get(&at) {
             Some(i) => *i,
             None => {
-                let id = tc.get("id").and_then(Value::as_str).unwrap_or("");
-                let name = tc
-                    .pointer("/function/name")
-                    .and_then(Value::as_str)
-                    .unwrap_or("");
-                let start = json!({"type": "tool_use", "id": block_id(id, at as usize),
-                    "name": self.names.original(name), "input": {}});
+                let id = block_id(tc.id.as_deref().unwrap_or(""), at as usize);
+                let name = self
+                    .names
+                    .original(tc.name.as_deref().unwrap_or(""))
+                    .to_string();
+                let start = BlockStart::Tool {
+                    id: &id,
+                    name: &name,
+                };
                 let i = self.open(Block::Tool(at), start, out);
                 self.tools.insert(at, i);
                 i
             }
         };
-        if let Some(a) = tc
-            .pointer("/function/arguments")
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-        {
+        if let Some(a) = tc.arguments.as_deref().filter(|s| !s.is_empty()) {
             self.output_chars += a.chars().count();
-            out.push(frame(json!({"type": "content_block_delta", "index": index,
-                "delta": {"type": "input_json_delta", "partial_json": a}})));
+            begin_delta(out, index, "input_json_delta", "partial_json");
+            json_str(out, a);
+            close_delta(out);
         }
     }
 
@@ -204,21 +246,36 @@ impl ToMessages {
     /// the stop reason and usage (the upstream's `usage`, else estimates).
     /// `message_stop` is [`ToMessages::stop`], so events may go between.
     pub fn finish(&mut self, usage: Option<&Value>, out: &mut Vec<SseFrame>) {
-        self.start(out);
+        let mut b = Vec::new();
+        self.finish_into(usage, &mut b);
+        out.extend(frames_of(&b));
+    }
+
+    /// [`ToMessages::finish`] into `out`.
+    pub fn finish_into(&mut self, usage: Option<&Value>, out: &mut Vec<u8>) {
+        self.start_into(out);
         self.close(out);
         let usage = usage.or(self.usage.as_ref());
-        let fallback = Tokens {
-            prompt: self.input_estimate,
-            completion: estimate_tokens(self.output_chars),
-            ..Tokens::default()
-        };
-        out.push(frame(json!({"type": "message_delta",
-            "delta": {"stop_reason": stop_reason(self.finish.as_deref()), "stop_sequence": null},
-            "usage": messages_usage(usage, fallback)})));
+        let fallback = Tokens::estimate(self.input_estimate, estimate_tokens(self.output_chars));
+        begin_event(out, "message_delta");
+        out.extend_from_slice(b"{\"type\":\"message_delta\",\"delta\":{\"stop_reason\":");
+        json_str(out, stop_reason(self.finish.as_deref()));
+        out.extend_from_slice(b",\"stop_sequence\":null},\"usage\":");
+        // A tree of four numbers always serialises.
+        let _ = serde_json::to_writer(&mut *out, &messages_usage(usage, fallback));
+        out.push(b'}');
+        end_event(out);
     }
 
     pub fn stop(&self, out: &mut Vec<SseFrame>) {
         out.push(frame(json!({"type": "message_stop"})));
+    }
+
+    /// `message_stop` into `out`.
+    pub fn stop_into(&self, out: &mut Vec<u8>) {
+        begin_event(out, "message_stop");
+        out.extend_from_slice(b"{\"type\":\"message_stop\"}");
+        end_event(out);
     }
 }
 

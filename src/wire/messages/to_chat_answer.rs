@@ -39,6 +39,7 @@ impl MessagesUsage {
             completion: self.output,
             cache_read: self.cache_read,
             cache_write: self.cache_creation,
+            ..crate::usage::Tokens::default()
         }
     }
 

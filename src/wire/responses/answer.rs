@@ -5,14 +5,20 @@
 use serde_json::{json, Map, Value};
 
 use crate::usage::{estimate_tokens, Tokens};
+use crate::wire::chat::chunk::AnswerText;
 use crate::wire::chat::completion_chars;
 use crate::wire::responses::new_id;
+use crate::wire::responses::stream::write_message_item;
+use crate::wire::sse::{json_num, json_str};
 
 /// What the answer echoes of the request, and what the bridge needs to
 /// shape the answer (the custom tools, the prompt estimate).
 #[derive(Clone, Debug, Default)]
 pub struct Echo {
     fields: Map<String, Value>,
+    /// `fields` as JSON members, each after a comma (written once, into
+    /// every response object of the request).
+    members: String,
     /// Names of the request's custom tools.
     pub custom: Vec<String>,
     /// The usage record's prompt estimate, for an upstream without usage.
@@ -44,8 +50,17 @@ impl Echo {
                 .unwrap_or(default);
             fields.insert(k.into(), v);
         }
+        let mut members = Vec::new();
+        for (k, v) in &fields {
+            members.push(b',');
+            json_str(&mut members, k);
+            members.push(b':');
+            // A tree always serialises.
+            let _ = serde_json::to_writer(&mut members, v);
+        }
         Echo {
             fields,
+            members: String::from_utf8(members).unwrap_or_default(),
             custom,
             prompt_estimate: estimate_tokens(prompt_chars),
         }
@@ -132,6 +147,51 @@ pub fn response_object(
     Value::Object(o)
 }
 
+/// [`response_object`] written as JSON into `out`, its output items given
+/// as JSON text, and `approvals` (when there are some) as a member of its own.
+#[allow(clippy::too_many_arguments)]
+pub fn write_response(
+    out: &mut Vec<u8>,
+    meta: &ResponseMeta,
+    echo: &Echo,
+    status: &str,
+    output: &[String],
+    usage: &Value,
+    incomplete_details: &Value,
+    error: &Value,
+    approvals: &[Value],
+) {
+    out.extend_from_slice(b"{\"id\":");
+    json_str(out, &meta.id);
+    out.extend_from_slice(b",\"object\":\"response\",\"created_at\":");
+    json_num(out, meta.created_at);
+    out.extend_from_slice(b",\"status\":");
+    json_str(out, status);
+    out.extend_from_slice(b",\"model\":");
+    json_str(out, &meta.model);
+    out.extend_from_slice(b",\"output\":[");
+    for (i, item) in output.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(item.as_bytes());
+    }
+    // Trees always serialise.
+    out.extend_from_slice(b"],\"usage\":");
+    let _ = serde_json::to_writer(&mut *out, usage);
+    out.extend_from_slice(b",\"incomplete_details\":");
+    let _ = serde_json::to_writer(&mut *out, incomplete_details);
+    out.extend_from_slice(b",\"error\":");
+    let _ = serde_json::to_writer(&mut *out, error);
+    out.extend_from_slice(b",\"store\":false,\"previous_response_id\":null");
+    out.extend_from_slice(echo.members.as_bytes());
+    if !approvals.is_empty() {
+        out.extend_from_slice(b",\"approvals\":");
+        let _ = serde_json::to_writer(&mut *out, approvals);
+    }
+    out.push(b'}');
+}
+
 /// A finished text item.
 pub fn message_item(id: &str, text: &str, status: &str) -> Value {
     json!({"type": "message", "id": id, "status": status, "role": "assistant",
@@ -203,13 +263,56 @@ pub fn from_chat(chat: &Value, meta: &ResponseMeta, echo: &Echo) -> Value {
         .as_object()
         .map(|o| completion_chars(o, "message"))
         .unwrap_or(0);
-    let estimate = Tokens {
-        prompt: echo.prompt_estimate,
-        completion: estimate_tokens(completion),
-        ..Tokens::default()
-    };
+    let estimate = Tokens::estimate(echo.prompt_estimate, estimate_tokens(completion));
     let usage = usage_of(chat.get("usage"), estimate);
     response_object(meta, echo, status, output, usage, incomplete, Value::Null)
+}
+
+/// [`from_chat`] from the chat answer's text, without a tree: the
+/// Responses answer's bytes and the answer's tokens for the usage record
+/// (its usage, else estimated from `prompt_estimate`). None for an answer
+/// [`AnswerText`] leaves to a tree.
+pub fn from_chat_text(
+    chat: &[u8],
+    meta: &ResponseMeta,
+    echo: &Echo,
+    prompt_estimate: i64,
+) -> Option<(bytes::Bytes, Tokens)> {
+    let a = AnswerText::read(chat)?;
+    let m = &a.message;
+    let mut output = Vec::new();
+    if let Some(text) = m.content.as_deref().filter(|t| !t.is_empty()) {
+        let mut item = Vec::with_capacity(text.len() + 128);
+        write_message_item(&mut item, &new_id("msg_"), text, "completed");
+        output.push(String::from_utf8(item).ok()?);
+    }
+    for call in &m.tool_calls {
+        let s = |v: &Option<std::borrow::Cow<'_, str>>| v.as_deref().unwrap_or("").to_string();
+        let item = call_item(
+            echo,
+            None,
+            &s(&call.id),
+            &s(&call.name),
+            &s(&call.arguments),
+        );
+        output.push(item.to_string());
+    }
+    let (status, incomplete) = status_of(m.finish_reason.as_deref());
+    let estimate = Tokens::estimate(echo.prompt_estimate, estimate_tokens(a.chars));
+    let usage = usage_of(a.usage.as_ref(), estimate);
+    let mut out = Vec::with_capacity(chat.len() + 512);
+    write_response(
+        &mut out,
+        meta,
+        echo,
+        status,
+        &output,
+        &usage,
+        &incomplete,
+        &Value::Null,
+        &[],
+    );
+    Some((bytes::Bytes::from(out), a.tokens(prompt_estimate)))
 }
 
 #[cfg(test)]

@@ -33,6 +33,12 @@ pub fn tokens_of(usage: Option<&Value>) -> Option<Tokens> {
             .and_then(Value::as_i64)
             .unwrap_or(0),
         cache_write: 0,
+        reasoning: u
+            .get("output_tokens_details")
+            .and_then(|d| d.get("reasoning_tokens"))
+            .and_then(Value::as_i64)
+            .unwrap_or(0),
+        estimated: false,
     })
 }
 

@@ -8,11 +8,12 @@
 use serde_json::{json, Value};
 
 use crate::usage::{estimate_tokens, Tokens};
+use crate::wire::chat::chunk::{ChunkDelta, ToolCallDelta};
 use crate::wire::responses::answer::{
-    call_item, custom_input, message_item, response_object, status_of, usage_of, Echo, ResponseMeta,
+    call_item, custom_input, status_of, usage_of, write_response, Echo, ResponseMeta,
 };
 use crate::wire::responses::new_id;
-use crate::wire::sse::SseFrame;
+use crate::wire::sse::{begin_event, end_event, frames_of, json_num, json_str, SseFrame};
 
 /// The item being streamed.
 enum Open {
@@ -37,15 +38,17 @@ struct Call {
     arguments: String,
 }
 
-/// One stream's translation; see the module documentation.
+/// One stream's translation; see the module documentation. Events are
+/// written straight into the caller's output buffer (`*_into`); the
+/// methods without `_into` give the same events as frames.
 pub struct ResponsesStream {
     meta: ResponseMeta,
     echo: Echo,
     seq: u64,
     started: bool,
     ended: bool,
-    /// The items done, in order.
-    output: Vec<Value>,
+    /// The items done, in order, each as JSON text.
+    output: Vec<String>,
     open: Option<Open>,
     finish_reason: Option<String>,
     completion_chars: usize,
@@ -70,32 +73,86 @@ impl ResponsesStream {
         self.ended
     }
 
-    fn event(&mut self, kind: &str, mut fields: Value) -> SseFrame {
-        fields["type"] = json!(kind);
-        fields["sequence_number"] = json!(self.seq);
+    /// Begins an event: `{"type":KIND,"sequence_number":N` (the caller
+    /// writes `,` and its members, then [`Self::end`]).
+    fn begin(&mut self, out: &mut Vec<u8>, kind: &str) {
+        begin_event(out, kind);
+        out.extend_from_slice(b"{\"type\":");
+        json_str(out, kind);
+        out.extend_from_slice(b",\"sequence_number\":");
+        json_num(out, self.seq);
         self.seq += 1;
-        SseFrame::Event {
-            event: kind.to_string(),
-            data: fields.to_string(),
-        }
     }
 
-    fn start(&mut self, out: &mut Vec<SseFrame>) {
+    fn end(out: &mut Vec<u8>) {
+        out.push(b'}');
+        end_event(out);
+    }
+
+    /// An event whose members are those of the object `fields`.
+    fn event(&mut self, out: &mut Vec<u8>, kind: &str, fields: &Value) {
+        self.begin(out, kind);
+        if let Some(o) = fields.as_object() {
+            for (k, v) in o {
+                out.push(b',');
+                json_str(out, k);
+                out.push(b':');
+                // A tree always serialises.
+                let _ = serde_json::to_writer(&mut *out, v);
+            }
+        }
+        Self::end(out);
+    }
+
+    /// `,"item_id":ID,"output_index":N`
+    fn item_ref(out: &mut Vec<u8>, id: &str, idx: usize) {
+        out.extend_from_slice(b",\"item_id\":");
+        json_str(out, id);
+        out.extend_from_slice(b",\"output_index\":");
+        json_num(out, idx as u64);
+    }
+
+    /// The response object as it stands (`output` so far), with `status`.
+    fn response(
+        &self,
+        out: &mut Vec<u8>,
+        status: &str,
+        usage: &Value,
+        incomplete: &Value,
+        error: &Value,
+        approvals: &[Value],
+    ) {
+        out.extend_from_slice(b",\"response\":");
+        write_response(
+            out,
+            &self.meta,
+            &self.echo,
+            status,
+            &self.output,
+            usage,
+            incomplete,
+            error,
+            approvals,
+        );
+    }
+
+    fn start(&mut self, out: &mut Vec<u8>) {
         if self.started {
             return;
         }
         self.started = true;
-        let r = response_object(
-            &self.meta,
-            &self.echo,
-            "in_progress",
-            vec![],
-            Value::Null,
-            Value::Null,
-            Value::Null,
-        );
-        out.push(self.event("response.created", json!({ "response": r })));
-        out.push(self.event("response.in_progress", json!({ "response": r })));
+        for kind in ["response.created", "response.in_progress"] {
+            self.begin(out, kind);
+            self.response(
+                out,
+                "in_progress",
+                &Value::Null,
+                &Value::Null,
+                &Value::Null,
+                &[],
+            );
+            Self::end(out);
+        }
     }
 
     fn index(&self) -> usize {
@@ -103,30 +160,35 @@ impl ResponsesStream {
     }
 
     /// Ends the open item with its `.done` events.
-    fn close(&mut self, out: &mut Vec<SseFrame>) {
+    fn close(&mut self, out: &mut Vec<u8>) {
         let idx = self.index();
         match self.open.take() {
             None => {}
             Some(Open::Message { id, text }) => {
-                let part = json!({"type": "output_text", "text": text, "annotations": []});
-                out.push(self.event(
-                    "response.output_text.done",
-                    json!({"item_id": id, "output_index": idx, "content_index": 0, "text": text}),
-                ));
-                out.push(self.event(
-                    "response.content_part.done",
-                    json!({"item_id": id, "output_index": idx, "content_index": 0, "part": part}),
-                ));
-                let item = message_item(&id, &text, "completed");
-                out.push(self.event(
-                    "response.output_item.done",
-                    json!({"output_index": idx, "item": item}),
-                ));
-                self.output.push(item);
+                self.begin(out, "response.output_text.done");
+                Self::item_ref(out, &id, idx);
+                out.extend_from_slice(b",\"content_index\":0,\"text\":");
+                json_str(out, &text);
+                Self::end(out);
+                self.begin(out, "response.content_part.done");
+                Self::item_ref(out, &id, idx);
+                out.extend_from_slice(b",\"content_index\":0,\"part\":");
+                write_output_text(out, &text);
+                Self::end(out);
+                let mut item = Vec::with_capacity(text.len() + 128);
+                write_message_item(&mut item, &id, &text, "completed");
+                self.begin(out, "response.output_item.done");
+                out.extend_from_slice(b",\"output_index\":");
+                json_num(out, idx as u64);
+                out.extend_from_slice(b",\"item\":");
+                out.extend_from_slice(&item);
+                Self::end(out);
+                self.output
+                    .push(String::from_utf8(item).unwrap_or_default());
             }
             Some(Open::Call { id, call }) => {
-                out.push(self.event("response.function_call_arguments.done",
-                    json!({"item_id": id, "output_index": idx, "name": call.name, "arguments": call.arguments})));
+                self.event(out, "response.function_call_arguments.done",
+                    &json!({"item_id": id, "output_index": idx, "name": call.name, "arguments": call.arguments}));
                 let item = call_item(
                     &self.echo,
                     Some(&id),
@@ -134,29 +196,33 @@ impl ResponsesStream {
                     &call.name,
                     &call.arguments,
                 );
-                out.push(self.event(
+                self.event(
+                    out,
                     "response.output_item.done",
-                    json!({"output_index": idx, "item": item}),
-                ));
-                self.output.push(item);
+                    &json!({"output_index": idx, "item": item}),
+                );
+                self.output.push(item.to_string());
             }
             Some(Open::Custom(call)) => {
                 let id = new_id("ctc_");
                 let input = custom_input(&call.arguments);
                 let added = json!({"type": "custom_tool_call", "id": id, "call_id": call.call_id,
                                    "name": call.name, "input": "", "status": "in_progress"});
-                out.push(self.event(
+                self.event(
+                    out,
                     "response.output_item.added",
-                    json!({"output_index": idx, "item": added}),
-                ));
-                out.push(self.event(
+                    &json!({"output_index": idx, "item": added}),
+                );
+                self.event(
+                    out,
                     "response.custom_tool_call_input.delta",
-                    json!({"item_id": id, "output_index": idx, "delta": input}),
-                ));
-                out.push(self.event(
+                    &json!({"item_id": id, "output_index": idx, "delta": input}),
+                );
+                self.event(
+                    out,
                     "response.custom_tool_call_input.done",
-                    json!({"item_id": id, "output_index": idx, "input": input}),
-                ));
+                    &json!({"item_id": id, "output_index": idx, "input": input}),
+                );
                 let item = call_item(
                     &self.echo,
                     Some(&id),
@@ -164,27 +230,35 @@ impl ResponsesStream {
                     &call.name,
                     &call.arguments,
                 );
-                out.push(self.event(
+                self.event(
+                    out,
                     "response.output_item.done",
-                    json!({"output_index": idx, "item": item}),
-                ));
-                self.output.push(item);
+                    &json!({"output_index": idx, "item": item}),
+                );
+                self.output.push(item.to_string());
             }
         }
     }
 
-    fn text(&mut self, piece: &str, out: &mut Vec<SseFrame>) {
+    fn text(&mut self, piece: &str, out: &mut Vec<u8>) {
         if !matches!(self.open, Some(Open::Message { .. })) {
             self.close(out);
             let id = new_id("msg_");
             let idx = self.index();
-            let item = json!({"type": "message", "id": id, "status": "in_progress", "role": "assistant", "content": []});
-            out.push(self.event(
-                "response.output_item.added",
-                json!({"output_index": idx, "item": item}),
-            ));
-            out.push(self.event("response.content_part.added", json!({"item_id": id, "output_index": idx,
-                "content_index": 0, "part": {"type": "output_text", "text": "", "annotations": []}})));
+            self.begin(out, "response.output_item.added");
+            out.extend_from_slice(b",\"output_index\":");
+            json_num(out, idx as u64);
+            out.extend_from_slice(b",\"item\":{\"type\":\"message\",\"id\":");
+            json_str(out, &id);
+            out.extend_from_slice(
+                b",\"status\":\"in_progress\",\"role\":\"assistant\",\"content\":[]}",
+            );
+            Self::end(out);
+            self.begin(out, "response.content_part.added");
+            Self::item_ref(out, &id, idx);
+            out.extend_from_slice(b",\"content_index\":0,\"part\":");
+            write_output_text(out, "");
+            Self::end(out);
             self.open = Some(Open::Message {
                 id,
                 text: String::new(),
@@ -195,23 +269,20 @@ impl ResponsesStream {
             return;
         };
         text.push_str(piece);
-        let id = id.clone();
-        out.push(self.event(
-            "response.output_text.delta",
-            json!({"item_id": id, "output_index": idx, "content_index": 0, "delta": piece}),
-        ));
+        begin_event(out, "response.output_text.delta");
+        out.extend_from_slice(b"{\"type\":\"response.output_text.delta\",\"sequence_number\":");
+        json_num(out, self.seq);
+        self.seq += 1;
+        Self::item_ref(out, id, idx);
+        out.extend_from_slice(b",\"content_index\":0,\"delta\":");
+        json_str(out, piece);
+        Self::end(out);
     }
 
-    fn tool_delta(&mut self, tc: &Value, out: &mut Vec<SseFrame>) {
-        let upstream_index = tc.get("index").and_then(Value::as_u64).unwrap_or(0);
-        let name = tc
-            .pointer("/function/name")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        let args = tc
-            .pointer("/function/arguments")
-            .and_then(Value::as_str)
-            .unwrap_or("");
+    fn tool_delta(&mut self, tc: &ToolCallDelta<'_>, out: &mut Vec<u8>) {
+        let upstream_index = tc.index;
+        let name = tc.name.as_deref().unwrap_or("");
+        let args = tc.arguments.as_deref().unwrap_or("");
         let same = match &self.open {
             Some(Open::Call { call, .. } | Open::Custom(call)) => {
                 call.upstream_index == upstream_index
@@ -222,11 +293,7 @@ impl ResponsesStream {
             self.close(out);
             let call = Call {
                 upstream_index,
-                call_id: tc
-                    .get("id")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_string(),
+                call_id: tc.id.as_deref().unwrap_or("").to_string(),
                 name: name.to_string(),
                 arguments: String::new(),
             };
@@ -237,10 +304,11 @@ impl ResponsesStream {
                 let idx = self.index();
                 let item = json!({"type": "function_call", "id": id, "call_id": call.call_id, "name": call.name,
                                   "arguments": "", "status": "in_progress"});
-                out.push(self.event(
+                self.event(
+                    out,
                     "response.output_item.added",
-                    json!({"output_index": idx, "item": item}),
-                ));
+                    &json!({"output_index": idx, "item": item}),
+                );
                 self.open = Some(Open::Call { id, call });
             }
         } else if !name.is_empty() {
@@ -264,10 +332,11 @@ impl ResponsesStream {
             _ => None,
         };
         if let Some(id) = delta_for {
-            out.push(self.event(
-                "response.function_call_arguments.delta",
-                json!({"item_id": id, "output_index": idx, "delta": args}),
-            ));
+            self.begin(out, "response.function_call_arguments.delta");
+            Self::item_ref(out, &id, idx);
+            out.extend_from_slice(b",\"delta\":");
+            json_str(out, args);
+            Self::end(out);
         }
     }
 
@@ -275,53 +344,36 @@ impl ResponsesStream {
     /// any PII restore).
     pub fn on_chunk(&mut self, chunk: &Value) -> Vec<SseFrame> {
         let mut out = Vec::new();
+        self.on_chunk_into(&ChunkDelta::of_tree(chunk), &mut out);
+        frames_of(&out)
+    }
+
+    /// The events for one chat chunk, read as `delta` (its choice 0), into `out`.
+    pub fn on_chunk_into(&mut self, delta: &ChunkDelta<'_>, out: &mut Vec<u8>) {
         if self.ended {
-            return out;
+            return;
         }
-        self.start(&mut out);
-        let Some(choice) = chunk
-            .get("choices")
-            .and_then(Value::as_array)
-            .and_then(|cs| {
-                cs.iter()
-                    .find(|c| c.get("index").and_then(Value::as_u64).unwrap_or(0) == 0)
-            })
-        else {
-            return out;
-        };
-        if let Some(delta) = choice.get("delta") {
-            if let Some(piece) = delta
-                .get("content")
-                .and_then(Value::as_str)
-                .filter(|s| !s.is_empty())
-            {
-                self.completion_chars += piece.chars().count();
-                self.text(piece, &mut out);
-            }
-            for tc in delta
-                .get("tool_calls")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                if let Some(a) = tc.pointer("/function/arguments").and_then(Value::as_str) {
-                    self.completion_chars += a.chars().count();
-                }
-                self.tool_delta(tc, &mut out);
-            }
+        self.start(out);
+        if let Some(piece) = delta.content.as_deref().filter(|s| !s.is_empty()) {
+            self.completion_chars += piece.chars().count();
+            self.text(piece, out);
         }
-        if let Some(f) = choice.get("finish_reason").and_then(Value::as_str) {
+        for tc in &delta.tool_calls {
+            if let Some(a) = tc.arguments.as_deref() {
+                self.completion_chars += a.chars().count();
+            }
+            self.tool_delta(tc, out);
+        }
+        if let Some(f) = delta.finish_reason.as_deref() {
             self.finish_reason = Some(f.to_string());
         }
-        out
     }
 
     fn usage(&self, chat_usage: Option<&Value>) -> Value {
-        let estimate = Tokens {
-            prompt: self.echo.prompt_estimate,
-            completion: estimate_tokens(self.completion_chars),
-            ..Tokens::default()
-        };
+        let estimate = Tokens::estimate(
+            self.echo.prompt_estimate,
+            estimate_tokens(self.completion_chars),
+        );
         usage_of(chat_usage, estimate)
     }
 
@@ -329,33 +381,33 @@ impl ResponsesStream {
     /// (with `approvals` in its response when there are some).
     pub fn finish(&mut self, chat_usage: Option<&Value>, approvals: Vec<Value>) -> Vec<SseFrame> {
         let mut out = Vec::new();
+        self.finish_into(chat_usage, &approvals, &mut out);
+        frames_of(&out)
+    }
+
+    /// [`Self::finish`] into `out`.
+    pub fn finish_into(
+        &mut self,
+        chat_usage: Option<&Value>,
+        approvals: &[Value],
+        out: &mut Vec<u8>,
+    ) {
         if self.ended {
-            return out;
+            return;
         }
-        self.start(&mut out);
-        self.close(&mut out);
+        self.start(out);
+        self.close(out);
         let (status, incomplete) = status_of(self.finish_reason.as_deref());
         let usage = self.usage(chat_usage);
-        let mut r = response_object(
-            &self.meta,
-            &self.echo,
-            status,
-            self.output.clone(),
-            usage,
-            incomplete,
-            Value::Null,
-        );
-        if !approvals.is_empty() {
-            r["approvals"] = Value::Array(approvals);
-        }
         let kind = if status == "completed" {
             "response.completed"
         } else {
             "response.incomplete"
         };
-        out.push(self.event(kind, json!({ "response": r })));
+        self.begin(out, kind);
+        self.response(out, status, &usage, &incomplete, &Value::Null, approvals);
+        Self::end(out);
         self.ended = true;
-        out
     }
 
     /// The stream failed after it began: `response.failed` (items already
@@ -363,25 +415,36 @@ impl ResponsesStream {
     pub fn fail(&mut self, code: &str, message: &str) -> Vec<SseFrame> {
         let mut out = Vec::new();
         if self.ended {
-            return out;
+            return Vec::new();
         }
         self.start(&mut out);
         self.open = None;
         let usage = self.usage(None);
         let error = json!({"code": code, "message": message});
-        let r = response_object(
-            &self.meta,
-            &self.echo,
-            "failed",
-            self.output.clone(),
-            usage,
-            Value::Null,
-            error,
-        );
-        out.push(self.event("response.failed", json!({ "response": r })));
+        self.begin(&mut out, "response.failed");
+        self.response(&mut out, "failed", &usage, &Value::Null, &error, &[]);
+        Self::end(&mut out);
         self.ended = true;
-        out
+        frames_of(&out)
     }
+}
+
+/// An `output_text` content part.
+fn write_output_text(out: &mut Vec<u8>, text: &str) {
+    out.extend_from_slice(b"{\"type\":\"output_text\",\"text\":");
+    json_str(out, text);
+    out.extend_from_slice(b",\"annotations\":[]}");
+}
+
+/// A text item (as [`message_item`](crate::wire::responses::answer::message_item)).
+pub(crate) fn write_message_item(out: &mut Vec<u8>, id: &str, text: &str, status: &str) {
+    out.extend_from_slice(b"{\"type\":\"message\",\"id\":");
+    json_str(out, id);
+    out.extend_from_slice(b",\"status\":");
+    json_str(out, status);
+    out.extend_from_slice(b",\"role\":\"assistant\",\"content\":[");
+    write_output_text(out, text);
+    out.extend_from_slice(b"]}");
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ mod chat;
 mod events;
 mod holding;
 mod manifest;
+mod mcp;
 mod tools;
 
 use crate::common;

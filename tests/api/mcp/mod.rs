@@ -1,3 +1,4 @@
 //! The MCP gateway (issue 33): servers, grants and the call audit.
 
+mod admin;
 mod store;

@@ -3,6 +3,7 @@
 //! Anthropic's shape, streams, count_tokens, and the agent routes.
 
 mod agent;
+mod agent_passthrough;
 mod key;
 mod passthrough;
 

@@ -584,12 +584,14 @@ async fn usage_totals_count_every_request_by_model_and_user_with_errors() {
     let chat_row = wait_usage(&env, "model", "chat", 4).await;
     assert_eq!(
         chat_row,
-        json!({"key": "chat", "requests": 4, "prompt_tokens": 15, "completion_tokens": 6, "errors": 1})
+        json!({"key": "chat", "requests": 4, "prompt_tokens": 15, "completion_tokens": 6, "errors": 1,
+               "cost": "0.000000000", "currency": "USD", "unpriced_requests": 3})
     );
     let emb_row = wait_usage(&env, "model", "emb", 2).await;
     assert_eq!(
         emb_row,
-        json!({"key": "emb", "requests": 2, "prompt_tokens": 3, "completion_tokens": 0, "errors": 1})
+        json!({"key": "emb", "requests": 2, "prompt_tokens": 3, "completion_tokens": 0, "errors": 1,
+               "cost": "0.000000000", "currency": "USD", "unpriced_requests": 1})
     );
     let admin_row = wait_usage(&env, "user", common::ADMIN_EMAIL, 3).await;
     assert_eq!(admin_row["errors"], 0);

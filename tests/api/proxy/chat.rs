@@ -185,7 +185,8 @@ async fn stream_carries_usage_when_the_client_asks_for_it() {
     assert_eq!(usage_chunk["choices"], json!([]));
     assert_eq!(
         usage_chunk["usage"],
-        json!({"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10})
+        // Unpriced: the cost status without a cost (docs/spend.md).
+        json!({"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10, "cost_status": "unpriced"})
     );
     assert_eq!(usage_chunk["model"], "chat-u");
     assert_eq!(assembled_content(&chunks[..n - 2]), "one two three");
@@ -714,7 +715,8 @@ async fn chat_usage_is_recorded_with_the_upstreams_tokens() {
     let row = wait_usage(&env, "model", "chat-r", 2).await;
     assert_eq!(
         row,
-        json!({"key": "chat-r", "requests": 2, "prompt_tokens": 22, "completion_tokens": 10, "errors": 0})
+        json!({"key": "chat-r", "requests": 2, "prompt_tokens": 22, "completion_tokens": 10, "errors": 0,
+               "cost": "0.000000000", "currency": "USD", "unpriced_requests": 2})
     );
 }
 
