@@ -336,6 +336,11 @@ tiers = [{ above_prompt_tokens = 1000, input = "2", output = "4" }]
         );
     }
 
+    /// GOOD with `line` added to its agent's table.
+    fn with_agent_line(line: &str) -> String {
+        GOOD.replace("model = \"m\"\n", &format!("model = \"m\"\n{line}"))
+    }
+
     const MCP: &str = r#"
 [[mcp_servers]]
 name = "alpha"
@@ -348,9 +353,8 @@ tool_classes = { write_note = "write" }
 
     #[test]
     fn mcp_servers_are_counted_and_agents_may_grant_them() {
-        let text = format!(
-            "{GOOD}mcp = {{ servers = [\"alpha\"], tools = {{ alpha = [\"get_*\"] }} }}\n{MCP}"
-        );
+        let grant = "mcp = { servers = [\"alpha\"], tools = { alpha = [\"get_*\"] } }\n";
+        let text = format!("{}{MCP}", with_agent_line(grant));
         assert_eq!(check_text(&text).expect("valid").mcp_servers, 1);
     }
 
@@ -377,7 +381,10 @@ tool_classes = { write_note = "write" }
 
     #[test]
     fn an_agent_granting_an_unknown_mcp_server_is_a_problem() {
-        let text = format!("{GOOD}mcp = {{ servers = [\"nowhere\"] }}\n{MCP}");
+        let text = format!(
+            "{}{MCP}",
+            with_agent_line("mcp = { servers = [\"nowhere\"] }\n")
+        );
         let problems = check_text(&text).unwrap_err();
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert!(problems[0].starts_with("agent a: ") && problems[0].contains("nowhere"));
