@@ -399,6 +399,70 @@ def test_messages_routes_validate(check, gateway):
 # Routes not exercised above: the SSO admin routes need a reachable OpenID
 # Connect provider (tests/api/sso/flow.rs drives them), the callback a real
 # authorization round trip.
+def test_mcp_routes_validate(check, gateway):
+    """The MCP gateway's routes against a real MCP server (tests/mcp/servers.py,
+    the `mcp` Python SDK), and the MCP admin routes."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    admin = gateway.admin
+    server = subprocess.Popen(
+        [sys.executable, str(Path(__file__).resolve().parents[1] / "mcp" / "servers.py"), "alpha"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        m = re.match(r"PORT (\d+)", server.stdout.readline())
+        assert m, "the MCP server did not start"
+        up = f"http://127.0.0.1:{m.group(1)}/mcp"
+        name = {"name": "oapi"}
+        check.call("POST", "/api/admin/mcp-servers", token=admin, expect=201,
+                   body={"name": "oapi", "url": up, "headers": {"Authorization": "Bearer up"}})
+        check.call("GET", "/api/admin/mcp-servers", token=admin, expect=200)
+        check.call("PATCH", "/api/admin/mcp-servers/{name}", params=name, token=admin, expect=200,
+                   body={"timeout_s": 30})
+        _, one = check.call("GET", "/api/admin/mcp-servers/{name}", params=name, token=admin, expect=200)
+        assert one["timeout_s"] == 30 and one["header_names"] == ["Authorization"], one
+        _, tools = check.call("GET", "/api/admin/mcp-servers/{name}/tools", params=name, token=admin, expect=200)
+        assert "add" in [t["name"] for t in tools], tools
+
+        # The caller: the admin's own key, granted the server on the key and the user.
+        _, me = check.call("GET", "/api/users/me", token=admin, expect=200)
+        status, body = http("PATCH", f"{gateway.url}/api/admin/users/{me['id']}", {"mcp": {"servers": ["*"]}}, admin)
+        assert status == 200, body
+        status, created = http("POST", f"{gateway.url}/api/api-keys",
+                                  {"name": "openapi-mcp", "mcp": {"servers": ["oapi"]}}, admin)
+        assert status == 201, created
+        key = created["key"]
+        accept = {"Accept": "application/json, text/event-stream"}
+        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                           "clientInfo": {"name": "openapi", "version": "1"}}}
+        for template, params in (("/mcp", None), ("/mcp/{server}", {"server": "oapi"})):
+            # The session id is in a header the checker does not return: ask for it here.
+            req = urllib.request.Request(
+                gateway.url + template.replace("{server}", "oapi"), data=json.dumps(init).encode(),
+                headers={**accept, "Content-Type": "application/json", "Authorization": f"Bearer {key}"},
+                method="POST")
+            with urllib.request.urlopen(req, timeout=30) as r:
+                assert r.status == 200
+                session = {**accept, "Mcp-Session-Id": r.headers["Mcp-Session-Id"]}
+            tool = "oapi__add" if params is None else "add"
+            _, called = check.call("POST", template, params=params, token=key, expect=200, headers=session,
+                                   body={"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                                         "params": {"name": tool, "arguments": {"a": 2, "b": 3}}})
+            assert called["result"]["isError"] is False and "5" in called["result"]["content"][0]["text"], called
+            check.call("GET", template, params=params, token=key, expect=405)
+            check.call("DELETE", template, params=params, token=key, expect=204, headers=session)
+        _, calls = check.call("GET", "/api/admin/mcp/calls", token=admin, expect=200, query={"server": "oapi"})
+        assert [c["exposed_name"] for c in calls["calls"]] == ["add", "oapi__add"], calls
+        check.call("DELETE", "/api/admin/mcp-servers/{name}", params=name, token=admin, expect=204)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
 NOT_EXERCISED = {
     ("post", "/api/admin/sso"),
     ("get", "/api/admin/sso/{name}"),

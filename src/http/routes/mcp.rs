@@ -39,7 +39,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
 /// The gateway of every server the caller may use (tools named `{server}__{tool}`).
 #[utoipa::path(post, path = "/mcp", tag = "mcp",
     request_body(content = Object, content_type = "application/json", description = "One JSON-RPC 2.0 message (MCP). `Accept` must list `application/json` and `text/event-stream`; `Mcp-Session-Id` on all but `initialize`."),
-    responses((status = 200, description = "One JSON-RPC message (`application/json`); `initialize` also sets `Mcp-Session-Id`"),
+    responses((status = 200, description = "One JSON-RPC message (`application/json`); `initialize` also sets `Mcp-Session-Id`", body = Object),
               (status = 202, description = "A notification or response was accepted"),
               (status = 400, description = "parse_error, invalid_request, unsupported_protocol_version, invalid_header, session_required"),
               (status = 401, description = "invalid_api_key, token_expired, sign_in_ended"),
@@ -55,7 +55,7 @@ async fn post_all(State(app): State<AppState>, req: Request) -> Response {
 /// One server's gateway (tool names as the upstream gives them, sanitised).
 #[utoipa::path(post, path = "/mcp/{server}", tag = "mcp", params(("server" = String, Path)),
     request_body(content = Object, content_type = "application/json", description = "One JSON-RPC 2.0 message (MCP)."),
-    responses((status = 200, description = "One JSON-RPC message (`application/json`)"),
+    responses((status = 200, description = "One JSON-RPC message (`application/json`)", body = Object),
               (status = 202, description = "A notification or response was accepted"),
               (status = 400, description = "As on POST /mcp"),
               (status = 401, description = "invalid_api_key, token_expired, sign_in_ended"),
@@ -89,14 +89,14 @@ async fn delete_server(
 }
 
 /// No server-sent stream in phase 1: 405 with `Allow: POST, DELETE`.
-#[utoipa::path(get, path = "/mcp", tag = "mcp", responses((status = 405, description = "Allow: POST, DELETE")))]
+#[utoipa::path(get, path = "/mcp", tag = "mcp", responses((status = 405, description = "Allow: POST, DELETE; a JSON-RPC error", body = Object)))]
 async fn get_all() -> Response {
     not_allowed()
 }
 
 /// No server-sent stream in phase 1: 405 with `Allow: POST, DELETE`.
 #[utoipa::path(get, path = "/mcp/{server}", tag = "mcp", params(("server" = String, Path)),
-    responses((status = 405, description = "Allow: POST, DELETE")))]
+    responses((status = 405, description = "Allow: POST, DELETE; a JSON-RPC error", body = Object)))]
 async fn get_server() -> Response {
     not_allowed()
 }
@@ -104,7 +104,7 @@ async fn get_server() -> Response {
 /// The upstream's tools now, with their exposed names, classes and whether
 /// the server's allow-list lets them through.
 #[utoipa::path(get, path = "/api/admin/mcp-servers/{name}/tools", tag = "admin", params(("name" = String, Path)),
-    responses((status = 200, description = "`[{name, exposed_name, description, annotations, class, class_source, allowed}]`"),
+    responses((status = 200, description = "`[{name, exposed_name, description, annotations, class, class_source, allowed}]`", body = Vec<Object>),
               (status = 404, description = "mcp_server_not_found"),
               (status = 502, description = "mcp_upstream_unavailable"),
               (status = 504, description = "mcp_upstream_timeout")))]
