@@ -11,9 +11,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::agents::tools::{ToolClass, ToolStatus};
+use crate::agents::tools::{SeenTool, ToolClass, ToolStatus};
 use crate::agents::Agent;
-use crate::mcp::agent::SeenTool;
 use crate::runtime::{Invalidation, TtlCache};
 use crate::store::Store;
 
@@ -117,6 +116,13 @@ impl AgentCaches {
     }
 
     /// Drops what `inv` makes stale.
+    /// Applies an agent-side invalidation here and tells the other servers
+    /// (as `Auth::invalidate` does for credentials).
+    pub async fn invalidate(&self, inv: Invalidation) {
+        self.forget(&inv);
+        crate::store::notify::publish(&self.store, &inv).await;
+    }
+
     pub fn forget(&self, inv: &Invalidation) {
         match inv {
             Invalidation::Agent(address) => self.agents.remove(address),

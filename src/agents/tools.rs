@@ -68,6 +68,15 @@ impl ToolStatus {
 /// process) rather than SipHash, for short names in small sets.
 type Names<'a> = HashSet<&'a str, foldhash::fast::RandomState>;
 
+/// What the store knows of an MCP tool seen for an agent: its status and
+/// `mcp::agent::tool_hash` when it was last seen (and so when an admin
+/// decided).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SeenTool {
+    pub status: ToolStatus,
+    pub hash: String,
+}
+
 /// Everything the decision needs, as plain data.
 pub struct ToolPolicy<'a> {
     pub mode: ToolMode,

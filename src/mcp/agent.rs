@@ -15,13 +15,15 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 
 use crate::agents::approvals::{ApprovalState, DENIED_TEXT};
+use crate::agents::caches::AgentCaches;
+pub use crate::agents::tools::SeenTool;
 use crate::agents::tools::{ToolClass, ToolStatus};
 use crate::agents::{Agent, ToolMode};
-use crate::app::App;
 use crate::error::Error;
 use crate::mcp::tools::arguments_sha256;
 use crate::runtime::Invalidation;
 use crate::store::agent_data::{new_approval_id, ApprovalRow, SeenMcpTool};
+use crate::store::Store;
 
 /// The request header that sets the tool mode of an agent's MCP request.
 pub const TOOL_MODE_HEADER: &str = "x-service-tool-mode";
@@ -63,14 +65,6 @@ pub fn tool_hash(
         "inputSchema": input_schema,
     });
     arguments_sha256(&v)
-}
-
-/// What the store knows of an MCP tool seen for the agent.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SeenTool {
-    pub status: ToolStatus,
-    /// [`tool_hash`] when it was last seen (and so when an admin decided).
-    pub hash: String,
 }
 
 /// One MCP tool as the gateway resolved it for this request.
@@ -340,15 +334,32 @@ pub enum CallStep {
 
 /// The agent's rules loaded for one request.
 pub struct AgentSide<'a> {
-    app: &'a App,
+    agents: &'a AgentCaches,
+    store: &'a Store,
+    /// `GATEHOUSE_APPROVAL_TTL`, seconds.
+    approval_ttl: i64,
     caller: &'a AgentCaller,
     seen: Arc<HashMap<String, SeenTool>>,
 }
 
 impl<'a> AgentSide<'a> {
-    pub async fn load(app: &'a App, caller: &'a AgentCaller) -> Result<AgentSide<'a>, Error> {
-        let seen = app.agents.mcp_tools(caller.agent.address.as_str()).await?;
-        Ok(AgentSide { app, caller, seen })
+    /// The agent's seen MCP tools, from the agents' caches; `store` for
+    /// approvals and newly seen tools. Takes the parts, not the whole `App`,
+    /// so this module stays below it.
+    pub async fn load(
+        agents: &'a AgentCaches,
+        store: &'a Store,
+        approval_ttl: i64,
+        caller: &'a AgentCaller,
+    ) -> Result<AgentSide<'a>, Error> {
+        let seen = agents.mcp_tools(caller.agent.address.as_str()).await?;
+        Ok(AgentSide {
+            agents,
+            store,
+            approval_ttl,
+            caller,
+            seen,
+        })
     }
 
     fn rules(&self) -> AgentRules<'_> {
@@ -383,11 +394,11 @@ impl<'a> AgentSide<'a> {
             return Ok(());
         }
         let address = self.caller.agent.address.as_str();
-        self.app.store.record_mcp_tools(address, &changed).await?;
-        self.app
+        self.store.record_mcp_tools(address, &changed).await?;
+        self.agents
             .invalidate(Invalidation::Tools(address.to_string()))
             .await;
-        self.seen = self.app.agents.mcp_tools(address).await?;
+        self.seen = self.agents.mcp_tools(address).await?;
         Ok(())
     }
 
@@ -435,7 +446,7 @@ impl<'a> AgentSide<'a> {
     }
 
     async fn approval(&self, tool: &ResolvedTool<'_>, arguments: &str) -> Result<CallStep, Error> {
-        let store = &self.app.store;
+        let store = self.store;
         let agent = self.caller.agent.address.as_str();
         let latest = store
             .latest_mcp_approval(agent, &self.caller.user_id, tool.exposed, arguments)
@@ -484,14 +495,13 @@ impl<'a> AgentSide<'a> {
             reason: None,
             conversation_id: None,
             created_at: now,
-            expires_at: now + self.app.settings.approval_ttl * 1000,
+            expires_at: now + self.approval_ttl * 1000,
             decided_at: None,
             source: "mcp".into(),
             server: Some(tool.server.to_string()),
             used_at: None,
         };
-        self.app
-            .store
+        self.store
             .create_approvals(std::slice::from_ref(&row))
             .await?;
         Ok(CallStep::Answer(

@@ -441,7 +441,7 @@ async fn post_inner(
     };
     let mut agent_side = match &agent_caller {
         Some(ac) if matches!(msg.method(), Some("tools/list" | "tools/call")) => Some(
-            AgentSide::load(app, ac)
+            AgentSide::load(&app.agents, &app.store, app.settings.approval_ttl, ac)
                 .await
                 .map_err(|e| refuse(e.status(), -32603, &e.code, e.message).with_id(&id))?,
         ),

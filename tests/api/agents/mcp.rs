@@ -69,7 +69,14 @@ impl Scene {
     /// `tools/list` through the agent side: (listed names, held names).
     async fn mcp_list(&self, mode: ToolMode, tools: &[Tool]) -> (Vec<String>, Vec<String>) {
         let caller = self.caller(mode).await;
-        let mut side = AgentSide::load(self.state(), &caller).await.expect("load");
+        let mut side = AgentSide::load(
+            &self.state().agents,
+            &self.state().store,
+            self.state().settings.approval_ttl,
+            &caller,
+        )
+        .await
+        .expect("load");
         let resolved: Vec<ResolvedTool> = tools.iter().map(Tool::resolved).collect();
         let l = side.list(&resolved).await.expect("list");
         let names = |ix: &[usize]| -> Vec<String> {
@@ -80,7 +87,14 @@ impl Scene {
 
     async fn mcp_call(&self, mode: ToolMode, tool: &Tool, args: &Value) -> CallStep {
         let caller = self.caller(mode).await;
-        let mut side = AgentSide::load(self.state(), &caller).await.expect("load");
+        let mut side = AgentSide::load(
+            &self.state().agents,
+            &self.state().store,
+            self.state().settings.approval_ttl,
+            &caller,
+        )
+        .await
+        .expect("load");
         side.call(&tool.resolved(), &canonical_json(args))
             .await
             .expect("call")
@@ -370,7 +384,14 @@ async fn approvals_are_per_user() {
     let (bob_id, _) = env.app.user("bob@example.com").await;
     let mut bob = env.caller(ToolMode::Ask).await;
     bob.user_id = bob_id;
-    let mut side = AgentSide::load(env.state(), &bob).await.unwrap();
+    let mut side = AgentSide::load(
+        &env.state().agents,
+        &env.state().store,
+        env.state().settings.approval_ttl,
+        &bob,
+    )
+    .await
+    .unwrap();
     let step = side
         .call(&t[1].resolved(), &canonical_json(&args))
         .await
