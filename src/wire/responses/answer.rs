@@ -8,7 +8,6 @@ use crate::usage::{estimate_tokens, Tokens};
 use crate::wire::chat::chunk::AnswerText;
 use crate::wire::chat::completion_chars;
 use crate::wire::responses::new_id;
-use crate::wire::responses::stream::write_message_item;
 use crate::wire::sse::{json_num, json_str};
 
 /// What the answer echoes of the request, and what the bridge needs to
@@ -313,6 +312,24 @@ pub fn from_chat_text(
         &[],
     );
     Some((bytes::Bytes::from(out), a.tokens(prompt_estimate)))
+}
+
+/// An `output_text` content part.
+pub(crate) fn write_output_text(out: &mut Vec<u8>, text: &str) {
+    out.extend_from_slice(b"{\"type\":\"output_text\",\"text\":");
+    json_str(out, text);
+    out.extend_from_slice(b",\"annotations\":[]}");
+}
+
+/// A text item (as [`message_item`]).
+pub(crate) fn write_message_item(out: &mut Vec<u8>, id: &str, text: &str, status: &str) {
+    out.extend_from_slice(b"{\"type\":\"message\",\"id\":");
+    json_str(out, id);
+    out.extend_from_slice(b",\"status\":");
+    json_str(out, status);
+    out.extend_from_slice(b",\"role\":\"assistant\",\"content\":[");
+    write_output_text(out, text);
+    out.extend_from_slice(b"]}");
 }
 
 #[cfg(test)]

@@ -10,7 +10,8 @@ use serde_json::{json, Value};
 use crate::usage::{estimate_tokens, Tokens};
 use crate::wire::chat::chunk::{ChunkDelta, ToolCallDelta};
 use crate::wire::responses::answer::{
-    call_item, custom_input, status_of, usage_of, write_response, Echo, ResponseMeta,
+    call_item, custom_input, status_of, usage_of, write_message_item, write_output_text,
+    write_response, Echo, ResponseMeta,
 };
 use crate::wire::responses::new_id;
 use crate::wire::sse::{begin_event, end_event, frames_of, json_num, json_str, SseFrame};
@@ -427,24 +428,6 @@ impl ResponsesStream {
         self.ended = true;
         frames_of(&out)
     }
-}
-
-/// An `output_text` content part.
-fn write_output_text(out: &mut Vec<u8>, text: &str) {
-    out.extend_from_slice(b"{\"type\":\"output_text\",\"text\":");
-    json_str(out, text);
-    out.extend_from_slice(b",\"annotations\":[]}");
-}
-
-/// A text item (as [`message_item`](crate::wire::responses::answer::message_item)).
-pub(crate) fn write_message_item(out: &mut Vec<u8>, id: &str, text: &str, status: &str) {
-    out.extend_from_slice(b"{\"type\":\"message\",\"id\":");
-    json_str(out, id);
-    out.extend_from_slice(b",\"status\":");
-    json_str(out, status);
-    out.extend_from_slice(b",\"role\":\"assistant\",\"content\":[");
-    write_output_text(out, text);
-    out.extend_from_slice(b"]}");
 }
 
 #[cfg(test)]
