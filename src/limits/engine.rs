@@ -577,7 +577,7 @@ impl Limiter {
                 .collect();
             if !cold.is_empty() {
                 // Once per caller and server: a restart must not forget the day.
-                if let Err(e) = self.sync_keys(&cold).await {
+                if let Err(e) = self.sync_keys(&cold, false).await {
                     self.database_failed("reading counts", &e);
                 }
             }
@@ -605,8 +605,16 @@ impl Limiter {
                 for (i, ((subject, _), g)) in list.iter().zip(guards.iter_mut()).enumerate() {
                     g.prune(now);
                     let limits = &subject.limits;
+                    // A reservation larger than the share: the database
+                    // decides, on every server's figures at once (the local
+                    // view may count a settled request twice, or not yet).
+                    let db_decides = cluster
+                        && limits.has_budget()
+                        && reservation > 0
+                        && reservation > budget_share(limits, servers);
                     let budget_denial = match in_db[i] {
                         Some(true) => None,
+                        None if db_decides => None,
                         Some(false) => {
                             // The database said no: refuse on its figures.
                             rules::check_budget(limits, g.spend(now), reservation, now)
@@ -646,13 +654,15 @@ impl Limiter {
                         }
                         continue;
                     }
-                    if cluster && limits.has_budget() && reservation > 0 && in_db[i].is_none() {
-                        let q = budget_share(limits, servers);
-                        if reservation > q {
-                            need_budget_db.push(i);
-                        } else if g.reserve_unsynced() + reservation > q {
-                            need_sync.push(subject.key.clone());
-                        }
+                    if db_decides && in_db[i].is_none() {
+                        need_budget_db.push(i);
+                    } else if cluster
+                        && limits.has_budget()
+                        && reservation > 0
+                        && in_db[i].is_none()
+                        && g.reserve_unsynced() + reservation > budget_share(limits, servers)
+                    {
+                        need_sync.push(subject.key.clone());
                     }
                     let Some(l) = limits.requests_per_minute.filter(|_| !reserved[i]) else {
                         continue;
@@ -744,7 +754,7 @@ impl Limiter {
                 if !past_share(subject, &slot.lock(), reservation, servers) {
                     continue;
                 }
-                if let Err(e) = self.sync_keys(std::slice::from_ref(&key)).await {
+                if let Err(e) = self.sync_keys(std::slice::from_ref(&key), true).await {
                     self.database_failed("settling counts", &e);
                 }
             }
@@ -848,6 +858,10 @@ impl Limiter {
             return Ok(true);
         };
         let _turn = slot.db_turn.lock().await;
+        // Settled spend goes in first: the reservations written below no
+        // longer hold what it released.
+        let one = [(key.to_string(), Arc::clone(slot))];
+        self.write_pending(store, &one, true, HOT_PATH_DB).await?;
         let now = crate::store::now_ms();
         let (writes, unwritten_day, unwritten_month, mine) = {
             let s = slot.lock();
@@ -858,6 +872,11 @@ impl Limiter {
                 s.reserved,
             )
         };
+        // What the others see of this server: its reservations, this one,
+        // and what it settled since its last write (a request that ended
+        // meanwhile released its reservation, and its cost is not written
+        // yet).
+        let mine_after = mine + reservation + unwritten_day.max(unwritten_month);
         let limits = *limits;
         let decide = move |day: i64, month: i64, elsewhere: i64| {
             let spend = Spend {
@@ -878,7 +897,7 @@ impl Limiter {
                         windows: (minute_start(now), day_of(now), month_of(now)),
                         alive_since: now - ALIVE_MS,
                         now,
-                        mine_after: mine + reservation,
+                        mine_after,
                     },
                     decide,
                 ),
@@ -892,7 +911,7 @@ impl Limiter {
         s.reserved_elsewhere = elsewhere;
         if fits {
             s.reserved += reservation;
-            s.reserved_written = mine + reservation;
+            s.reserved_written = mine_after;
         }
         Ok(fits)
     }
@@ -900,36 +919,27 @@ impl Limiter {
     /// Writes the pending counts of `keys` and reads back every server's
     /// (with several servers, also this server's open reservations and the
     /// others').
-    async fn sync_keys(&self, keys: &[String]) -> Result<(), String> {
+    ///
+    /// `turns_held`: the caller holds every key's turn, so this server's
+    /// open reservations may be written too (else a reservation made in
+    /// the database meanwhile could be overwritten by an older figure).
+    async fn sync_keys(&self, keys: &[String], turns_held: bool) -> Result<(), String> {
         let Some(store) = &self.0.store else {
             return Ok(());
         };
         let slots: Vec<(String, Slot)> = keys.iter().map(|k| (k.clone(), self.slot(k))).collect();
         let now = crate::store::now_ms();
-        let marks: Vec<(i64, i64, i64)> = slots
+        let marks: Vec<(i64, i64)> = slots
             .iter()
             .map(|(_, s)| {
                 let s = s.lock();
-                (s.admitted, s.reserve_admitted, s.reserved)
+                (s.admitted, s.reserve_admitted)
             })
             .collect();
-        self.write_pending(store, &slots, HOT_PATH_DB).await?;
         let cluster = self.servers() > 1;
+        self.write_pending(store, &slots, cluster && turns_held, HOT_PATH_DB)
+            .await?;
         let reserved_keys: Vec<String> = keys.iter().map(|k| reserved_key(k)).collect();
-        if cluster {
-            let rows: Vec<(String, i64)> = reserved_keys
-                .iter()
-                .zip(&marks)
-                .map(|(k, m)| (k.clone(), m.2))
-                .collect();
-            db_op(
-                tokio::time::timeout(
-                    HOT_PATH_DB,
-                    store.limit_put_in_flight(&self.0.server_id, &rows, now),
-                )
-                .await,
-            )?;
-        }
         let writes: Vec<u64> = slots.iter().map(|(_, s)| s.lock().writes).collect();
         let rows = db_op(
             tokio::time::timeout(
@@ -961,7 +971,6 @@ impl Limiter {
             s.apply_read(&mine, w, now);
             s.synced_up_to(mark.0);
             if cluster {
-                s.reserved_written = mark.2;
                 s.reserved_elsewhere = elsewhere
                     .iter()
                     .find(|(k, _)| k == rkey)
@@ -973,16 +982,26 @@ impl Limiter {
     }
 
     /// Writes the pending counts of `slots` in one transaction.
+    /// With `reservations`, also writes each of those slots' open
+    /// reservations (read under the same lock as its pending spend, in the
+    /// same transaction): the others never see a settled request's cost
+    /// and its reservation at once, nor neither. The caller holds those
+    /// slots' turns.
     async fn write_pending(
         &self,
         store: &Store,
         slots: &[(String, Slot)],
+        reservations: bool,
         limit: Duration,
     ) -> Result<(), String> {
         let mut items: Vec<(usize, &'static str, i64, i64)> = Vec::new();
+        let mut reserved_rows: Vec<(String, i64)> = Vec::new();
         // Spend for a month is written under the month's index ('sm').
-        for (i, (_, slot)) in slots.iter().enumerate() {
+        for (i, (key, slot)) in slots.iter().enumerate() {
             let mut s = slot.lock();
+            if reservations {
+                reserved_rows.push((reserved_key(key), s.reserved));
+            }
             for (metric, taken) in [
                 ("r", s.requests.take_pending()),
                 ("t", s.tokens.take_pending()),
@@ -993,15 +1012,27 @@ impl Limiter {
                 items.extend(taken.into_iter().map(|(win, n)| (i, metric, win, n)));
             }
         }
-        if items.is_empty() {
+        if items.is_empty() && reserved_rows.is_empty() {
             return Ok(());
         }
         let rows: Vec<(&str, &str, i64, i64)> = items
             .iter()
             .map(|(i, m, w, n)| (slots[*i].0.as_str(), *m, *w, *n))
             .collect();
-        let result = db_op(tokio::time::timeout(limit, store.limit_add_many(&rows)).await);
+        let now = crate::store::now_ms();
+        let result = db_op(
+            tokio::time::timeout(
+                limit,
+                store.limit_add_many(&rows, &self.0.server_id, &reserved_rows, now),
+            )
+            .await,
+        );
         let totals = result.as_ref().ok();
+        if totals.is_some() {
+            for ((_, slot), (_, n)) in slots.iter().zip(&reserved_rows) {
+                slot.lock().reserved_written = *n;
+            }
+        }
         for (j, (i, metric, win, n)) in items.iter().enumerate() {
             let mut s = slots[*i].1.lock();
             let series = match *metric {
@@ -1045,6 +1076,7 @@ impl Limiter {
         // a sync never claims admissions it did not write.
         let mut active: Vec<(String, Slot, u64, i64, i64)> = Vec::new();
         let mut in_flight_rows = Vec::new();
+        let mut reserve_rows: Vec<(String, Slot)> = Vec::new();
         let refresh_in_flight = round.is_multiple_of(HEARTBEAT_MS as u64 / SYNC_MS);
         let mut idle = Vec::new();
         for e in self.0.states.iter() {
@@ -1070,7 +1102,7 @@ impl Limiter {
             // Open reservations beside: kept fresh while any are open, so a
             // killed server's are dropped after ALIVE_MS.
             if s.reserved != s.reserved_written || (s.reserved > 0 && refresh_in_flight) {
-                in_flight_rows.push((reserved_key(e.key()), s.reserved));
+                reserve_rows.push((e.key().clone(), Arc::clone(e.value())));
             }
         }
         for key in idle {
@@ -1086,7 +1118,32 @@ impl Limiter {
                 (k, slot)
             })
             .collect();
-        self.write_pending(&store, &dirty, BACKGROUND_DB).await?;
+        if cluster {
+            // Counts and reservations are written together, each caller
+            // with its turn held: a reservation made in the database is
+            // never overwritten by an older figure, and nothing is in
+            // transit while one is decided (a busy caller waits a round).
+            let mut both: Vec<(String, Slot)> = dirty;
+            for (k, slot) in reserve_rows {
+                if !both.iter().any(|(d, _)| *d == k) {
+                    both.push((k, slot));
+                }
+            }
+            let turns: Vec<_> = both
+                .iter()
+                .filter_map(|(k, slot)| {
+                    let turn = slot.db_turn.try_lock().ok()?;
+                    Some(((k.clone(), Arc::clone(slot)), turn))
+                })
+                .collect();
+            let (mine, held): (Vec<_>, Vec<_>) = turns.into_iter().unzip();
+            self.write_pending(&store, &mine, true, BACKGROUND_DB)
+                .await?;
+            drop(held);
+        } else {
+            self.write_pending(&store, &dirty, false, BACKGROUND_DB)
+                .await?;
+        }
         let active_keys: Vec<String> = active.iter().map(|a| a.0.clone()).collect();
         if cluster && !active.is_empty() {
             let rows = store
@@ -1115,16 +1172,13 @@ impl Limiter {
                     .await
                     .map_err(|e| e.to_string())?;
                 for (key, n) in &in_flight_rows {
-                    match key.strip_prefix('$') {
-                        Some(k) => self.slot(k).lock().reserved_written = *n,
-                        None => self.slot(key).lock().in_flight_written = *n,
-                    }
+                    self.slot(key).lock().in_flight_written = *n;
                 }
-                // The others now see what this server reserved.
-                for (_, slot, _, _, reserve_mark) in &active {
-                    let mut s = slot.lock();
-                    s.reserve_synced_mark = s.reserve_synced_mark.max(*reserve_mark);
-                }
+            }
+            // The others now see what this server reserved.
+            for (_, slot, _, _, reserve_mark) in &active {
+                let mut s = slot.lock();
+                s.reserve_synced_mark = s.reserve_synced_mark.max(*reserve_mark);
             }
             if !active.is_empty() {
                 let mut keys = active_keys.clone();
@@ -1207,7 +1261,7 @@ impl Limiter {
             .iter()
             .map(|e| (e.key().clone(), Arc::clone(e.value())))
             .collect();
-        if let Err(e) = self.write_pending(&store, &all, BACKGROUND_DB).await {
+        if let Err(e) = self.write_pending(&store, &all, true, BACKGROUND_DB).await {
             tracing::warn!(error = %e, "limits: counts not written at stop");
         }
         if let Err(e) = store.limit_server_gone(&self.0.server_id).await {
@@ -1226,7 +1280,7 @@ impl Limiter {
     pub async fn used(&self, key: &str) -> Used {
         let now = crate::store::now_ms();
         if self.0.store.is_some() && !self.degraded(now) {
-            if let Err(e) = self.sync_keys(&[key.to_string()]).await {
+            if let Err(e) = self.sync_keys(&[key.to_string()], false).await {
                 self.database_failed("reading counts", &e);
             }
         }

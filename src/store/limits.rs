@@ -201,9 +201,15 @@ impl Store {
     /// flush on SQLite); `items` are (subject, metric, win, delta), written
     /// in sorted order so two servers never lock rows in opposite orders.
     /// Returns each counter's new total, in the order given.
+    ///
+    /// `in_flight` rows (subject, n) of `server_id` are written in the same
+    /// transaction (a caller's open reservations beside its spend).
     pub async fn limit_add_many(
         &self,
         items: &[(&str, &str, i64, i64)],
+        server_id: &str,
+        in_flight: &[(String, i64)],
+        now: i64,
     ) -> Result<Vec<i64>, sqlx::Error> {
         let mut order: Vec<usize> = (0..items.len()).collect();
         order.sort_by(|a, b| {
@@ -224,6 +230,18 @@ impl Store {
             .bind(win)
             .bind(delta)
             .fetch_one(&mut *tx)
+            .await?;
+        }
+        for (subject, n) in in_flight {
+            sqlx::query(
+                "INSERT INTO limit_in_flight (subject, server_id, n, updated_at) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (subject, server_id) DO UPDATE SET n = excluded.n, updated_at = excluded.updated_at",
+            )
+            .bind(subject)
+            .bind(server_id)
+            .bind(*n)
+            .bind(now)
+            .execute(&mut *tx)
             .await?;
         }
         tx.commit().await?;

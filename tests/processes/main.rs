@@ -8,6 +8,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod budgets;
 mod cli;
 mod connections;
 mod container_files;

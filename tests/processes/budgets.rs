@@ -1,0 +1,267 @@
+//! Budgets in money held by several `gatehouse serve` processes on one
+//! PostgreSQL database (contract, "Budgets": several servers): the share
+//! rule keeps admissions within 10 % of a budget, and a killed server's open
+//! reservations are dropped. Not applicable on SQLite. One server:
+//! `tests/api/spend/budgets.rs`.
+
+use std::time::Duration;
+
+use crate::common::procs::{eventually, get_json, login, post, spawn_server, Proc};
+use crate::common::*;
+use gatehouse_stub_upstream::{Script, Stub};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+fn pg_url() -> Option<String> {
+    std::env::var("GATEHOUSE_TEST_DATABASE_URL")
+        .ok()
+        .filter(|u| u.starts_with("postgres"))
+}
+
+/// "hi" is 1 prompt token, `max_tokens` 5, the stub reports (1, 5): at 1000
+/// per 1M tokens, each request reserves and costs 0.006.
+fn body(model: &str) -> Value {
+    json!({"model": model, "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]})
+}
+
+/// Three servers on a fresh database, the stub as provider `p`, model
+/// `chat` (priced) on upstream `up`, and a key with `limits`: (servers,
+/// admin token, key id, key secret).
+async fn cluster(stub: &Stub, limits: Value) -> (Vec<Proc>, String, String, String) {
+    let (db, _) = fresh_database().await;
+    let (a, b, c) = tokio::join!(
+        spawn_server(&db, &[]),
+        spawn_server(&db, &[]),
+        spawn_server(&db, &[])
+    );
+    let client = client();
+    let admin = login(&client, &a.url, ADMIN_EMAIL, ADMIN_PASSWORD).await;
+    let r = post(
+        &client,
+        &a.url,
+        &admin,
+        "/api/admin/providers",
+        &json!({"name": "p", "type": "openai", "base_url": stub.openai_base_url(), "timeout_s": 5}),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let r = post(
+        &client,
+        &a.url,
+        &admin,
+        "/api/admin/models",
+        &json!({"id": "chat", "kind": "chat", "provider": "p", "upstream_model": "up"}),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let r = client
+        .put(format!("{}/api/admin/prices/p/up", a.url))
+        .bearer_auth(&admin)
+        .json(&json!({"input": "1000", "output": "1000"}))
+        .send()
+        .await
+        .expect("price");
+    assert_eq!(r.status(), StatusCode::OK);
+    let r = post(
+        &client,
+        &a.url,
+        &admin,
+        "/api/api-keys",
+        &json!({"name": "shared", "limits": limits}),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let key: Value = r.json().await.expect("json");
+    let id = key["id"].as_str().expect("id").to_string();
+    let secret = key["key"].as_str().expect("key").to_string();
+    // The catalog and the prices reach the other servers within a second
+    // (each server prices a request without a budget once they have).
+    let unlimited = post(
+        &client,
+        &a.url,
+        &admin,
+        "/api/api-keys",
+        &json!({"name": "unlimited"}),
+    )
+    .await;
+    let unlimited: Value = unlimited.json().await.expect("json");
+    let unlimited = unlimited["key"].as_str().expect("key").to_string();
+    let put_price = |input: &'static str| {
+        let (client, url, admin) = (client.clone(), a.url.clone(), admin.clone());
+        async move {
+            let r = client
+                .put(format!("{url}/api/admin/prices/p/up"))
+                .bearer_auth(&admin)
+                .json(&json!({"input": input, "output": "1000"}))
+                .send()
+                .await
+                .expect("price");
+            assert_eq!(r.status(), StatusCode::OK);
+        }
+    };
+    for server in [&a, &b, &c] {
+        let probe = || {
+            let (client, url, key) = (client.clone(), server.url.clone(), unlimited.clone());
+            async move {
+                client
+                    .post(format!("{url}/v1/chat/completions"))
+                    .bearer_auth(key)
+                    .json(&body("chat"))
+                    .send()
+                    .await
+                    .is_ok_and(|r| r.headers().contains_key("x-gatehouse-cost"))
+            }
+        };
+        if eventually(Duration::from_secs(5), probe).await.is_some() {
+            continue;
+        }
+        // Seen rarely under load: a server that has not read the price
+        // yet; a new version is told again.
+        eprintln!(
+            "{} had not read the price after 5 s; setting it again",
+            server.url
+        );
+        put_price("999").await;
+        put_price("1000").await;
+        let priced = eventually(Duration::from_secs(10), || {
+            let (client, url, key) = (client.clone(), server.url.clone(), unlimited.clone());
+            async move {
+                client
+                    .post(format!("{url}/v1/chat/completions"))
+                    .bearer_auth(key)
+                    .json(&body("chat"))
+                    .send()
+                    .await
+                    .is_ok_and(|r| r.headers().contains_key("x-gatehouse-cost"))
+            }
+        })
+        .await;
+        assert!(priced.is_some(), "{} prices the model", server.url);
+    }
+    // Every server has seen the others' heartbeats by then.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    (vec![a, b, c], admin, id, secret)
+}
+
+#[tokio::test]
+async fn three_servers_sixty_concurrent_requests_against_a_budget_for_ten_admit_ten_or_eleven() {
+    if pg_url().is_none() {
+        eprintln!("not applicable on SQLite: set GATEHOUSE_TEST_DATABASE_URL=postgres://...");
+        return;
+    }
+    let stub = Stub::start().await;
+    stub.script(
+        "up",
+        Script {
+            usage: Some((1, 5)),
+            delay_ms: 20,
+            ..Script::content("hello")
+        },
+    );
+    let (servers, admin, id, key) = cluster(&stub, json!({"budget_per_day": "0.06"})).await;
+    let client = client();
+    let mut tasks = Vec::new();
+    for i in 0..60 {
+        let url = format!("{}/v1/chat/completions", servers[i % 3].url);
+        let (client, key) = (client.clone(), key.clone());
+        tasks.push(tokio::spawn(async move {
+            client
+                .post(url)
+                .bearer_auth(key)
+                .json(&body("chat"))
+                .send()
+                .await
+                .expect("chat")
+                .status()
+        }));
+    }
+    let mut ok = 0;
+    for t in tasks {
+        let s = t.await.expect("task");
+        assert!(
+            s == StatusCode::OK || s == StatusCode::TOO_MANY_REQUESTS,
+            "{s}"
+        );
+        ok += usize::from(s == StatusCode::OK);
+    }
+    assert!((10..=11).contains(&ok), "{ok} admitted of a budget for 10");
+    // Every server's settlements reach the database within a sync or two;
+    // the spend recorded stays within the budget plus 10 %.
+    let path = format!("/api/api-keys/{id}/limits");
+    let want = format!("0.{:09}", ok * 6_000_000);
+    let settled = eventually(Duration::from_secs(5), || {
+        let (client, url, admin, path) = (
+            client.clone(),
+            servers[1].url.clone(),
+            admin.clone(),
+            path.clone(),
+        );
+        let want = want.clone();
+        async move {
+            let v = get_json(&client, &url, &admin, &path).await;
+            v["used"]["reserved"] == "0.000000000" && v["used"]["spend_today"] == want.as_str()
+        }
+    })
+    .await;
+    let v = get_json(&client, &servers[1].url, &admin, &path).await;
+    assert!(settled.is_some(), "spend seen by another server: {v}");
+    assert!(ok * 6_000_000 <= 66_000_000);
+}
+
+#[tokio::test]
+async fn a_killed_servers_open_reservations_are_dropped_after_three_seconds() {
+    if pg_url().is_none() {
+        eprintln!("not applicable on SQLite: set GATEHOUSE_TEST_DATABASE_URL=postgres://...");
+        return;
+    }
+    let stub = Stub::start().await;
+    stub.script(
+        "up",
+        Script {
+            usage: Some((1, 5)),
+            ..Script::content("hello")
+        },
+    );
+    let (mut servers, admin, id, key) = cluster(&stub, json!({"budget_per_day": "1"})).await;
+    stub.script(
+        "up",
+        Script {
+            hang: true,
+            ..Script::default()
+        },
+    );
+    let client = client();
+    let url = format!("{}/v1/chat/completions", servers[0].url);
+    let (c2, k2) = (client.clone(), key.clone());
+    // A request that never ends holds its reservation on the first server.
+    let held = tokio::spawn(async move {
+        let _ = c2
+            .post(url)
+            .bearer_auth(k2)
+            .json(&body("chat"))
+            .send()
+            .await;
+    });
+    let path = format!("/api/api-keys/{id}/limits");
+    let other = servers[1].url.clone();
+    let reserved = |want: &'static str| {
+        let (client, other, admin, path) =
+            (client.clone(), other.clone(), admin.clone(), path.clone());
+        async move {
+            let v = get_json(&client, &other, &admin, &path).await;
+            v["used"]["reserved"] == want
+        }
+    };
+    assert!(
+        eventually(Duration::from_secs(3), || reserved("0.006000000"))
+            .await
+            .is_some(),
+        "the other server sees the reservation"
+    );
+    // kill -9 (Proc's drop).
+    drop(servers.remove(0));
+    let took = eventually(Duration::from_secs(8), || reserved("0.000000000")).await;
+    let took = took.expect("dropped");
+    assert!(took <= Duration::from_millis(5500), "{took:?}");
+    held.abort();
+}
