@@ -6,6 +6,7 @@ pub mod budget;
 pub mod cost;
 pub mod metrics;
 pub mod price;
+pub mod store;
 
 pub use amount::{Amount, Currency};
 pub use cost::{Cost, CostStatus};
