@@ -87,8 +87,10 @@ fn object(required: &[&str], props: Value) -> Value {
 
 fn limits_props() -> Value {
     let n = || or_null(json!({"type": "integer", "minimum": 1}));
+    let budget = || or_null(crate::spend::amount::schema());
     json!({"requests_per_minute": n(), "tokens_per_minute": n(), "tokens_per_day": n(), "max_parallel": n(),
-        "count_tokens_per_minute": n(), "mcp_calls_per_minute": n()})
+        "count_tokens_per_minute": n(), "mcp_calls_per_minute": n(),
+        "budget_per_day": budget(), "budget_per_month": budget()})
 }
 
 fn pii_modes() -> Value {
@@ -322,14 +324,19 @@ fn schemas() -> Map<String, Value> {
                "class": one_of(&["read", "write", "execute"]), "description": or_null(string()),
                "status": one_of(&["contract", "accepted", "held", "rejected"]), "first_seen_at": or_null(time())}),
     );
+    let amount = crate::spend::amount::schema;
     let used = object(
         &[
             "requests_this_minute",
             "tokens_this_minute",
             "tokens_today",
             "in_flight",
+            "spend_today",
+            "spend_this_month",
+            "reserved",
         ],
-        json!({"requests_this_minute": int(), "tokens_this_minute": int(), "tokens_today": int(), "in_flight": int()}),
+        json!({"requests_this_minute": int(), "tokens_this_minute": int(), "tokens_today": int(), "in_flight": int(),
+            "spend_today": amount(), "spend_this_month": amount(), "reserved": amount()}),
     );
     let error_detail = object(
         &["code", "message"],
@@ -350,7 +357,7 @@ fn schemas() -> Map<String, Value> {
         ),
         (
             "Limits",
-            json!({"type": "object", "description": "Positive integers; absent or null: no limit.", "properties": limits_props()}),
+            json!({"type": "object", "description": "Positive integers, and budgets as amounts (0.000000001 to 1000000000); absent or null: no limit.", "properties": limits_props()}),
         ),
         (
             "LimitsUsage",
@@ -884,6 +891,7 @@ fn bodies(method: &str, path: &str) -> Option<Bodies> {
         ("get", "/api/admin/users") => b(None, list("User")),
         ("patch", "/api/admin/users/{id}") => b(req("UserPatch"), ok("User")),
         ("get", "/api/admin/users/{id}/limits") => b(None, ok("LimitsUsage")),
+        ("get", "/api/admin/agents/{address}/limits") => b(None, ok("LimitsUsage")),
         ("post", "/api/admin/providers") => b(req("NewProvider"), created("Provider")),
         ("get", "/api/admin/providers") => b(None, list("Provider")),
         ("get", "/api/admin/providers/{name}") => b(None, ok("Provider")),

@@ -690,3 +690,20 @@ fn a_bad_currency_stops_the_server_and_every_command_with_status_2() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(json_out(&o)["prices"], 1);
 }
+
+#[test]
+fn a_bad_unpriced_policy_stops_the_server_with_status_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("u.db").display());
+    for bad in ["Admit", "deny", "1"] {
+        let o = gatehouse(
+            &["serve"],
+            &[
+                ("GATEHOUSE_UNPRICED_POLICY", bad),
+                ("GATEHOUSE_DATABASE_URL", &db),
+            ],
+            "",
+        );
+        assert_fails(&o, 2, "GATEHOUSE_UNPRICED_POLICY");
+    }
+}

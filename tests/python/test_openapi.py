@@ -166,7 +166,7 @@ def test_users_and_api_keys_validate(check, gateway):
     _, keys = check.call("GET", "/api/api-keys", token=admin, expect=200)
     assert all("key" not in k for k in keys)
     check.call("PATCH", "/api/api-keys/{id}", params={"id": key["id"]}, token=admin, expect=200,
-               body={"limits": {"tokens_per_day": 1000}})
+               body={"limits": {"tokens_per_day": 1000, "budget_per_day": "0.5"}})
     check.call("GET", "/api/api-keys/{id}/limits", params={"id": key["id"]}, token=admin, expect=200)
     check.call("DELETE", "/api/api-keys/{id}", params={"id": key["id"]}, token=admin, expect=204)
     check.call("DELETE", "/api/api-keys/{id}", params={"id": key["id"]}, token=admin, expect=404)
@@ -256,7 +256,8 @@ def test_agent_routes_validate(check, gateway, stub):
     check.call("GET", "/api/admin/agents", token=admin, expect=200)
     check.call("GET", "/api/admin/agents/{address}", params={"address": AGENT}, token=admin, expect=200)
     check.call("PATCH", "/api/admin/agents/{address}", params={"address": AGENT}, token=admin, expect=200,
-               body={"instructions": "Be brief.", "limits": {"max_parallel": 4}})
+               body={"instructions": "Be brief.", "limits": {"max_parallel": 4, "budget_per_month": "25"}})
+    check.call("GET", "/api/admin/agents/{address}/limits", params={"address": AGENT}, token=admin, expect=200)
     _, login = check.call("POST", "/api/auth/jwt/login", form={"username": ADMIN_EMAIL, "password": ADMIN_PASSWORD})
     login = login["access_token"]
     _, tokens = check.call("POST", "/api/agent-tokens", token=login, expect=201,

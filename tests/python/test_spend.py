@@ -60,3 +60,37 @@ def test_an_unpriced_answer_says_so_without_a_cost(client, gateway, stub):
     )
     assert raw.headers["x-gatehouse-cost-status"] == "unpriced"
     assert "x-gatehouse-cost" not in raw.headers
+
+
+def test_a_budget_refusal_is_not_retried_by_the_sdk(gateway, stub):
+    """`x-should-retry: false` on budget_exhausted: the SDK, allowed three
+    retries, sends the refused request once."""
+    import httpx
+    import openai
+
+    add_model(gateway, "py-budget", "py-up-budget")
+    # "hi" is 1 prompt token, max_tokens 5, the stub reports (1, 5): 0.006 a request.
+    price(gateway, "py-up-budget", {"input": "1000", "output": "1000"})
+    stub.script("py-up-budget", {"content": "ok", "usage": [1, 5]})
+    status, key = http(
+        "POST",
+        f"{gateway.url}/api/api-keys",
+        {"name": "py-budget", "limits": {"budget_per_day": "0.006"}},
+        gateway.admin,
+    )
+    assert status == 201, key
+    sent = []
+    http_client = httpx.Client(event_hooks={"request": [lambda r: sent.append(r.url.path)]})
+    client = openai.OpenAI(base_url=gateway.v1, api_key=key["key"], max_retries=3, timeout=30, http_client=http_client)
+    ask = dict(model="py-budget", max_tokens=5, messages=[{"role": "user", "content": "hi"}])
+    raw = client.chat.completions.with_raw_response.create(**ask)
+    assert raw.headers["x-gatehouse-budget-remaining"] == "0.000000000"
+    sent.clear()
+    try:
+        client.chat.completions.create(**ask)
+        raise AssertionError("the budget is used up")
+    except openai.RateLimitError as e:
+        assert e.code == "budget_exhausted"
+        assert e.response.headers["x-should-retry"] == "false"
+        assert int(e.response.headers["retry-after"]) >= 1
+    assert sent == ["/v1/chat/completions"], sent

@@ -31,6 +31,7 @@ const CONTRACT_ROUTES: &[(&str, &str)] = &[
     ("get", "/api/admin/users"),
     ("patch", "/api/admin/users/{id}"),
     ("get", "/api/admin/users/{id}/limits"),
+    ("get", "/api/admin/agents/{address}/limits"),
     ("post", "/api/admin/providers"),
     ("get", "/api/admin/providers"),
     ("get", "/api/admin/providers/{name}"),
