@@ -127,6 +127,9 @@ where
         Ok(a) => a,
         Err(r) => {
             ticket.finish(429, Tokens::default());
+            if let Some(period) = budget::Period::of_field(r.field) {
+                app.usage.counters.spend.budget_refused(period);
+            }
             return refused(&r);
         }
     };

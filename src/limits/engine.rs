@@ -414,15 +414,6 @@ pub fn share(limit: u64, servers: i64) -> i64 {
     i64::try_from(limit.saturating_mul(SLACK_PERCENT) / 100 / n).unwrap_or(i64::MAX)
 }
 
-/// The period of a budget field (None: not a budget).
-fn budget_period(field: &str) -> Option<Period> {
-    match field {
-        "budget_per_day" => Some(Period::Day),
-        "budget_per_month" => Some(Period::Month),
-        _ => None,
-    }
-}
-
 /// A refusal by a budget the database found full (the local view may lag):
 /// the month's when set, else the day's.
 fn budget_denial(limits: &Limits, now_ms: i64) -> Denial {
@@ -703,7 +694,7 @@ impl Limiter {
                     self.give_back(&list, &reserved, &in_db, reservation, now);
                     let mut r = Refusal::new(&d, subject.whose, headers);
                     r.budget = budget;
-                    if let Some(period) = budget_period(d.field) {
+                    if let Some(period) = Period::of_field(d.field) {
                         r.message = budget::refusal_message(
                             period,
                             subject.whose,

@@ -48,6 +48,15 @@ pub enum Period {
 }
 
 impl Period {
+    /// The period of a budget field (None: not a budget).
+    pub fn of_field(field: &str) -> Option<Period> {
+        match field {
+            "budget_per_day" => Some(Period::Day),
+            "budget_per_month" => Some(Period::Month),
+            _ => None,
+        }
+    }
+
     pub fn field(self) -> &'static str {
         match self {
             Period::Day => "budget_per_day",

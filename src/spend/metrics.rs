@@ -13,9 +13,17 @@ use super::{Cost, CostStatus};
 pub struct SpendCounters {
     /// model → provider → (cost in nanos, unpriced requests).
     by_pair: Mutex<ByPair>,
+    /// `gatehouse_budget_refusals_total{period}`: day, month.
+    refusals: [std::sync::atomic::AtomicU64; 2],
 }
 
 impl SpendCounters {
+    /// One request refused by a budget of this period.
+    pub fn budget_refused(&self, period: super::budget::Period) {
+        let i = usize::from(period == super::budget::Period::Month);
+        self.refusals[i].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Counts the cost of requests, each as `(model, provider, cost)`; those
     /// no upstream answered have no provider and are not counted. The names
     /// are copied only the first time a pair is seen.
@@ -49,6 +57,15 @@ impl SpendCounters {
     }
 
     pub fn render(&self, out: &mut String) {
+        out.push_str("# HELP gatehouse_budget_refusals_total Requests refused because a budget was used up, by period.\n");
+        out.push_str("# TYPE gatehouse_budget_refusals_total counter\n");
+        for (period, n) in ["day", "month"].iter().zip(&self.refusals) {
+            let n = n.load(std::sync::atomic::Ordering::Relaxed);
+            let _ = writeln!(
+                out,
+                "gatehouse_budget_refusals_total{{period=\"{period}\"}} {n}"
+            );
+        }
         let map = self.by_pair.lock();
         let label = |s: &str| {
             s.replace('\\', "\\\\")

@@ -531,3 +531,106 @@ async fn the_reservation_takes_the_dearest_reachable_target_and_the_default_comp
     let left: f64 = left.parse().expect("amount");
     assert!(left <= 0.97 && left > 0.9, "{left}");
 }
+
+#[tokio::test]
+async fn agent_chat_fits_the_agents_budget_shared_by_its_users() {
+    use common::agent_chat::{agent, chat as agent_chat, sign_in};
+    let env = priced_env().await;
+    agent(
+        &env,
+        "helper",
+        "up-chat",
+        json!({"limits": {"budget_per_day": "0.012"}}),
+    )
+    .await;
+    let t1 = sign_in(&env, "u1@example.com", "helper").await;
+    let t2 = sign_in(&env, "u2@example.com", "helper").await;
+    let b = json!({"max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]});
+    let r = agent_chat(&env, "helper", &t1, &b, &[]).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(
+        header(&r, "x-gatehouse-budget-remaining").as_deref(),
+        Some(COST)
+    );
+    let r = agent_chat(&env, "helper", &t2, &b, &[]).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    // Used up by its two users together.
+    let r = agent_chat(&env, "helper", &t1, &b, &[]).await;
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&r, "x-should-retry").as_deref(), Some("false"));
+    let v: Value = r.json().await.expect("json");
+    assert_eq!(v["error"]["code"], "budget_exhausted");
+    assert_eq!(
+        v["error"]["message"],
+        "Budget budget_per_day of agent 'helper' (0.012000000 USD) is used up; it renews at 00:00 UTC."
+    );
+    let v: Value = env
+        .app
+        .get("/api/admin/agents/helper/limits", &env.admin)
+        .await
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(v["used"]["spend_today"], "0.012000000");
+    assert_eq!(v["used"]["reserved"], "0.000000000");
+    // Counted per period in the metrics.
+    let metrics = env
+        .app
+        .client
+        .get(env.app.u("/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        metrics.contains("gatehouse_budget_refusals_total{period=\"day\"} 1"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("gatehouse_budget_refusals_total{period=\"month\"} 0"));
+}
+
+#[tokio::test]
+async fn messages_and_responses_requests_count_against_the_same_budget() {
+    let env = priced_env().await;
+    let (id, key) = key_with(&env, json!({"budget_per_day": "0.012"})).await;
+    // A Messages request: "hi" and max_tokens 5 reserve what chat does.
+    let r = env
+        .post_with(
+            "/v1/messages",
+            &key,
+            &json!({"model": "chat", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(
+        header(&r, "x-gatehouse-budget-remaining").as_deref(),
+        Some(COST)
+    );
+    let r = env
+        .post_with(
+            "/v1/responses",
+            &key,
+            &json!({"model": "chat", "max_output_tokens": 5, "input": "hi"}),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let r = env
+        .post_with(
+            "/v1/messages",
+            &key,
+            &json!({"model": "chat", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&r, "x-should-retry").as_deref(), Some("false"));
+    assert!(header(&r, "retry-after").is_some());
+    let text = r.text().await.expect("body");
+    assert!(
+        text.contains("budget_exhausted") || text.contains("is used up"),
+        "{text}"
+    );
+    let used = key_used(&env, &id).await;
+    assert_eq!(used["spend_today"], "0.012000000");
+}
