@@ -312,23 +312,27 @@ impl Store {
         .bind(month_from)
         .fetch_all(&mut *tx)
         .await?;
-        let elsewhere: Option<i64> = sqlx::query_scalar(
-            "SELECT CAST(SUM(n) AS BIGINT) FROM limit_in_flight
-             WHERE subject = $1 AND server_id <> $2 AND updated_at >= $3 AND n > 0",
+        // One statement, so one snapshot: another server's sync writes its
+        // spend and releases its reservations in one transaction, and two
+        // reads could see one without the other.
+        let (day, month, elsewhere): (i64, i64, i64) = sqlx::query_as(
+            "SELECT
+               (SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM limit_counters
+                 WHERE subject = $1 AND metric = 'sd' AND win >= $2),
+               (SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM limit_counters
+                 WHERE subject = $1 AND metric = 'sm' AND win >= $3),
+               (SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM limit_in_flight
+                 WHERE subject = $4 AND server_id <> $5 AND updated_at >= $6 AND n > 0)",
         )
+        .bind(r.subject)
+        .bind(day_from)
+        .bind(month_from)
         .bind(r.reserved_subject)
         .bind(r.server_id)
         .bind(r.alive_since)
         .fetch_one(&mut *tx)
         .await?;
-        let elsewhere = elsewhere.unwrap_or(0);
-        let sum = |metric: &str, from: i64| -> i64 {
-            rows.iter()
-                .filter(|c| c.metric == metric && c.win >= from)
-                .map(|c| c.n)
-                .sum()
-        };
-        let fits = decide(sum("sd", day_from), sum("sm", month_from), elsewhere);
+        let fits = decide(day, month, elsewhere);
         if fits {
             sqlx::query(
                 "INSERT INTO limit_in_flight (subject, server_id, n, updated_at) VALUES ($1, $2, $3, $4)
