@@ -265,3 +265,55 @@ async fn a_killed_servers_open_reservations_are_dropped_after_three_seconds() {
     assert!(took <= Duration::from_millis(5500), "{took:?}");
     held.abort();
 }
+
+// The server process talks to the stub served on this test's runtime.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unpriced_model_under_a_budget_logs_one_warning_per_pair() {
+    use crate::common::captured::{serve, stop, Api};
+    let stub = Stub::start().await;
+    let s = serve(&[("GATEHOUSE_LOG_FORMAT", "json"), ("GATEHOUSE_LOG", "warn")]).await;
+    let api = Api::new(&s.url);
+    let admin = api.token(ADMIN_EMAIL, ADMIN_PASSWORD).await;
+    api.post(
+        &admin,
+        "/api/admin/providers",
+        json!({"name": "stub", "type": "openai", "base_url": stub.openai_base_url()}),
+    )
+    .await;
+    api.post(
+        &admin,
+        "/api/admin/models",
+        json!({"id": "free", "kind": "chat", "provider": "stub", "upstream_model": "up-free"}),
+    )
+    .await;
+    let key = api
+        .post(
+            &admin,
+            "/api/api-keys",
+            json!({"name": "b", "limits": {"budget_per_day": "1"}}),
+        )
+        .await;
+    let key = key["key"].as_str().expect("key").to_string();
+    for _ in 0..3 {
+        let r = api
+            .c
+            .post(format!("{}/v1/chat/completions", s.url))
+            .bearer_auth(&key)
+            .json(&body("free"))
+            .send()
+            .await
+            .expect("chat");
+        assert_eq!(r.status(), StatusCode::OK);
+    }
+    let (out, err, _) = stop(s);
+    let warnings: Vec<Value> = out
+        .lines()
+        .chain(err.lines())
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v.to_string().contains("unpriced model under a budget"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    let w = warnings[0].to_string();
+    assert!(w.contains("\"up-free\"") && w.contains("\"stub\""), "{w}");
+    assert!(w.contains("WARN") || w.contains("warn"), "{w}");
+}
