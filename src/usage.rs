@@ -141,6 +141,18 @@ impl Tokens {
             ..Tokens::default()
         }
     }
+
+    /// The figures as spend prices them; a negative figure counts as 0.
+    pub fn normalised(&self) -> crate::spend::cost::Usage {
+        let n = |v: i64| u64::try_from(v).unwrap_or(0);
+        crate::spend::cost::Usage {
+            prompt: n(self.prompt),
+            completion: n(self.completion),
+            cache_read: n(self.cache_read),
+            cache_write: n(self.cache_write),
+            reasoning: n(self.reasoning),
+        }
+    }
 }
 
 /// Token estimate for text whose upstream reports no usage: one token per
@@ -215,7 +227,12 @@ impl UsageTicket {
                 r.upstream_model.as_deref().unwrap_or(""),
             ))
         });
-        crate::spend::cost::price(&self.prices, answered, tokens)
+        crate::spend::cost::price(
+            &self.prices,
+            answered,
+            tokens.normalised(),
+            tokens.estimated,
+        )
     }
 
     /// The currency costs are in.
@@ -440,7 +457,11 @@ pub fn start(
                 }
             }
             let n = batch.len() as u64;
-            c.spend.count(&batch);
+            c.spend.count(
+                batch
+                    .iter()
+                    .map(|r| (r.model.as_str(), r.provider.as_deref(), &r.cost)),
+            );
             let mut attempt: u32 = 0;
             loop {
                 match write_batch(&store, &batch).await {

@@ -12,7 +12,7 @@ pub struct KeyInfo {
     pub expires_at: Option<i64>,
     pub limits: crate::limits::Limits,
     /// The key's `mcp` grant (`None`: no MCP access).
-    pub mcp: Option<crate::mcp::McpGrant>,
+    pub mcp: Option<crate::users::mcp_grant::McpGrant>,
 }
 
 impl KeyInfo {
@@ -28,7 +28,7 @@ impl KeyInfo {
             }),
             expires_at: row.expires_at,
             limits: crate::limits::Limits::from_db_or_closed(row.limits.as_deref(), &row.id),
-            mcp: crate::mcp::McpGrant::from_db_or_closed(row.mcp.as_deref(), &row.id),
+            mcp: crate::users::mcp_grant::McpGrant::from_db_or_closed(row.mcp.as_deref(), &row.id),
         }
     }
 

@@ -5,6 +5,7 @@ pub mod amount;
 pub mod cost;
 pub mod metrics;
 pub mod price;
+pub mod store;
 
 pub use amount::{Amount, Currency};
 pub use cost::{Cost, CostStatus};
