@@ -247,3 +247,42 @@ async fn a_passed_through_message_is_priced_on_its_messages_usage_with_cache_rea
         (Value::Null, json!("unpriced"))
     );
 }
+
+#[tokio::test]
+async fn an_agents_messages_stream_carries_its_cost_in_message_delta() {
+    let env = env().await;
+    crate::common::agent_chat::agent(
+        &env,
+        "mbot",
+        "up-mbot",
+        json!({"default_tool_mode": "auto"}),
+    )
+    .await;
+    let token = crate::common::agent_chat::sign_in(&env, "mo@example.com", "mbot").await;
+    set_price(&env, "openai/up-mbot", json!({"input": "1", "output": "2"})).await;
+    env.stub.script(
+        "up-mbot",
+        Script {
+            content: Some("an agent's answer".into()),
+            usage: Some((1000, 500)),
+            ..Script::default()
+        },
+    );
+    let mut body = messages_body("claude-sonnet-4-5", "hi");
+    body["stream"] = json!(true);
+    let r = crate::common::client()
+        .post(env.app.u("/v1/agents/mbot/messages"))
+        .header("x-api-key", &token)
+        .header("anthropic-version", "2023-06-01")
+        .header("x-request-id", "agent-msg-cost")
+        .json(&body)
+        .send()
+        .await
+        .expect("request");
+    let usage = delta_usage(r).await;
+    assert_eq!(usage["cost"], "0.002000000");
+    assert_eq!(usage["cost_status"], "exact");
+    let rec = record(&env, "agent-msg-cost").await;
+    assert_eq!(rec["cost"], "0.002000000");
+    assert_eq!(rec["agent"], "mbot");
+}

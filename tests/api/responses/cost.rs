@@ -149,3 +149,39 @@ async fn a_native_response_carries_its_cost_in_headers_and_in_the_upstreams_resp
         "0.502000000"
     );
 }
+
+#[tokio::test]
+async fn an_agents_responses_stream_carries_its_cost_in_response_completed() {
+    let env = env().await;
+    common::agent_chat::agent(
+        &env,
+        "cbot",
+        "up-cbot",
+        json!({"default_tool_mode": "auto"}),
+    )
+    .await;
+    let token = common::agent_chat::sign_in(&env, "cat@example.com", "cbot").await;
+    set_price(&env, "openai/up-cbot", json!({"input": "1", "output": "2"})).await;
+    env.stub.script(
+        "up-cbot",
+        Script {
+            content: Some("an agent's answer".into()),
+            usage: Some((1000, 500)),
+            ..Script::default()
+        },
+    );
+    let r = post_responses(
+        &env,
+        "/v1/agents/cbot/responses",
+        &token,
+        &json!({"input": "hi", "stream": true}),
+        &[("x-request-id", "agent-resp-cost")],
+    )
+    .await;
+    let usage = completed_usage(r).await;
+    assert_eq!(usage["cost"], "0.002000000");
+    assert_eq!(usage["cost_status"], "exact");
+    let rec = record(&env, "agent-resp-cost").await;
+    assert_eq!(rec["cost"], "0.002000000");
+    assert_eq!(rec["agent"], "cbot");
+}
