@@ -84,23 +84,23 @@ pub struct UsageContext {
     pub on_end: EndHook,
 }
 
-type EndFn = Box<dyn FnOnce(Tokens) + Send>;
+type EndFn = Box<dyn FnOnce(Tokens, i64) + Send>;
 
-/// Runs once, with the request's tokens, when the ticket that carries it
+/// Runs once, with the request's tokens and cost (nanos; 0 when unpriced), when the ticket that carries it
 /// finishes (or is dropped: then with none). Clones share the one call, so
 /// a ticket handed over to the relay still calls it exactly once.
 #[derive(Clone, Default)]
 pub struct EndHook(Option<Arc<parking_lot::Mutex<Option<EndFn>>>>);
 
 impl EndHook {
-    pub fn new(f: impl FnOnce(Tokens) + Send + 'static) -> EndHook {
+    pub fn new(f: impl FnOnce(Tokens, i64) + Send + 'static) -> EndHook {
         EndHook(Some(Arc::new(parking_lot::Mutex::new(Some(Box::new(f))))))
     }
 
-    fn fire(&self, tokens: Tokens) {
+    fn fire(&self, tokens: Tokens, cost_nanos: i64) {
         let f = self.0.as_ref().and_then(|m| m.lock().take());
         if let Some(f) = f {
-            f(tokens);
+            f(tokens, cost_nanos);
         }
     }
 }
@@ -308,7 +308,7 @@ impl UsageTicket {
             r.cache_write_tokens = tokens.cache_write;
             r.latency_ms = i64::try_from(self.started.elapsed().as_millis()).unwrap_or(i64::MAX);
             self.sink.record(r);
-            self.on_end.fire(tokens);
+            self.on_end.fire(tokens, cost.nanos.unwrap_or(0));
             return cost;
         }
         crate::spend::Cost::default()

@@ -7,6 +7,8 @@ use crate::store::keys::ApiKeyRow;
 pub struct KeyInfo {
     pub id: String,
     pub user_id: String,
+    /// The key's name (budget refusals name it).
+    pub name: String,
     /// None: every model. An unreadable stored list allows none (fail closed).
     pub models: Option<Vec<String>>,
     pub expires_at: Option<i64>,
@@ -20,6 +22,7 @@ impl KeyInfo {
         KeyInfo {
             id: row.id.clone(),
             user_id: row.user_id.clone(),
+            name: row.name.clone(),
             models: row.models.as_deref().map(|m| {
                 serde_json::from_str(m).unwrap_or_else(|e| {
                     tracing::error!(api_key_id = %row.id, error = %e, "the key's model list cannot be read: the key allows no model");

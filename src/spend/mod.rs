@@ -2,6 +2,7 @@
 //! cost of each request (docs/spend.md; contract, "Spend in money").
 
 pub mod amount;
+pub mod budget;
 pub mod cost;
 pub mod metrics;
 pub mod price;
