@@ -25,7 +25,13 @@
 # messages-passthrough and messages-passthrough-stream (the same Messages
 # bodies to a model on an `anthropic` provider: the gateway passes the body
 # through to the stub's own /v1/messages, which answers in Messages; direct
-# and nginx send them to the stub's /v1/messages); each
+# and nginx send them to the stub's /v1/messages),
+# chat-priced (chat to a model with a price: cache, reasoning, a request fee
+# and a tier; compare with chat for what pricing a request costs) and
+# chat-budget (the same, with an API key that has a day's and a month's
+# budget far above what the run spends: reservation at admission and
+# settlement; compare with chat-priced; skipped, with a note, when the
+# gateway has no budgets); direct and nginx get chat's body; each
 # at concurrency 1 and 32, one keep-alive connection per concurrent client. Prints Markdown tables and writes raw JSON
 # lines to bench/results/latest.jsonl.
 #
@@ -37,7 +43,7 @@
 #                          add `hyper` for the floor of a hop built as the gateway
 #                          is (examples/hyper_floor.rs: hyper server and client,
 #                          one runtime per core, nothing else)
-#   BENCH_WORKLOADS="chat chat-stream chat-stream-paced embeddings rerank agent-chat messages messages-stream messages-passthrough messages-passthrough-stream responses responses-stream"
+#   BENCH_WORKLOADS="chat chat-priced chat-budget chat-stream chat-stream-paced embeddings rerank agent-chat messages messages-stream messages-passthrough messages-passthrough-stream responses responses-stream"
 #   BENCH_NGINX_WORKERS=1  nginx worker_processes
 #   BENCH_LOADGEN_THREADS=1  load generator runtime threads
 #   BENCH_LOADGEN=wrk      a second load generator: wrk (Debian's package) instead of
@@ -79,7 +85,7 @@ DURATION=${BENCH_DURATION:-10}
 WARMUP=${BENCH_WARMUP:-2}
 CONCURRENCY=${BENCH_CONCURRENCY:-"1 32"}
 TARGETS=${BENCH_TARGETS:-"direct nginx gatehouse"}
-WORKLOADS=${BENCH_WORKLOADS:-"chat chat-stream chat-stream-paced embeddings rerank agent-chat messages messages-stream messages-passthrough messages-passthrough-stream responses responses-stream"}
+WORKLOADS=${BENCH_WORKLOADS:-"chat chat-priced chat-budget chat-stream chat-stream-paced embeddings rerank agent-chat messages messages-stream messages-passthrough messages-passthrough-stream responses responses-stream"}
 NGINX_WORKERS=${BENCH_NGINX_WORKERS:-1}
 LOADGEN_THREADS=${BENCH_LOADGEN_THREADS:-1}
 LOADGEN=${BENCH_LOADGEN:-loadgen}
@@ -302,13 +308,30 @@ if [[ " $TARGETS " == *" gatehouse "* ]]; then
     KEY=$(api POST /api/api-keys "{\"name\":\"bench\",\"limits\":${BENCH_KEY_LIMITS:-null}}" | jq -r .key)
     [ -n "$KEY" ] && [ "$KEY" != null ] || die "no API key"
     api POST /api/admin/models '{"id":"bench-rerank","kind":"scoring","provider":"stub","upstream_model":"bench-rerank"}' >/dev/null
+    PRICE='{"input":"0.15","output":"0.60","cache_read":"0.075","reasoning":"0.60","request":"0.0001",
+        "tiers":[{"above_prompt_tokens":128000,"input":"0.30","output":"1.20"}]}'
     if [ -n "${BENCH_PRICE:-}" ]; then
         for m in bench-chat bench-chat-paced bench-embed bench-rerank; do
-            api PUT "/api/admin/prices/stub/$m" '{"input":"0.15","output":"0.60","cache_read":"0.075",
-                "reasoning":"0.60","request":"0.0001",
-                "tiers":[{"above_prompt_tokens":128000,"input":"0.30","output":"1.20"}]}' >/dev/null
+            api PUT "/api/admin/prices/stub/$m" "$PRICE" >/dev/null
         done
         log "prices set on every stub model"
+    fi
+    # chat-priced and chat-budget: a model of their own, always priced.
+    api POST /api/admin/models '{"id":"bench-chat-priced","kind":"chat","provider":"stub","upstream_model":"bench-chat-priced"}' >/dev/null
+    api PUT /api/admin/prices/stub/bench-chat-priced "$PRICE" >/dev/null
+    # chat-budget's key: budgets no run comes near (a request reserves about
+    # 0.0025 at 4096 output tokens and costs about 0.0001).
+    BUDGET_KEY=
+    if [[ " $WORKLOADS " == *" chat-budget "* ]]; then
+        made=$(curl -sS -X POST "$GATEHOUSE/api/api-keys" -H "Authorization: Bearer $TOKEN" \
+            -H 'Content-Type: application/json' \
+            -d '{"name":"bench-budget","limits":{"budget_per_day":"1000000","budget_per_month":"1000000"}}' || true)
+        if [ "$(jq -r '.limits.budget_per_day // empty' <<<"$made" 2>/dev/null)" != "" ]; then
+            BUDGET_KEY=$(jq -r .key <<<"$made")
+        else
+            log "this gateway has no budgets (a key made with them shows no budget_per_day: $(head -c 300 <<<"$made")): chat-budget skipped"
+            WORKLOADS=$(sed 's/\bchat-budget\b//' <<<"$WORKLOADS")
+        fi
     fi
     # An agent with a tool contract of 15 of the 20 tools, tool mode ask; one
     # device signed in with a manifest of the 20 tools (half of them `read`).
@@ -329,6 +352,8 @@ fi
 PROMPT="Summarise the following in one sentence: the quick brown fox jumps over the lazy dog while the cat watches from the warm windowsill."
 jq -nc --arg p "$PROMPT" '{model:"bench-chat",messages:[{role:"system",content:"You are terse."},{role:"user",content:$p}]}' >"$TMP/chat.json"
 jq -nc --arg p "$PROMPT" '{model:"bench-chat",stream:true,messages:[{role:"system",content:"You are terse."},{role:"user",content:$p}]}' >"$TMP/chat-stream.json"
+jq -c '.model = "bench-chat-priced"' "$TMP/chat.json" >"$TMP/chat-priced.json"
+cp "$TMP/chat-priced.json" "$TMP/chat-budget.json"
 jq -nc --arg p "$PROMPT" '{model:"bench-chat-paced",stream:true,messages:[{role:"system",content:"You are terse."},{role:"user",content:$p}]}' >"$TMP/chat-stream-paced.json"
 jq -nc '{model:"bench-embed",input:[range(8)|"passage \(.): the quick brown fox jumps over the lazy dog near the river bank"]}' >"$TMP/embeddings.json"
 jq -nc '{model:"bench-rerank",query:"which animal jumps?",documents:[range(8)|"passage \(.): the quick brown fox jumps over the lazy dog near the river bank"]}' >"$TMP/rerank.json"
@@ -358,7 +383,7 @@ base_url() {
 }
 path_of() {
     case $1 in
-    chat | chat-stream | chat-stream-paced) echo /v1/chat/completions ;;
+    chat | chat-priced | chat-budget | chat-stream | chat-stream-paced) echo /v1/chat/completions ;;
     embeddings) echo /v1/embeddings ;;
     rerank) echo /v1/rerank ;;
     responses | responses-stream) echo /v1/responses ;;
@@ -372,6 +397,8 @@ auth_of() {
     [ "$2" = gatehouse ] || return 0
     if [ "$1" = agent-chat ]; then
         echo "Authorization: Bearer $ACCESS"
+    elif [ "$1" = chat-budget ]; then
+        echo "Authorization: Bearer $BUDGET_KEY"
     else
         echo "Authorization: Bearer $KEY"
     fi

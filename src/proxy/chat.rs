@@ -184,6 +184,18 @@ pub trait ChatHooks: Send + 'static {
         ChunkAction::Send
     }
 
+    /// Whether the dialect's stream carries the request's cost in its last
+    /// usage object: the relay then gives it (`on_stream_cost`, and the
+    /// `price` of `on_native_event`).
+    const CARRIES_COST: bool = false;
+
+    /// The request's cost as a stream that went well ends, just before
+    /// `on_stream_end`, priced on the tokens its usage record keeps (only
+    /// when `CARRIES_COST`).
+    fn on_stream_cost(&mut self, cost: crate::spend::Cost) {
+        let _ = cost;
+    }
+
     /// The stream ended normally: frames to send before `data: [DONE]`.
     fn on_stream_end(
         &mut self,
@@ -248,9 +260,14 @@ pub trait ChatHooks: Send + 'static {
     }
 
     /// One native stream event: what goes to the client (None: nothing);
-    /// `Err` says what was wrong with it.
-    fn on_native_event(&mut self, event: &SseEvent) -> Result<Option<NativeEvent>, String> {
-        let _ = event;
+    /// `Err` says what was wrong with it. `price` gives the request's cost
+    /// for the tokens of the event that reports its final usage.
+    fn on_native_event(
+        &mut self,
+        event: &SseEvent,
+        price: &dyn Fn(&Tokens) -> crate::spend::Cost,
+    ) -> Result<Option<NativeEvent>, String> {
+        let _ = (event, price);
         Err("no native dialect".into())
     }
 }
@@ -968,8 +985,10 @@ impl<H: ChatHooks> StreamRelay<H> {
             };
             if self.native {
                 self.read_event = true;
+                let ticket = self.ticket.as_ref();
+                let price = |t: &Tokens| ticket.map(|k| k.cost_of(t)).unwrap_or_default();
                 let relayed = match self.hooks.as_mut() {
-                    Some(h) => h.on_native_event(&ev),
+                    Some(h) => h.on_native_event(&ev, &price),
                     None => Ok(None),
                 };
                 match relayed {
@@ -1141,6 +1160,12 @@ impl<H: ChatHooks> StreamRelay<H> {
     async fn end(&mut self) -> Bytes {
         let mut out = Vec::new();
         let mut done: Option<&[u8]> = Some(DONE);
+        if H::CARRIES_COST {
+            let tokens = self.tokens();
+            if let (Some(h), Some(t)) = (self.hooks.as_mut(), self.ticket.as_ref()) {
+                h.on_stream_cost(t.cost_of(&tokens));
+            }
+        }
         if let Some(h) = self.hooks.as_mut() {
             for f in h.on_stream_end(self.usage.as_ref()).await {
                 f.write_to(&mut out);

@@ -214,6 +214,15 @@ impl<H: ChatHooks + MessagesRules> MessagesHooks<H> {
 
 impl<H: ChatHooks + MessagesRules> ChatHooks for MessagesHooks<H> {
     const EDITS_ANSWERS: bool = true;
+    /// `message_delta`'s usage carries it.
+    const CARRIES_COST: bool = true;
+
+    fn on_stream_cost(&mut self, cost: crate::spend::Cost) {
+        // Passed through, the upstream's `message_delta` carried it already.
+        if self.passed.is_none() {
+            self.stream.set_cost(cost);
+        }
+    }
 
     /// Translated answers are made anew; a passed-through one only when
     /// the inner hooks' rules apply to it.
@@ -441,9 +450,14 @@ impl<H: ChatHooks + MessagesRules> ChatHooks for MessagesHooks<H> {
 
     /// One event of a stream passed through, relayed as it came:
     /// `message_start` with `model` set to the name shown; usage read from
-    /// `message_start` and `message_delta`; `message_stop` ends it; an
-    /// `event: error` is relayed, and the stream fails there.
-    fn on_native_event(&mut self, event: &SseEvent) -> Result<Option<NativeEvent>, String> {
+    /// `message_start` and `message_delta`, whose usage gains the request's
+    /// cost (`price`); `message_stop` ends it; an `event: error` is
+    /// relayed, and the stream fails there.
+    fn on_native_event(
+        &mut self,
+        event: &SseEvent,
+        price: &dyn Fn(&Tokens) -> crate::spend::Cost,
+    ) -> Result<Option<NativeEvent>, String> {
         let estimate = self.estimate(0);
         let Some(passed) = self.passed.as_mut() else {
             return Err("no pass-through attempt".into());
@@ -479,6 +493,8 @@ impl<H: ChatHooks + MessagesRules> ChatHooks for MessagesHooks<H> {
             serde_json::from_str(&event.data).map_err(|_| "a stream event is not JSON")?;
         let kind = v.get("type").and_then(Value::as_str).unwrap_or_default();
         let name = event.event.clone().unwrap_or_else(|| kind.to_string());
+        // The usage the stream ends with: it carries the cost.
+        let last_usage = kind == "message_delta";
         // The inner hooks' rules read the event (the agent route's).
         let ruled = self.inner.rules_passed().then(|| kind.to_string());
         let mut relayed = NativeEvent {
@@ -522,7 +538,16 @@ impl<H: ChatHooks + MessagesRules> ChatHooks for MessagesHooks<H> {
         if let Some(u) = usage {
             let merged = passed.usage.get_or_insert_with(MessagesUsage::default);
             merged.merge(&u);
-            relayed.tokens = Some(merged.tokens());
+            let tokens = merged.tokens();
+            if last_usage {
+                if let Some(Value::Object(u)) = v.get_mut("usage") {
+                    price(&tokens).write_into(u);
+                }
+                if let Some(SseFrame::Event { data, .. }) = relayed.frames.first_mut() {
+                    *data = v.to_string();
+                }
+            }
+            relayed.tokens = Some(tokens);
         }
         if let Some(kind) = ruled {
             match kind.as_str() {

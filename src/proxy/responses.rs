@@ -48,6 +48,8 @@ pub struct ResponsesHooks<H> {
     allow_native: bool,
     /// The model the current attempt answers for.
     alias: String,
+    /// The request's cost as a bridged stream ends (`on_stream_cost`).
+    cost: Option<crate::spend::Cost>,
 }
 
 impl<H: ChatHooks> ResponsesHooks<H> {
@@ -63,6 +65,7 @@ impl<H: ChatHooks> ResponsesHooks<H> {
             bridged: Arc::new(AtomicBool::new(true)),
             allow_native: true,
             alias: String::new(),
+            cost: None,
         }
     }
 
@@ -118,6 +121,15 @@ impl<H: ChatHooks> ResponsesHooks<H> {
 
 impl<H: ChatHooks> ChatHooks for ResponsesHooks<H> {
     const EDITS_ANSWERS: bool = true;
+    /// The terminal response's usage carries it.
+    const CARRIES_COST: bool = true;
+
+    fn on_stream_cost(&mut self, cost: crate::spend::Cost) {
+        // A native stream's terminal event carried it already.
+        if self.native.is_none() {
+            self.cost = Some(cost);
+        }
+    }
 
     /// With inner hooks that do nothing, a bridged answer is written from
     /// the chat answer's text (no tree either way).
@@ -188,7 +200,11 @@ impl<H: ChatHooks> ChatHooks for ResponsesHooks<H> {
         let frames = self.inner.on_stream_end(usage).await;
         let mut out = self.translate_frames(frames);
         let approvals = std::mem::take(&mut self.approvals);
+        let cost = self.cost.take();
         let stream = self.stream_for(&Value::Null);
+        if let Some(c) = cost {
+            stream.set_cost(c);
+        }
         out.extend(stream.finish(usage, approvals));
         out
     }
@@ -245,11 +261,15 @@ impl<H: ChatHooks> ChatHooks for ResponsesHooks<H> {
         Ok((Bytes::from(bytes), tokens))
     }
 
-    fn on_native_event(&mut self, event: &SseEvent) -> Result<Option<NativeEvent>, String> {
+    fn on_native_event(
+        &mut self,
+        event: &SseEvent,
+        price: &dyn Fn(&Tokens) -> crate::spend::Cost,
+    ) -> Result<Option<NativeEvent>, String> {
         let Some(n) = self.native.as_mut() else {
             return Err("no native attempt".into());
         };
-        Ok(n.on_event(event)?.map(|r| NativeEvent {
+        Ok(n.on_event(event, price)?.map(|r| NativeEvent {
             frames: vec![r.frame],
             terminal: r.terminal,
             tokens: r.tokens,

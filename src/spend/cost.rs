@@ -91,6 +91,19 @@ impl Cost {
     pub fn amount(&self) -> Option<Amount> {
         self.nanos.map(|n| Amount(u64::try_from(n).unwrap_or(0)))
     }
+
+    /// Puts the cost in a stream's last `usage` object, as every dialect
+    /// carries it: `cost` (an amount, left out when unpriced) and
+    /// `cost_status`.
+    pub fn write_into(&self, usage: &mut serde_json::Map<String, serde_json::Value>) {
+        if let Some(a) = self.amount() {
+            usage.insert("cost".into(), serde_json::Value::String(a.to_string()));
+        }
+        usage.insert(
+            "cost_status".into(),
+            serde_json::Value::String(self.status.as_str().to_string()),
+        );
+    }
 }
 
 /// The OpenAPI schema of a usage record (`GET /api/admin/usage/records`).

@@ -1,6 +1,9 @@
-//! Limits in the console: the four limits (contract "Limits and budgets") of
-//! an API key (its owner), of a user and of an agent (admins), each with what
-//! is used now. A form becomes the API's own `limits` object and goes through
+//! Limits in the console: the four limits (contract "Limits and budgets") and
+//! the two budgets in money (contract "Spend in money" → "Console") of an API
+//! key (its owner), of a user and of an agent (admins), each with what is
+//! used now: the budgets with spend today, spend this month and what open
+//! requests reserve, each with a bar against its budget. A form becomes the
+//! API's own `limits` object and goes through
 //! the same functions as `PATCH /api/api-keys/{id}`, `PATCH
 //! /api/admin/users/{id}` and `PATCH /api/admin/agents/{address}`, so the
 //! console refuses the same values with the same message.
@@ -19,6 +22,8 @@ use crate::auth::accounts;
 use crate::error::{Error, ErrorKind};
 use crate::limits::engine::Used;
 use crate::limits::{Limits, FIELDS};
+use crate::spend::budget::FIELDS as BUDGETS;
+use crate::spend::{Amount, Currency};
 
 type Form = std::collections::HashMap<String, String>;
 
@@ -28,8 +33,9 @@ fn field<'a>(form: &'a Form, name: &str) -> &'a str {
 
 /// The form's fields as the API's `limits` object: a blank field is "no
 /// limit"; anything else is passed on as typed (a number when it reads as
-/// one, else text) so the API's own check names what is wrong. The
-/// `clear` button sends `null`: every limit removed.
+/// one, else text; a budget always as text, the API's amounts being
+/// strings) so the API's own check names what is wrong. The `clear` button
+/// sends `null`: every limit removed.
 pub fn limits_json(form: &Form) -> Value {
     if field(form, "clear") == "1" {
         return Value::Null;
@@ -49,7 +55,39 @@ pub fn limits_json(form: &Form) -> Value {
         };
         out.insert(name.to_string(), v);
     }
+    for name in BUDGETS {
+        let raw = field(form, name).trim();
+        if !raw.is_empty() {
+            out.insert(name.to_string(), json!(raw));
+        }
+    }
     Value::Object(out)
+}
+
+fn budget_of(l: &Limits, name: &str) -> Option<Amount> {
+    if name == "budget_per_day" {
+        l.budget_per_day
+    } else {
+        l.budget_per_month
+    }
+}
+
+/// An amount as the console shows it: up to 9 decimals, trailing zeros dropped.
+fn short(nanos: i64) -> String {
+    super::prices::short_nanos(nanos)
+}
+
+/// Nano-units as a bar's figure (a bar is drawn, not read to the nano).
+fn bar_value(nanos: i64) -> f64 {
+    nanos.max(0) as f64
+}
+
+/// A bar of `used` against `budget` (nano-units), warning from 70 %.
+fn budget_bar(used: i64, budget: Amount) -> Markup {
+    let max = budget.nanos() as f64;
+    html! {
+        meter min="0" max=(max) low=(max * 0.7) high=(max * 0.9) optimum="0" value=(bar_value(used)) { }
+    }
 }
 
 fn label(name: &str) -> &'static str {
@@ -90,6 +128,19 @@ pub fn summary(l: &Limits) -> String {
     let parts: Vec<String> = FIELDS
         .iter()
         .filter_map(|n| limit_of(l, n).map(|v| format!("{v} {}", short(n))))
+        .chain(BUDGETS.iter().filter_map(|n| {
+            let per = if *n == "budget_per_day" {
+                "day"
+            } else {
+                "month"
+            };
+            budget_of(l, n).map(|b| {
+                format!(
+                    "budget {}/{per}",
+                    super::prices::short_nanos(b.nanos() as i64)
+                )
+            })
+        }))
         .collect();
     if parts.is_empty() {
         "none".into()
@@ -105,9 +156,13 @@ pub fn section(
     action: &str,
     limits: &Limits,
     used: &Used,
+    currency: Currency,
     typed: Option<&Form>,
     error: Option<&str>,
 ) -> Markup {
+    // Open reservations count against both budgets; the bar is drawn
+    // against the day's when there is one.
+    let reserved_against = limits.budget_per_day.or(limits.budget_per_month);
     html! {
         section.limits id="limits" {
             @if let Some(e) = error { p.error role="alert" { (e) } }
@@ -132,6 +187,33 @@ pub fn section(
                                 }
                             }
                         }
+                        @for name in BUDGETS {
+                            @let budget = budget_of(limits, name);
+                            @let (spent, what) = if name == "budget_per_day" { (used.spend_today, "spent today") } else { (used.spend_this_month, "spent this month") };
+                            @let value = typed.map(|f| field(f, name).to_string()).unwrap_or_else(|| budget.map(|b| short(b.nanos() as i64)).unwrap_or_default());
+                            tr data-limit=(name) {
+                                td { label for=(name) { (if name == "budget_per_day" { "Budget per day (UTC)" } else { "Budget per month (UTC)" }) " in " (currency) } }
+                                td { input id=(name) name=(name) value=(value) inputmode="decimal" size="12" autocomplete="off"; }
+                                td.used {
+                                    span.amount { (short(spent)) } " " (currency) " " (what)
+                                    @if let Some(b) = budget {
+                                        " of " (short(b.nanos() as i64)) " "
+                                        (budget_bar(spent, b))
+                                    }
+                                }
+                            }
+                        }
+                        tr data-used="reserved" {
+                            td { "Reserved by requests under way" }
+                            td.muted { "–" }
+                            td.used {
+                                span.amount { (short(used.reserved)) } " " (currency) " reserved"
+                                @if let Some(b) = reserved_against {
+                                    " of " (short(b.nanos() as i64)) " "
+                                    (budget_bar(used.reserved, b))
+                                }
+                            }
+                        }
                     }
                 }
                 p.actions {
@@ -141,6 +223,7 @@ pub fn section(
                 }
             }
             p.muted { "A request must fit every limit that applies: its key's (or sign-in's), its user's, and on agent chat the agent's. Over one: 429. Counts are for the whole cluster; the minute and the day are the current ones." }
+            p.muted { "Budgets are amounts in " (currency) " (up to 9 decimals) for the UTC day and month. A request is admitted while what was spent, what requests under way reserved and its own reservation fit the budget; it is then charged its cost. Spend is counted whether a budget is set or not." }
         }
     }
 }
@@ -178,7 +261,7 @@ async fn key_page(
     let action = format!("/console/keys/{}/limits", enc(id));
     let body = html! {
         h1 { "Limits of key " (name) }
-        (section(user, &action, &limits, &used, typed, error))
+        (section(user, &action, &limits, &used, app.prices().currency, typed, error))
         p { a href="/console/keys" { "← My API keys" } }
     };
     Ok(page(user, "Key limits", "/console/keys", body).into_response())
@@ -227,7 +310,7 @@ async fn user_page(
     let body = html! {
         h1 { "Limits of " (u.email) }
         p.muted { "For all of the user's API keys and agent sign-ins together." }
-        (section(admin, &action, &limits, &used, typed, error))
+        (section(admin, &action, &limits, &used, app.prices().currency, typed, error))
         p { a href="/console/admin/users" { "← Users" } }
     };
     Ok(page(admin, "User limits", "/console/admin/users", body).into_response())
@@ -285,7 +368,7 @@ async fn agent_page(
     let body = html! {
         h1 { "Limits of agent " (address) }
         p.muted { "For every chat with this agent, all users together." }
-        (section(admin, &format!("{base}/limits"), &agent.limits, &used, typed, error))
+        (section(admin, &format!("{base}/limits"), &agent.limits, &used, app.prices().currency, typed, error))
         p { a href=(base) { "← Agent " (address) } }
     };
     Ok(page(admin, "Agent limits", "/console/admin/agents", body).into_response())
@@ -356,6 +439,22 @@ mod tests {
     }
 
     #[test]
+    fn budgets_pass_as_text_and_blank_is_no_budget() {
+        let v = limits_json(&posted(&[
+            ("budget_per_day", " 5 "),
+            ("budget_per_month", ""),
+        ]));
+        assert_eq!(v, json!({"budget_per_day": "5"}));
+        let l = Limits::from_json(&v).expect("a budget of 5");
+        assert_eq!(l.budget_per_day, Some(Amount::units(5)));
+        assert_eq!(l.budget_per_month, None);
+        // The API's check words what is wrong with a bad amount.
+        let v = limits_json(&posted(&[("budget_per_month", "0")]));
+        let e = Limits::from_json(&v).expect_err("refused");
+        assert_eq!(e.field, "limits.budget_per_month");
+    }
+
+    #[test]
     fn the_clear_button_removes_every_limit() {
         let v = limits_json(&posted(&[("clear", "1"), ("requests_per_minute", "5")]));
         assert_eq!(v, Value::Null);
@@ -370,5 +469,11 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(summary(&l), "60 requests/min · 2 at once");
+        let l = Limits {
+            budget_per_day: Some(Amount(2_500_000_000)),
+            budget_per_month: Some(Amount::units(40)),
+            ..Default::default()
+        };
+        assert_eq!(summary(&l), "budget 2.5/day · budget 40/month");
     }
 }

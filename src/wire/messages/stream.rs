@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 
 use super::from_chat_answer::{block_id, messages_usage, stop_reason};
 use super::to_chat::ToolNames;
+use crate::spend::Cost;
 use crate::usage::{estimate_tokens, Tokens};
 use crate::wire::chat::chunk::{ChunkDelta, ToolCallDelta};
 use crate::wire::sse::{begin_event, end_event, frames_of, json_num, json_str, SseFrame};
@@ -60,6 +61,8 @@ pub struct ToMessages {
     finish: Option<String>,
     usage: Option<Value>,
     output_chars: usize,
+    /// The request's cost, for `message_delta`'s usage (set as the stream ends).
+    cost: Option<Cost>,
 }
 
 /// `{"type":"content_block_delta","index":N,"delta":{"type":KIND,FIELD:` (the
@@ -95,7 +98,13 @@ impl ToMessages {
             finish: None,
             usage: None,
             output_chars: 0,
+            cost: None,
         }
+    }
+
+    /// The request's cost, which [`ToMessages::finish`] puts in `message_delta`'s usage.
+    pub fn set_cost(&mut self, cost: Cost) {
+        self.cost = Some(cost);
     }
 
     pub fn id(&self) -> &str {
@@ -243,7 +252,8 @@ impl ToMessages {
     }
 
     /// The end of the answer: the open block closed, `message_delta` with
-    /// the stop reason and usage (the upstream's `usage`, else estimates).
+    /// the stop reason and usage (the upstream's `usage`, else estimates;
+    /// with the request's cost when [`ToMessages::set_cost`] gave it).
     /// `message_stop` is [`ToMessages::stop`], so events may go between.
     pub fn finish(&mut self, usage: Option<&Value>, out: &mut Vec<SseFrame>) {
         let mut b = Vec::new();
@@ -261,8 +271,12 @@ impl ToMessages {
         out.extend_from_slice(b"{\"type\":\"message_delta\",\"delta\":{\"stop_reason\":");
         json_str(out, stop_reason(self.finish.as_deref()));
         out.extend_from_slice(b",\"stop_sequence\":null},\"usage\":");
-        // A tree of four numbers always serialises.
-        let _ = serde_json::to_writer(&mut *out, &messages_usage(usage, fallback));
+        let mut usage = messages_usage(usage, fallback);
+        if let (Some(c), Some(u)) = (&self.cost, usage.as_object_mut()) {
+            c.write_into(u);
+        }
+        // A tree of numbers and strings always serialises.
+        let _ = serde_json::to_writer(&mut *out, &usage);
         out.push(b'}');
         end_event(out);
     }
@@ -356,6 +370,40 @@ mod tests {
         assert_eq!(ev[12]["delta"]["stop_reason"], "tool_use");
         assert_eq!(ev[12]["usage"]["input_tokens"], 12);
         assert_eq!(ev[12]["usage"]["output_tokens"], 3);
+    }
+
+    #[test]
+    fn message_delta_carries_the_cost_it_was_given_and_none_without() {
+        let cost = |nanos, status| Cost {
+            status,
+            nanos,
+            version: None,
+        };
+        for (given, want_cost, want_status) in [
+            (
+                Some(cost(Some(1_820_000), crate::spend::CostStatus::Exact)),
+                json!("0.001820000"),
+                json!("exact"),
+            ),
+            (
+                Some(cost(None, crate::spend::CostStatus::Unpriced)),
+                Value::Null,
+                json!("unpriced"),
+            ),
+            (None, Value::Null, Value::Null),
+        ] {
+            let mut t = ToMessages::new("m".into(), "m".into(), 4, ToolNames::default());
+            if let Some(c) = given {
+                t.set_cost(c);
+            }
+            let mut out = vec![];
+            t.finish(None, &mut out);
+            let ev = events(&out);
+            let delta = ev.iter().find(|e| e["type"] == "message_delta").unwrap();
+            assert_eq!(delta["usage"]["cost"], want_cost);
+            assert_eq!(delta["usage"]["cost_status"], want_status);
+            assert_eq!(delta["usage"]["input_tokens"], 4);
+        }
     }
 
     #[test]

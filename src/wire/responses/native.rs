@@ -6,6 +6,7 @@
 
 use serde_json::{json, Value};
 
+use crate::spend::Cost;
 use crate::usage::Tokens;
 use crate::wire::sse::{SseEvent, SseFrame};
 
@@ -96,7 +97,13 @@ impl NativeStream {
     }
 
     /// One upstream event, rewritten; `Err` says what was wrong with it.
-    pub fn on_event(&mut self, ev: &SseEvent) -> Result<Option<Relayed>, String> {
+    /// The terminal response's usage gains the request's cost, which
+    /// `price` gives for its tokens.
+    pub fn on_event(
+        &mut self,
+        ev: &SseEvent,
+        price: &dyn Fn(&Tokens) -> Cost,
+    ) -> Result<Option<Relayed>, String> {
         if ev.data.trim() == "[DONE]" {
             return Ok(None);
         }
@@ -112,14 +119,23 @@ impl NativeStream {
             self.next_seq = n + 1;
         }
         let mut tokens = None;
+        let terminal = TERMINAL.contains(&kind.as_str());
         if let Some(r) = v.get_mut("response").and_then(Value::as_object_mut) {
             r.insert("model".into(), json!(self.alias));
             if self.response_id.is_none() {
                 self.response_id = r.get("id").and_then(Value::as_str).map(str::to_string);
             }
             tokens = tokens_of(r.get("usage"));
+            // A failed response is priced on what was relayed, but its usage
+            // is not the answer's last word: only a finished one carries it.
+            if let (true, Some(t), Some(Value::Object(u))) = (
+                terminal && kind != "response.failed",
+                &tokens,
+                r.get_mut("usage"),
+            ) {
+                price(t).write_into(u);
+            }
         }
-        let terminal = TERMINAL.contains(&kind.as_str());
         self.ended |= terminal;
         let frame = SseFrame::Event {
             event: kind,
@@ -188,7 +204,7 @@ mod tests {
     fn events_are_rewritten_and_a_missing_terminal_event_is_added() {
         let mut s = NativeStream::new("alias");
         let r = s
-            .on_event(&ev(json!({"type": "response.created", "sequence_number": 0, "response": {"id": "resp_up", "model": "up"}})))
+            .on_event(&ev(json!({"type": "response.created", "sequence_number": 0, "response": {"id": "resp_up", "model": "up"}})), &unpriced)
             .unwrap()
             .unwrap();
         assert!(!r.terminal);
@@ -196,9 +212,10 @@ mod tests {
             panic!()
         };
         assert!(data.contains("\"alias\"") && !data.contains("\"up\""));
-        s.on_event(&ev(
-            json!({"type": "response.output_text.delta", "sequence_number": 1, "delta": "x"}),
-        ))
+        s.on_event(
+            &ev(json!({"type": "response.output_text.delta", "sequence_number": 1, "delta": "x"})),
+            &unpriced,
+        )
         .unwrap();
         let failed = s.fail("upstream_error", "cut");
         let SseFrame::Event { data, .. } = &failed[0] else {
@@ -211,10 +228,11 @@ mod tests {
 
         let mut s = NativeStream::new("alias");
         let r = s
-            .on_event(&ev(
-                json!({"type": "response.completed", "sequence_number": 5,
-                "response": {"id": "r", "usage": {"input_tokens": 1, "output_tokens": 2}}}),
-            ))
+            .on_event(
+                &ev(json!({"type": "response.completed", "sequence_number": 5,
+                "response": {"id": "r", "usage": {"input_tokens": 1, "output_tokens": 2}}})),
+                &unpriced,
+            )
             .unwrap()
             .unwrap();
         assert!(r.terminal);
@@ -227,5 +245,64 @@ mod tests {
             })
         );
         assert!(s.fail("x", "y").is_empty());
+    }
+
+    fn unpriced(_: &Tokens) -> Cost {
+        Cost {
+            status: crate::spend::CostStatus::Unpriced,
+            nanos: None,
+            version: None,
+        }
+    }
+
+    #[test]
+    fn only_a_finished_responses_usage_carries_the_cost_of_its_tokens() {
+        let priced = |t: &Tokens| Cost {
+            status: crate::spend::CostStatus::Exact,
+            nanos: Some(t.prompt * 1000 + t.completion),
+            version: None,
+        };
+        let usage = json!({"input_tokens": 3, "output_tokens": 4});
+        for (kind, carries) in [
+            ("response.completed", true),
+            ("response.incomplete", true),
+            ("response.failed", false),
+            ("response.in_progress", false),
+        ] {
+            let r = NativeStream::new("alias")
+                .on_event(
+                    &ev(json!({"type": kind, "response": {"id": "r", "usage": usage}})),
+                    &priced,
+                )
+                .unwrap()
+                .unwrap();
+            let SseFrame::Event { data, .. } = r.frame else {
+                panic!()
+            };
+            let v: Value = serde_json::from_str(&data).unwrap();
+            let u = &v["response"]["usage"];
+            if carries {
+                assert_eq!(u["cost"], "0.000003004", "{kind}");
+                assert_eq!(u["cost_status"], "exact", "{kind}");
+            } else {
+                assert!(
+                    u.get("cost").is_none() && u.get("cost_status").is_none(),
+                    "{kind}"
+                );
+            }
+        }
+        let r = NativeStream::new("alias")
+            .on_event(
+                &ev(json!({"type": "response.completed", "response": {"id": "r", "usage": usage}})),
+                &unpriced,
+            )
+            .unwrap()
+            .unwrap();
+        let SseFrame::Event { data, .. } = r.frame else {
+            panic!()
+        };
+        let v: Value = serde_json::from_str(&data).unwrap();
+        assert_eq!(v["response"]["usage"]["cost_status"], "unpriced");
+        assert!(v["response"]["usage"].get("cost").is_none());
     }
 }

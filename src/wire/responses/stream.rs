@@ -7,6 +7,7 @@
 
 use serde_json::{json, Value};
 
+use crate::spend::Cost;
 use crate::usage::{estimate_tokens, Tokens};
 use crate::wire::chat::chunk::{ChunkDelta, ToolCallDelta};
 use crate::wire::responses::answer::{
@@ -53,6 +54,9 @@ pub struct ResponsesStream {
     open: Option<Open>,
     finish_reason: Option<String>,
     completion_chars: usize,
+    /// The request's cost, for the terminal response's usage (set as the
+    /// stream ends well).
+    cost: Option<Cost>,
 }
 
 impl ResponsesStream {
@@ -67,7 +71,14 @@ impl ResponsesStream {
             open: None,
             finish_reason: None,
             completion_chars: 0,
+            cost: None,
         }
+    }
+
+    /// The request's cost, which [`ResponsesStream::finish`] puts in the
+    /// terminal response's `usage`.
+    pub fn set_cost(&mut self, cost: Cost) {
+        self.cost = Some(cost);
     }
 
     pub fn is_ended(&self) -> bool {
@@ -399,7 +410,10 @@ impl ResponsesStream {
         self.start(out);
         self.close(out);
         let (status, incomplete) = status_of(self.finish_reason.as_deref());
-        let usage = self.usage(chat_usage);
+        let mut usage = self.usage(chat_usage);
+        if let (Some(c), Some(u)) = (&self.cost, usage.as_object_mut()) {
+            c.write_into(u);
+        }
         let kind = if status == "completed" {
             "response.completed"
         } else {
@@ -560,5 +574,26 @@ mod tests {
             "max_output_tokens"
         );
         assert_eq!(last["response"]["approvals"][0]["id"], "a1");
+    }
+
+    #[test]
+    fn the_terminal_usage_carries_the_cost_it_was_given() {
+        let mut s = stream();
+        s.on_chunk(&chunk(json!({"content": "x"}), Some("stop")));
+        s.set_cost(Cost {
+            status: crate::spend::CostStatus::Estimated,
+            nanos: Some(7),
+            version: None,
+        });
+        let evs = events(&s.finish(None, vec![]));
+        let usage = &evs.last().unwrap()["response"]["usage"];
+        assert_eq!(usage["cost"], "0.000000007");
+        assert_eq!(usage["cost_status"], "estimated");
+
+        let mut s = stream();
+        s.on_chunk(&chunk(json!({"content": "x"}), Some("stop")));
+        let evs = events(&s.finish(None, vec![]));
+        let usage = &evs.last().unwrap()["response"]["usage"];
+        assert!(usage.get("cost").is_none() && usage.get("cost_status").is_none());
     }
 }

@@ -13,7 +13,7 @@ use crate::common::models::{env, poll, Env};
 
 /// The env's providers plus `claude` (anthropic, key `sk-ant`) on the stub,
 /// and the model `sonnet` on it (upstream `claude-up`, alias `claude-sonnet-*`).
-async fn claude_env() -> Env {
+pub(super) async fn claude_env() -> Env {
     let env = env().await;
     let r = env
         .app
@@ -243,9 +243,11 @@ async fn a_streamed_message_passes_through_event_by_event_with_thinking_intact()
         .map(|(e, d)| (e.to_string(), d.clone()))
         .collect();
     expected[0].1["message"]["model"] = json!("claude-sonnet-4-5");
+    // The final usage carries the cost (none here: no price is set).
+    expected[9].1["usage"]["cost_status"] = json!("unpriced");
     assert_eq!(
         events, expected,
-        "every event, in order, only the model set"
+        "every event, in order, only the model set and the cost status added"
     );
 
     let sent = &env.stub.requests_for_model("claude-up")[0];

@@ -6,6 +6,7 @@
 use crate::common;
 
 mod agent;
+mod cost;
 
 use common::models::*;
 use common::stub::{calling, tool_call};
