@@ -56,6 +56,29 @@ async fn scene() -> Scene {
 }
 
 #[tokio::test]
+async fn a_calls_audit_record_is_stored_by_the_time_the_server_has_shut_down() {
+    // Audit records wait in memory a moment to share a transaction; a
+    // shutdown (a restart) writes what waits before the process ends.
+    let mut s = scene().await;
+    let mut c = Mcp::new(&s.app, "/mcp", &s.key);
+    c.initialize().await;
+    let v = c.call("alpha__add", json!({"a": 1, "b": 2})).await;
+    assert_eq!(v["result"]["content"][0]["text"], "3");
+    let store = s.app.app().store.clone();
+    s.app.server.take().expect("running").shutdown().await;
+    let records = store
+        .list_mcp_calls(&gatehouse::mcp::audit::CallFilter {
+            limit: 10,
+            ..Default::default()
+        })
+        .await
+        .expect("audit");
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].exposed_name, "alpha__add");
+    assert_eq!(records[0].outcome.as_deref(), Some("ok"));
+}
+
+#[tokio::test]
 async fn initialize_answers_the_clients_version_and_gatehouse_with_a_session() {
     let s = scene().await;
     let mut c = Mcp::new(&s.app, "/mcp", &s.key);
