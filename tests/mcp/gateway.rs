@@ -657,6 +657,79 @@ async fn a_slow_upstream_times_out_and_is_told_to_cancel() {
     assert_eq!(cancelled, 1);
 }
 
+/// A `tools/call` of `slow` (30 s) in flight through one server, and the
+/// client's `notifications/cancelled` for it sent through `via_other`: the
+/// same server, or a second one on the same database (a load balancer may
+/// send them to different servers). The upstream cancels the call, so it
+/// ends now with the upstream's own error.
+async fn a_call_is_cancelled_upstream_by_the_client(via_other: bool) {
+    let alpha = Upstream::start("alpha", &[]).ready().await;
+    let app = spawn_app().await;
+    add_server(
+        &app,
+        json!({"name": "alpha", "url": alpha.url, "timeout_s": 60}),
+    )
+    .await;
+    let (_, key) = user_with_key(
+        &app,
+        "dev@example.com",
+        json!({"servers": ["*"]}),
+        json!({"servers": ["*"]}),
+        Value::Null,
+    )
+    .await;
+    let other = match via_other {
+        true => Some(app_on(&app.settings.database_url, None, |_| {}).await),
+        false => None,
+    };
+    let mut c = Mcp::new(&app, "/mcp", &key);
+    c.initialize().await;
+    let call = tokio::spawn(
+        c.request(
+            &json!({"jsonrpc": "2.0", "id": "slow-1", "method": "tools/call",
+                          "params": {"name": "alpha__slow", "arguments": {"seconds": 30}}}),
+        )
+        .send(),
+    );
+    for _ in 0..200 {
+        if alpha.count("tools/call") > 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(alpha.count("tools/call"), 1);
+    let mut via = Mcp::new(other.as_ref().unwrap_or(&app), "/mcp", &key);
+    via.session = c.session.clone();
+    let r = via
+        .request(
+            &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                         "params": {"requestId": "slow-1", "reason": "the user pressed stop"}}),
+        )
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    let answer = tokio::time::timeout(std::time::Duration::from_secs(15), call)
+        .await
+        .expect("the call ended long before its 30 s")
+        .expect("joined")
+        .expect("answered");
+    let v: Value = answer.json().await.expect("json");
+    assert_eq!(v["id"], "slow-1");
+    assert_eq!(v["error"]["message"], "Request cancelled", "{v}");
+    assert_eq!(alpha.count("notifications/cancelled"), 1);
+}
+
+#[tokio::test]
+async fn a_clients_cancel_reaches_the_upstream_running_the_call() {
+    a_call_is_cancelled_upstream_by_the_client(false).await;
+}
+
+#[tokio::test]
+async fn a_clients_cancel_sent_to_another_server_reaches_the_upstream_running_the_call() {
+    a_call_is_cancelled_upstream_by_the_client(true).await;
+}
+
 #[tokio::test]
 async fn mcp_calls_per_minute_admits_the_limit_and_refuses_one_more() {
     let s = scene_with(|_| {}, json!({"mcp_calls_per_minute": 2})).await;
