@@ -79,7 +79,7 @@ impl App {
             refresh_token: settings.refresh_token_ttl,
             sign_in_max_age: settings.sign_in_max_age,
         };
-        let limiter = crate::limits::Limiter::new(Some(store.clone()));
+        let limiter = crate::limits::Limiter::with_currency(Some(store.clone()), settings.currency);
         let login_throttle = crate::limits::login::LoginThrottle::new(
             store.clone(),
             settings.login_lockout_s,

@@ -62,6 +62,11 @@ pub struct Settings {
     pub mcp_max_result_bytes: usize,
     /// `GATEHOUSE_CURRENCY`: what every price and budget is in.
     pub currency: crate::spend::Currency,
+    /// `GATEHOUSE_RESERVE_OUTPUT_TOKENS`: completion tokens a reservation
+    /// counts when the body names no maximum.
+    pub reserve_output_tokens: u64,
+    /// `GATEHOUSE_UNPRICED_POLICY`: `admit` or `refuse`.
+    pub unpriced_policy: crate::spend::budget::UnpricedPolicy,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -253,6 +258,14 @@ impl Settings {
                 std::thread::available_parallelism().map_or(1, |n| n.get()),
             )?,
             currency: crate::spend::Currency::from_env().map_err(ConfigError)?,
+            reserve_output_tokens: positive_var(
+                "GATEHOUSE_RESERVE_OUTPUT_TOKENS",
+                crate::spend::budget::DEFAULT_RESERVE_OUTPUT_TOKENS,
+            )?,
+            unpriced_policy: crate::spend::budget::UnpricedPolicy::parse(
+                std::env::var("GATEHOUSE_UNPRICED_POLICY").ok().as_deref(),
+            )
+            .map_err(ConfigError)?,
         })
     }
 
@@ -293,6 +306,8 @@ impl Settings {
             trusted_proxies: Vec::new(),
             serve_threads: 1,
             currency: crate::spend::Currency::USD,
+            reserve_output_tokens: crate::spend::budget::DEFAULT_RESERVE_OUTPUT_TOKENS,
+            unpriced_policy: crate::spend::budget::UnpricedPolicy::Admit,
         }
     }
 }

@@ -84,23 +84,23 @@ pub struct UsageContext {
     pub on_end: EndHook,
 }
 
-type EndFn = Box<dyn FnOnce(Tokens) + Send>;
+type EndFn = Box<dyn FnOnce(Tokens, i64) + Send>;
 
-/// Runs once, with the request's tokens, when the ticket that carries it
+/// Runs once, with the request's tokens and cost (nanos; 0 when unpriced), when the ticket that carries it
 /// finishes (or is dropped: then with none). Clones share the one call, so
 /// a ticket handed over to the relay still calls it exactly once.
 #[derive(Clone, Default)]
 pub struct EndHook(Option<Arc<parking_lot::Mutex<Option<EndFn>>>>);
 
 impl EndHook {
-    pub fn new(f: impl FnOnce(Tokens) + Send + 'static) -> EndHook {
+    pub fn new(f: impl FnOnce(Tokens, i64) + Send + 'static) -> EndHook {
         EndHook(Some(Arc::new(parking_lot::Mutex::new(Some(Box::new(f))))))
     }
 
-    fn fire(&self, tokens: Tokens) {
+    fn fire(&self, tokens: Tokens, cost_nanos: i64) {
         let f = self.0.as_ref().and_then(|m| m.lock().take());
         if let Some(f) = f {
-            f(tokens);
+            f(tokens, cost_nanos);
         }
     }
 }
@@ -139,6 +139,18 @@ impl Tokens {
             completion,
             estimated: true,
             ..Tokens::default()
+        }
+    }
+
+    /// The figures as spend prices them; a negative figure counts as 0.
+    pub fn normalised(&self) -> crate::spend::cost::Usage {
+        let n = |v: i64| u64::try_from(v).unwrap_or(0);
+        crate::spend::cost::Usage {
+            prompt: n(self.prompt),
+            completion: n(self.completion),
+            cache_read: n(self.cache_read),
+            cache_write: n(self.cache_write),
+            reasoning: n(self.reasoning),
         }
     }
 }
@@ -215,7 +227,12 @@ impl UsageTicket {
                 r.upstream_model.as_deref().unwrap_or(""),
             ))
         });
-        crate::spend::cost::price(&self.prices, answered, tokens)
+        crate::spend::cost::price(
+            &self.prices,
+            answered,
+            tokens.normalised(),
+            tokens.estimated,
+        )
     }
 
     /// The currency costs are in.
@@ -291,7 +308,7 @@ impl UsageTicket {
             r.cache_write_tokens = tokens.cache_write;
             r.latency_ms = i64::try_from(self.started.elapsed().as_millis()).unwrap_or(i64::MAX);
             self.sink.record(r);
-            self.on_end.fire(tokens);
+            self.on_end.fire(tokens, cost.nanos.unwrap_or(0));
             return cost;
         }
         crate::spend::Cost::default()
@@ -374,7 +391,11 @@ impl crate::store::batch::BatchTarget for UsageTarget {
     const WHAT: &'static str = "usage";
     const BATCH: usize = BATCH;
     fn taken(&self, batch: &[UsageRecord]) {
-        self.counters.spend.count(batch);
+        self.counters.spend.count(
+            batch
+                .iter()
+                .map(|r| (r.model.as_str(), r.provider.as_deref(), &r.cost)),
+        );
     }
     fn write<'a>(
         &'a self,

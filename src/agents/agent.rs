@@ -146,7 +146,7 @@ pub struct Agent {
     pub updated_at: i64,
     pub limits: crate::limits::Limits,
     /// The agent's `mcp` grant (`None`: no MCP access).
-    pub mcp: Option<crate::mcp::McpGrant>,
+    pub mcp: Option<crate::users::mcp_grant::McpGrant>,
 }
 
 impl Agent {
@@ -197,7 +197,7 @@ impl Agent {
             created_at: self.created_at,
             updated_at: self.updated_at,
             limits: self.limits.to_db(),
-            mcp: crate::mcp::McpGrant::to_db(self.mcp.as_ref()),
+            mcp: crate::users::mcp_grant::McpGrant::to_db(self.mcp.as_ref()),
         }
     }
 
@@ -221,7 +221,10 @@ impl Agent {
             instructions: row.instructions,
             created_at: row.created_at,
             updated_at: row.updated_at,
-            mcp: crate::mcp::McpGrant::from_db_or_closed(row.mcp.as_deref(), &row.address),
+            mcp: crate::users::mcp_grant::McpGrant::from_db_or_closed(
+                row.mcp.as_deref(),
+                &row.address,
+            ),
             limits: crate::limits::Limits::from_db_or_closed(row.limits.as_deref(), &row.address),
         })
     }
@@ -278,7 +281,7 @@ pub struct NewAgent {
     pub limits: Option<serde_json::Value>,
     /// `{"servers": [...], "tools"?: {...}}`; null or left out: no MCP access.
     /// Checked against the configured servers by the caller
-    /// (`crate::mcp::McpGrant::parse`).
+    /// (`crate::users::mcp_grant::McpGrant::parse`).
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     pub mcp: Option<serde_json::Value>,

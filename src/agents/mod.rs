@@ -63,7 +63,7 @@ pub fn parse_file_agent(
         .map_err(|e| crate::error::Error::validation("agent", e.to_string()))?;
     let mut agent = new.validate(catalog, now)?;
     if let Some(v) = &new.mcp {
-        agent.mcp = crate::mcp::McpGrant::parse(v, mcp_server)?;
+        agent.mcp = crate::users::mcp_grant::McpGrant::parse(v, mcp_server)?;
     }
     Ok(agent)
 }

@@ -130,7 +130,7 @@ pub struct NewKey {
     pub models: Option<Vec<String>>,
     pub limits: crate::limits::Limits,
     /// The key's `mcp` grant, checked by the caller (`None`: no MCP access).
-    pub mcp: Option<crate::mcp::McpGrant>,
+    pub mcp: Option<crate::users::mcp_grant::McpGrant>,
 }
 
 /// Checks `new` and creates the key for `user_id`. Returns the stored row and
@@ -167,7 +167,7 @@ pub fn user_json(u: &UserRow) -> serde_json::Value {
         "id": u.id, "email": u.email, "is_admin": u.admin(), "is_active": u.active(),
         "created_at": crate::time::rfc3339(u.created_at),
         "limits": crate::limits::Limits::from_db_or_closed(u.limits.as_deref(), &u.id),
-        "mcp": crate::mcp::McpGrant::from_db_or_closed(u.mcp.as_deref(), &u.id),
+        "mcp": crate::users::mcp_grant::McpGrant::from_db_or_closed(u.mcp.as_deref(), &u.id),
     })
 }
 
@@ -186,7 +186,7 @@ pub fn key_json(row: &ApiKeyRow, secret: Option<&str>) -> serde_json::Value {
         "models": models,
         "last_used_at": row.last_used_at.map(crate::time::rfc3339),
         "limits": crate::limits::Limits::from_db_or_closed(row.limits.as_deref(), &row.id),
-        "mcp": crate::mcp::McpGrant::from_db_or_closed(row.mcp.as_deref(), &row.id),
+        "mcp": crate::users::mcp_grant::McpGrant::from_db_or_closed(row.mcp.as_deref(), &row.id),
     });
     if let Some(k) = secret {
         v["key"] = serde_json::json!(k);
@@ -241,7 +241,7 @@ fn new_key_row(user_id: &str, new: NewKey, now: i64) -> Result<ApiKeyRow> {
         expires_at,
         last_used_at: None,
         limits: new.limits.to_db(),
-        mcp: crate::mcp::McpGrant::to_db(new.mcp.as_ref()),
+        mcp: crate::users::mcp_grant::McpGrant::to_db(new.mcp.as_ref()),
     })
 }
 

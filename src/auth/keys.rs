@@ -7,12 +7,14 @@ use crate::store::keys::ApiKeyRow;
 pub struct KeyInfo {
     pub id: String,
     pub user_id: String,
+    /// The key's name (budget refusals name it).
+    pub name: String,
     /// None: every model. An unreadable stored list allows none (fail closed).
     pub models: Option<Vec<String>>,
     pub expires_at: Option<i64>,
     pub limits: crate::limits::Limits,
     /// The key's `mcp` grant (`None`: no MCP access).
-    pub mcp: Option<crate::mcp::McpGrant>,
+    pub mcp: Option<crate::users::mcp_grant::McpGrant>,
 }
 
 impl KeyInfo {
@@ -20,6 +22,7 @@ impl KeyInfo {
         KeyInfo {
             id: row.id.clone(),
             user_id: row.user_id.clone(),
+            name: row.name.clone(),
             models: row.models.as_deref().map(|m| {
                 serde_json::from_str(m).unwrap_or_else(|e| {
                     tracing::error!(api_key_id = %row.id, error = %e, "the key's model list cannot be read: the key allows no model");
@@ -28,7 +31,7 @@ impl KeyInfo {
             }),
             expires_at: row.expires_at,
             limits: crate::limits::Limits::from_db_or_closed(row.limits.as_deref(), &row.id),
-            mcp: crate::mcp::McpGrant::from_db_or_closed(row.mcp.as_deref(), &row.id),
+            mcp: crate::users::mcp_grant::McpGrant::from_db_or_closed(row.mcp.as_deref(), &row.id),
         }
     }
 

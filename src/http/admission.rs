@@ -12,7 +12,13 @@
 //! 4. the call runs with the ticket (recording its own outcome, or handing
 //!    the ticket on to the relay);
 //! 5. whatever it answers, success or error, carries the caller's
-//!    `x-ratelimit-*` headers.
+//!    `x-ratelimit-*` headers, and under a budget the
+//!    `x-gatehouse-budget-*` ones (a plain answer is settled by then, so
+//!    they count its cost; a stream's count its reservation).
+//!
+//! Under a budget, the request reserves at admission what it may cost at
+//! the dearest price it may reach ([`Charge`]; docs/spend.md, "Budgets"),
+//! and its end hook settles: the reservation released, the cost added.
 
 use std::future::Future;
 
@@ -21,14 +27,84 @@ use axum::response::{IntoResponse, Response};
 
 use crate::app::App;
 use crate::error::{Error, ErrorKind, Result};
+use crate::limits::rules::BudgetQuota;
 use crate::limits::{Admission, RateHeaders, Refusal, Subject};
+use crate::models::Model;
+use crate::spend::budget::{self, UnpricedPolicy};
 use crate::usage::{EndHook, Tokens, UsageTicket};
+
+/// What a request may cost, for its reservation under a budget: the model
+/// it names (its targets and its fallbacks' targets are what it may reach)
+/// and the token figures (the prompt's estimate, the body's maximum
+/// completion when it gives one).
+pub struct Charge<'a> {
+    pub model: &'a Model,
+    pub prompt: u64,
+    pub completion: Option<u64>,
+}
+
+impl<'a> Charge<'a> {
+    pub fn new(model: &'a Model, prompt: u64, completion: Option<u64>) -> Charge<'a> {
+        Charge {
+            model,
+            prompt,
+            completion,
+        }
+    }
+
+    /// The reservation in nanos, or the 403 of an unpriced target under
+    /// `GATEHOUSE_UNPRICED_POLICY=refuse`.
+    fn reservation(&self, app: &App) -> Result<i64> {
+        let book = app.prices().book();
+        let chain = self.model.chain();
+        let targets = || chain.iter().flat_map(|m| m.targets.iter());
+        let completion = self
+            .completion
+            .unwrap_or(app.settings.reserve_output_tokens);
+        let (nanos, unpriced) = budget::reservation(
+            targets().map(|t| {
+                book.get(&t.provider.name, &t.upstream_model)
+                    .map(|p| &p.spec)
+            }),
+            self.prompt,
+            completion,
+        );
+        if unpriced {
+            let missing =
+                targets().filter(|t| book.get(&t.provider.name, &t.upstream_model).is_none());
+            match app.settings.unpriced_policy {
+                UnpricedPolicy::Refuse => {
+                    let t = missing.into_iter().next();
+                    let pair = t.map_or(String::new(), |t| {
+                        format!(" ({}/{})", t.provider.name, t.upstream_model)
+                    });
+                    return Err(Error::new(
+                        ErrorKind::Forbidden,
+                        "model_unpriced",
+                        format!(
+                            "Model '{}' may run on a target without a price{pair}, and a budget applies to this request.",
+                            self.model.id
+                        ),
+                    )
+                    .with_param("model"));
+                }
+                UnpricedPolicy::Admit => {
+                    for t in missing {
+                        budget::warn_unpriced_once(&t.provider.name, &t.upstream_model);
+                    }
+                }
+            }
+        }
+        Ok(nanos)
+    }
+}
 
 /// Admits a request that must fit every subject's limits, and calls `call`
 /// with its ticket (see the module documentation).
 pub async fn admitted<F, Fut>(
     app: &App,
     subjects: &[Subject],
+    charge: Charge<'_>,
     mut ticket: UsageTicket,
     call: F,
 ) -> Response
@@ -36,7 +112,18 @@ where
     F: FnOnce(UsageTicket) -> Fut,
     Fut: Future<Output = Result<Response>>,
 {
-    let admission = match app.limiter.admit(subjects).await {
+    let reservation = if subjects.iter().any(|s| s.limits.has_budget()) {
+        match charge.reservation(app) {
+            Ok(n) => n,
+            Err(e) => {
+                ticket.finish(e.status(), Tokens::default());
+                return e.into_response();
+            }
+        }
+    } else {
+        0
+    };
+    let admission = match app.limiter.admit_reserving(subjects, reservation).await {
         Ok(a) => a,
         Err(r) => {
             ticket.finish(429, Tokens::default());
@@ -44,12 +131,31 @@ where
         }
     };
     let headers = admission.headers;
+    let probe = admission.budget_probe();
+    // A stream's figure counts its own reservation (as at admission); a
+    // plain answer's, read after it was settled, its cost.
+    let reserved = probe.quota();
     ticket.set_on_end(end_hook(admission));
     let mut resp = call(ticket)
         .await
         .unwrap_or_else(IntoResponse::into_response);
     add_headers(&mut resp, &headers);
+    let stream = resp
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    add_budget_headers(&mut resp, if stream { reserved } else { probe.quota() });
     resp
+}
+
+/// Adds `x-gatehouse-budget-remaining` and `-reset` (nothing without a budget).
+pub fn add_budget_headers(resp: &mut Response, q: Option<BudgetQuota>) {
+    let Some(q) = q else { return };
+    for (name, value) in q.pairs() {
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            resp.headers_mut().insert(HeaderName::from_static(name), v);
+        }
+    }
 }
 
 /// Records a failure before the upstream call on the request's ticket.
@@ -73,11 +179,15 @@ pub fn add_headers(resp: &mut Response, h: &RateHeaders) {
 /// The 429 answer: the contract's error (OpenAI shape on /v1), `Retry-After`
 /// and the caller's `x-ratelimit-*` headers.
 fn refused(r: &Refusal) -> Response {
-    let mut e =
-        Error::new(ErrorKind::TooManyRequests, r.code, r.message.clone()).with_param(r.field);
+    let mut e = Error::new(ErrorKind::TooManyRequests, r.code, r.message.clone());
+    // A used-up budget names no parameter (contract, "Budgets": refusal).
+    if r.code != crate::limits::rules::BUDGET_EXHAUSTED {
+        e = e.with_param(r.field);
+    }
     e.retry_after = Some(r.retry_after);
     let mut resp = e.into_response();
     add_headers(&mut resp, &r.headers);
+    add_budget_headers(&mut resp, r.budget);
     resp
 }
 
@@ -105,8 +215,8 @@ pub async fn admit_count_tokens(app: &App, subjects: &[Subject]) -> Result<(), R
 }
 
 fn end_hook(mut admission: Admission) -> EndHook {
-    EndHook::new(move |t: Tokens| {
+    EndHook::new(move |t: Tokens, cost_nanos: i64| {
         let n = t.prompt.saturating_add(t.completion).max(0);
-        admission.finish(u64::try_from(n).unwrap_or(0));
+        admission.settle(u64::try_from(n).unwrap_or(0), cost_nanos);
     })
 }

@@ -26,9 +26,13 @@ use crate::store::limits::CounterRow;
 use crate::store::Store;
 
 use super::rules::{
-    self, day_of, minute_start, second_of, Buckets, Denial, RateHeaders, Refusal, Usage,
+    self, day_of, minute_start, second_of, Buckets, BudgetQuota, Denial, RateHeaders, Refusal,
+    Spend, Usage,
 };
 use super::Limits;
+use crate::spend::amount::format_nanos;
+use crate::spend::budget::{self, month_of, Period};
+use crate::spend::{Amount, Currency};
 
 /// How often counts are settled with the database.
 const SYNC_MS: u64 = 200;
@@ -58,6 +62,9 @@ pub struct Subject {
     /// The caller in words, for messages: "API key", "user", "agent".
     pub whose: &'static str,
     pub limits: Limits,
+    /// The caller's name in a budget refusal (a key's name, a user's
+    /// e-mail, an agent's address); empty when not known.
+    pub name: String,
 }
 
 impl Subject {
@@ -66,6 +73,7 @@ impl Subject {
             key: format!("k:{id}"),
             whose: "API key",
             limits,
+            name: String::new(),
         }
     }
     /// The `count_tokens` counters of `of`: the same sliding minute and
@@ -75,6 +83,7 @@ impl Subject {
             key: format!("c{}", of.key),
             whose: of.whose,
             limits: of.limits.count_tokens(),
+            name: String::new(),
         }
     }
     /// The MCP `tools/call` counters of `of`, under a key of their own.
@@ -83,6 +92,7 @@ impl Subject {
             key: format!("m{}", of.key),
             whose: of.whose,
             limits: of.limits.mcp_calls(),
+            name: String::new(),
         }
     }
     pub fn user(id: &str, limits: Limits) -> Subject {
@@ -90,6 +100,7 @@ impl Subject {
             key: format!("u:{id}"),
             whose: "user",
             limits,
+            name: String::new(),
         }
     }
     pub fn agent(address: &str, limits: Limits) -> Subject {
@@ -97,13 +108,23 @@ impl Subject {
             key: format!("a:{address}"),
             whose: "agent",
             limits,
+            name: address.to_string(),
         }
+    }
+    /// The same caller, named in budget refusals.
+    pub fn named(mut self, name: &str) -> Subject {
+        // Only a budget refusal says it: no copy for other callers.
+        if self.limits.has_budget() {
+            self.name = name.to_string();
+        }
+        self
     }
     pub fn sign_in(device_id: &str, limits: Limits) -> Subject {
         Subject {
             key: format!("s:{device_id}"),
             whose: "sign-in",
             limits,
+            name: String::new(),
         }
     }
 }
@@ -115,6 +136,24 @@ pub struct Used {
     pub tokens_this_minute: i64,
     pub tokens_today: i64,
     pub in_flight: i64,
+    /// Money (amounts): settled today and this month (UTC), and open
+    /// reservations.
+    #[serde(serialize_with = "amount")]
+    pub spend_today: i64,
+    #[serde(serialize_with = "amount")]
+    pub spend_this_month: i64,
+    #[serde(serialize_with = "amount")]
+    pub reserved: i64,
+}
+
+fn amount<S: serde::Serializer>(n: &i64, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(&format_nanos(*n))
+}
+
+/// The subject under which a caller's open reservations are kept per server
+/// (rows of `limit_in_flight`, beside its requests in flight).
+fn reserved_key(key: &str) -> String {
+    format!("${key}")
 }
 
 #[derive(Default)]
@@ -122,6 +161,18 @@ struct State {
     requests: Buckets,
     tokens: Buckets,
     days: Buckets,
+    /// Money settled, in nanos: by day and by month ('sd', 'sm').
+    spend_day: Buckets,
+    spend_month: Buckets,
+    /// Open reservations (nanos) here; on the other servers as of the last
+    /// sync; and what the database says is reserved here.
+    reserved: i64,
+    reserved_elsewhere: i64,
+    reserved_written: i64,
+    /// Nanos reserved here (not in the database) since the start, and how
+    /// many of them the last sync wrote: the budgets' share rule.
+    reserve_admitted: i64,
+    reserve_synced_mark: i64,
     /// Requests running on this server.
     in_flight: i64,
     /// Requests running on the other servers, as of the last sync.
@@ -150,6 +201,18 @@ impl State {
         self.synced_mark = self.synced_mark.max(mark);
     }
 
+    fn reserve_unsynced(&self) -> i64 {
+        self.reserve_admitted - self.reserve_synced_mark
+    }
+
+    fn spend(&self, now_ms: i64) -> Spend {
+        Spend {
+            day: self.spend_day.total_from(day_of(now_ms)),
+            month: self.spend_month.total_from(month_of(now_ms)),
+            reserved: self.reserved.saturating_add(self.reserved_elsewhere),
+        }
+    }
+
     fn usage(&self) -> Usage<'_> {
         Usage {
             requests: &self.requests,
@@ -164,6 +227,8 @@ impl State {
         self.requests.prune_before(start);
         self.tokens.prune_before(start);
         self.days.prune_before(day_of(now_ms));
+        self.spend_day.prune_before(day_of(now_ms));
+        self.spend_month.prune_before(month_of(now_ms));
     }
 
     fn idle(&self) -> bool {
@@ -171,6 +236,10 @@ impl State {
             && self.requests.is_idle()
             && self.tokens.is_idle()
             && self.days.is_idle()
+            && self.spend_day.is_idle()
+            && self.spend_month.is_idle()
+            && self.reserved == 0
+            && self.reserved_written == 0
     }
 
     /// Replaces the database's view with rows just read (all of this
@@ -184,11 +253,16 @@ impl State {
         self.requests.clear_db_from(sec_from);
         self.tokens.clear_db_from(sec_from);
         self.days.clear_db_from(day_from);
+        let month_from = month_of(now_ms);
+        self.spend_day.clear_db_from(day_from);
+        self.spend_month.clear_db_from(month_from);
         for r in rows {
             match r.metric.as_str() {
                 "r" if r.win >= sec_from => self.requests.set_db(r.win, r.n),
                 "t" if r.win >= sec_from => self.tokens.set_db(r.win, r.n),
                 "d" if r.win >= day_from => self.days.set_db(r.win, r.n),
+                "sd" if r.win >= day_from => self.spend_day.set_db(r.win, r.n),
+                "sm" if r.win >= month_from => self.spend_month.set_db(r.win, r.n),
                 _ => {}
             }
         }
@@ -221,6 +295,8 @@ struct Shared {
     degraded_until: AtomicI64,
     outage_logged: AtomicBool,
     syncs: AtomicU64,
+    /// What budgets are in (for refusal messages).
+    currency: Currency,
 }
 
 /// Cheap to clone; every clone is the same limiter.
@@ -234,42 +310,175 @@ pub struct Admission {
     held: Vec<Slot>,
     /// `x-ratelimit-*` values, empty when no limit applies.
     pub headers: RateHeaders,
+    /// Nanos reserved on every held caller, until settled.
+    reservation: i64,
+    settled: bool,
+    /// The held callers that have a budget, for the budget headers.
+    budgets: Vec<(Slot, Limits)>,
+}
+
+/// Reads the budget headers of an admitted request at any time (after the
+/// admission itself went to the request's end hook).
+pub struct BudgetProbe(Vec<(Slot, Limits)>);
+
+impl BudgetProbe {
+    /// `x-gatehouse-budget-*` now: None when no budget applies.
+    pub fn quota(&self) -> Option<BudgetQuota> {
+        let now = crate::store::now_ms();
+        let mut q = None;
+        for (slot, limits) in &self.0 {
+            let s = slot.lock();
+            BudgetQuota::add(&mut q, limits, s.spend(now), now);
+        }
+        q
+    }
 }
 
 impl Admission {
     /// Counts the request's tokens (prompt plus completion) now that it ended.
     pub fn finish(&mut self, tokens: u64) {
-        self.finish_at(tokens, crate::store::now_ms());
+        self.settle(tokens, 0);
     }
 
-    pub fn finish_at(&mut self, tokens: u64, now_ms: i64) {
+    /// The request ended: counts its tokens, releases its reservation and
+    /// adds its cost (nanos) to the day's and the month's spend.
+    pub fn settle(&mut self, tokens: u64, cost_nanos: i64) {
+        self.settle_at(tokens, cost_nanos, crate::store::now_ms());
+    }
+
+    pub fn settle_at(&mut self, tokens: u64, cost_nanos: i64, now_ms: i64) {
         let n = i64::try_from(tokens).unwrap_or(i64::MAX);
-        if n == 0 {
+        let release = if self.settled { 0 } else { self.reservation };
+        self.settled = true;
+        let cost = cost_nanos.max(0);
+        if n == 0 && release == 0 && cost == 0 {
             return;
         }
         for slot in &self.held {
             let mut s = slot.lock();
-            s.tokens.add_pending(second_of(now_ms), n);
-            s.days.add_pending(day_of(now_ms), n);
+            if n != 0 {
+                s.tokens.add_pending(second_of(now_ms), n);
+                s.days.add_pending(day_of(now_ms), n);
+            }
+            if cost != 0 {
+                s.spend_day.add_pending(day_of(now_ms), cost);
+                s.spend_month.add_pending(month_of(now_ms), cost);
+            }
+            s.reserved -= release;
             s.last_used_ms = now_ms;
         }
+    }
+
+    /// What reads the budget headers later.
+    pub fn budget_probe(&self) -> BudgetProbe {
+        BudgetProbe(
+            self.budgets
+                .iter()
+                .map(|(s, l)| (Arc::clone(s), *l))
+                .collect(),
+        )
+    }
+
+    /// The budget headers now (None: no budget applies).
+    pub fn budget_quota(&self) -> Option<BudgetQuota> {
+        self.budget_probe().quota()
     }
 }
 
 impl Drop for Admission {
     fn drop(&mut self) {
         if self.limiter.is_some() {
+            let release = if self.settled { 0 } else { self.reservation };
             for slot in &self.held {
-                slot.lock().in_flight -= 1;
+                let mut s = slot.lock();
+                s.in_flight -= 1;
+                s.reserved -= release;
             }
         }
     }
+}
+
+/// `q` for a caller's budgets: the smaller share of its day's and month's.
+fn budget_share(limits: &Limits, servers: i64) -> i64 {
+    [limits.budget_per_day, limits.budget_per_month]
+        .into_iter()
+        .flatten()
+        .map(|b| share(b.nanos(), servers))
+        .min()
+        .unwrap_or(i64::MAX)
 }
 
 /// `q`: requests of a caller one server may admit between syncs.
 pub fn share(limit: u64, servers: i64) -> i64 {
     let n = u64::try_from(servers.max(1)).unwrap_or(1);
     i64::try_from(limit.saturating_mul(SLACK_PERCENT) / 100 / n).unwrap_or(i64::MAX)
+}
+
+/// The period of a budget field (None: not a budget).
+fn budget_period(field: &str) -> Option<Period> {
+    match field {
+        "budget_per_day" => Some(Period::Day),
+        "budget_per_month" => Some(Period::Month),
+        _ => None,
+    }
+}
+
+/// A refusal by a budget the database found full (the local view may lag):
+/// the month's when set, else the day's.
+fn budget_denial(limits: &Limits, now_ms: i64) -> Denial {
+    let (period, b) = match (limits.budget_per_month, limits.budget_per_day) {
+        (Some(b), _) => (Period::Month, b),
+        (None, b) => (Period::Day, b.unwrap_or_default()),
+    };
+    Denial {
+        code: rules::BUDGET_EXHAUSTED,
+        field: period.field(),
+        limit: b.nanos(),
+        wait_ms: period.until_end_ms(now_ms),
+    }
+}
+
+/// Cut off from the database with others alive: a server admits at most
+/// its `1/n` share of the remaining budget it knows.
+fn cut_off_budget(
+    limits: &Limits,
+    s: &State,
+    reservation: i64,
+    servers: i64,
+    now_ms: i64,
+) -> Option<Denial> {
+    let spend = s.spend(now_ms);
+    let unsynced = s.reserve_unsynced();
+    for (period, budget, spent) in [
+        (Period::Day, limits.budget_per_day, spend.day),
+        (Period::Month, limits.budget_per_month, spend.month),
+    ] {
+        let Some(b) = budget else { continue };
+        let base = spent + spend.reserved - unsynced;
+        let left = i64::try_from(b.nanos()).unwrap_or(i64::MAX) - base;
+        if unsynced + reservation > left.max(0) / servers.max(1) {
+            return Some(Denial {
+                code: rules::BUDGET_EXHAUSTED,
+                field: period.field(),
+                limit: b.nanos(),
+                wait_ms: period.until_end_ms(now_ms),
+            });
+        }
+    }
+    None
+}
+
+/// A caller past its share since the last sync (requests or budget nanos):
+/// it must sync before this request is decided.
+fn past_share(subject: &Subject, s: &State, reservation: i64, servers: i64) -> bool {
+    let requests = subject
+        .limits
+        .requests_per_minute
+        .is_some_and(|l| s.unsynced() >= share(l, servers));
+    let money = subject.limits.has_budget()
+        && reservation > 0
+        && s.reserve_unsynced() + reservation > budget_share(&subject.limits, servers);
+    requests || money
 }
 
 fn db_op<T>(r: Result<Result<T, sqlx::Error>, tokio::time::error::Elapsed>) -> Result<T, String> {
@@ -283,7 +492,13 @@ fn db_op<T>(r: Result<Result<T, sqlx::Error>, tokio::time::error::Elapsed>) -> R
 impl Limiter {
     /// A limiter that settles with `store` (None: memory only, for tests).
     pub fn new(store: Option<Store>) -> Limiter {
+        Limiter::with_currency(store, Currency::USD)
+    }
+
+    /// A limiter whose budgets are in `currency`.
+    pub fn with_currency(store: Option<Store>, currency: Currency) -> Limiter {
         Limiter(Arc::new(Shared {
+            currency,
             store,
             server_id: crate::store::new_id(),
             states: DashMap::new(),
@@ -327,6 +542,17 @@ impl Limiter {
 
     /// Admits a request that must fit every subject's limits, or refuses it.
     pub async fn admit(&self, subjects: &[Subject]) -> Result<Admission, Refusal> {
+        self.admit_reserving(subjects, 0).await
+    }
+
+    /// [`Limiter::admit`] for a request that reserves `reservation` nanos
+    /// against every subject's budgets until it is settled.
+    pub async fn admit_reserving(
+        &self,
+        subjects: &[Subject],
+        reservation: i64,
+    ) -> Result<Admission, Refusal> {
+        let reservation = reservation.max(0);
         let mut list: Vec<(&Subject, Slot)> =
             subjects.iter().map(|s| (s, self.slot(&s.key))).collect();
         if list.is_empty() {
@@ -334,6 +560,9 @@ impl Limiter {
                 limiter: None,
                 held: Vec::new(),
                 headers: RateHeaders::default(),
+                reservation: 0,
+                settled: true,
+                budgets: Vec::new(),
             });
         }
         // One lock order for every request: no two requests wait on each other.
@@ -358,22 +587,41 @@ impl Limiter {
         // Subjects whose reservation found the minute full: refused even if
         // a stale local view would let the request through.
         let mut full = vec![false; list.len()];
+        // Subjects whose budget reservation the database decided (true: in).
+        let mut in_db: Vec<Option<bool>> = vec![None; list.len()];
         let mut round = 0;
         loop {
             let now = crate::store::now_ms();
             let servers = self.servers();
             // The last round (3) decides on what is known, whatever happens.
             let cluster = round < 3 && servers > 1 && self.0.store.is_some() && !self.degraded(now);
+            let cut_off = !cluster && servers > 1 && self.0.store.is_some();
             let mut need_sync: Vec<String> = Vec::new();
             let mut need_reserve: Vec<usize> = Vec::new();
+            let mut need_budget_db: Vec<usize> = Vec::new();
             {
                 let mut guards: Vec<_> = list.iter().map(|(_, s)| s.lock()).collect();
                 let mut worst: Option<(Denial, &Subject)> = None;
                 for (i, ((subject, _), g)) in list.iter().zip(guards.iter_mut()).enumerate() {
                     g.prune(now);
-                    let denial = rules::check(&subject.limits, &g.usage(), now, reserved[i])
+                    let limits = &subject.limits;
+                    let budget_denial = match in_db[i] {
+                        Some(true) => None,
+                        Some(false) => {
+                            // The database said no: refuse on its figures.
+                            rules::check_budget(limits, g.spend(now), reservation, now)
+                                .or(Some(budget_denial(limits, now)))
+                        }
+                        None => rules::check_budget(limits, g.spend(now), reservation, now)
+                            .or_else(|| {
+                                cut_off
+                                    .then(|| cut_off_budget(limits, g, reservation, servers, now))
+                                    .flatten()
+                            }),
+                    };
+                    let denial = rules::check(limits, &g.usage(), now, reserved[i])
                         .or_else(|| {
-                            let l = subject.limits.requests_per_minute.filter(|_| full[i])?;
+                            let l = limits.requests_per_minute.filter(|_| full[i])?;
                             let wait_ms = g
                                 .requests
                                 .minute_wait_ms(i64::try_from(l).unwrap_or(i64::MAX), now)
@@ -384,7 +632,10 @@ impl Limiter {
                                 limit: l,
                                 wait_ms,
                             })
-                        });
+                        })
+                        .into_iter()
+                        .chain(budget_denial)
+                        .max_by_key(|d| (d.wait_ms, d.code == rules::BUDGET_EXHAUSTED));
                     if let Some(d) = denial {
                         let longer = worst.as_ref().is_none_or(|(w, _)| {
                             d.wait_ms > w.wait_ms
@@ -395,8 +646,15 @@ impl Limiter {
                         }
                         continue;
                     }
-                    let Some(l) = subject.limits.requests_per_minute.filter(|_| !reserved[i])
-                    else {
+                    if cluster && limits.has_budget() && reservation > 0 && in_db[i].is_none() {
+                        let q = budget_share(limits, servers);
+                        if reservation > q {
+                            need_budget_db.push(i);
+                        } else if g.reserve_unsynced() + reservation > q {
+                            need_sync.push(subject.key.clone());
+                        }
+                    }
+                    let Some(l) = limits.requests_per_minute.filter(|_| !reserved[i]) else {
                         continue;
                     };
                     if cluster {
@@ -406,7 +664,7 @@ impl Limiter {
                         } else if g.unsynced() >= q {
                             need_sync.push(subject.key.clone());
                         }
-                    } else if servers > 1 && self.0.store.is_some() {
+                    } else if cut_off {
                         // Cut off from the others: take only this server's
                         // part of what was left, as each of them does.
                         let l = i64::try_from(l).unwrap_or(i64::MAX);
@@ -426,29 +684,54 @@ impl Limiter {
                 }
                 if let Some((d, subject)) = worst {
                     let mut headers = RateHeaders::default();
+                    let mut budget = None;
                     for ((s, _), g) in list.iter().zip(guards.iter()) {
                         headers.add(&s.limits, &g.usage(), now);
+                        BudgetQuota::add(&mut budget, &s.limits, g.spend(now), now);
                     }
                     drop(guards);
-                    self.give_back(&list, &reserved, now);
-                    return Err(Refusal::new(&d, subject.whose, headers));
+                    self.give_back(&list, &reserved, &in_db, reservation, now);
+                    let mut r = Refusal::new(&d, subject.whose, headers);
+                    r.budget = budget;
+                    if let Some(period) = budget_period(d.field) {
+                        r.message = budget::refusal_message(
+                            period,
+                            subject.whose,
+                            &subject.name,
+                            Amount(d.limit),
+                            self.0.currency.as_str(),
+                        );
+                    }
+                    return Err(r);
                 }
-                if need_sync.is_empty() && need_reserve.is_empty() {
+                need_sync.dedup();
+                if need_sync.is_empty() && need_reserve.is_empty() && need_budget_db.is_empty() {
                     let mut headers = RateHeaders::default();
-                    for (i, ((s, _), g)) in list.iter().zip(guards.iter_mut()).enumerate() {
+                    let mut budgets = Vec::new();
+                    for (i, ((s, slot), g)) in list.iter().zip(guards.iter_mut()).enumerate() {
                         if !reserved[i] {
                             g.requests.add_pending(second_of(now), 1);
                             g.admitted += 1;
                         }
+                        if in_db[i] != Some(true) {
+                            g.reserved += reservation;
+                            g.reserve_admitted += reservation;
+                        }
                         g.in_flight += 1;
                         g.last_used_ms = now;
                         headers.add(&s.limits, &g.usage(), now);
+                        if s.limits.has_budget() {
+                            budgets.push((Arc::clone(slot), s.limits));
+                        }
                     }
                     drop(guards);
                     return Ok(Admission {
                         limiter: Some(self.clone()),
                         held: list.into_iter().map(|(_, s)| s).collect(),
                         headers,
+                        reservation,
+                        settled: false,
+                        budgets,
                     });
                 }
             }
@@ -457,9 +740,8 @@ impl Limiter {
                     continue;
                 };
                 let _turn = slot.db_turn.lock().await;
-                let q = share(subject.limits.requests_per_minute.unwrap_or(0), servers);
                 // Another request may have synced while this one waited.
-                if slot.lock().unsynced() < q {
+                if !past_share(subject, &slot.lock(), reservation, servers) {
                     continue;
                 }
                 if let Err(e) = self.sync_keys(std::slice::from_ref(&key)).await {
@@ -477,16 +759,41 @@ impl Limiter {
                     Err(e) => self.database_failed("reserving a request", &e),
                 }
             }
+            for i in need_budget_db {
+                let (subject, slot) = &list[i];
+                match self
+                    .reserve_budget(&subject.key, slot, &subject.limits, reservation)
+                    .await
+                {
+                    Ok(ok) => in_db[i] = Some(ok),
+                    Err(e) => self.database_failed("reserving a budget", &e),
+                }
+            }
             round += 1;
         }
     }
 
     /// Undoes the database reservations of a request refused after all: a
     /// pending -1, written with the next sync (until then the others see one
-    /// request too many, which can only refuse, never admit, too much).
-    fn give_back(&self, list: &[(&Subject, Slot)], reserved: &[bool], now_ms: i64) {
-        for ((_, slot), _) in list.iter().zip(reserved).filter(|(_, r)| **r) {
-            slot.lock().requests.add_pending(second_of(now_ms), -1);
+    /// request too many, which can only refuse, never admit, too much); and
+    /// budget reservations made in the database, released here (written
+    /// with the next sync).
+    fn give_back(
+        &self,
+        list: &[(&Subject, Slot)],
+        reserved: &[bool],
+        in_db: &[Option<bool>],
+        reservation: i64,
+        now_ms: i64,
+    ) {
+        for (((_, slot), r), b) in list.iter().zip(reserved).zip(in_db) {
+            let mut s = slot.lock();
+            if *r {
+                s.requests.add_pending(second_of(now_ms), -1);
+            }
+            if *b == Some(true) {
+                s.reserved -= reservation;
+            }
         }
     }
 
@@ -510,8 +817,7 @@ impl Limiter {
                 store.limit_reserve(
                     key,
                     sec,
-                    minute_start(now),
-                    day_of(now),
+                    (minute_start(now), day_of(now), month_of(now)),
                     i64::try_from(limit).unwrap_or(i64::MAX),
                 ),
             )
@@ -527,28 +833,141 @@ impl Limiter {
         Ok(fits)
     }
 
-    /// Writes the pending counts of `keys` and reads back every server's.
+    /// Reserves `reservation` nanos of a caller's budgets in the database
+    /// (a reservation larger than the share): one transaction that locks
+    /// the caller, adds every server's spend and open reservations, and
+    /// writes this server's reservations with this one only if it fits.
+    async fn reserve_budget(
+        &self,
+        key: &str,
+        slot: &Slot,
+        limits: &Limits,
+        reservation: i64,
+    ) -> Result<bool, String> {
+        let Some(store) = &self.0.store else {
+            return Ok(true);
+        };
+        let _turn = slot.db_turn.lock().await;
+        let now = crate::store::now_ms();
+        let (writes, unwritten_day, unwritten_month, mine) = {
+            let s = slot.lock();
+            (
+                s.writes,
+                s.spend_day.unwritten_from(day_of(now)),
+                s.spend_month.unwritten_from(month_of(now)),
+                s.reserved,
+            )
+        };
+        let limits = *limits;
+        let decide = move |day: i64, month: i64, elsewhere: i64| {
+            let spend = Spend {
+                day: day + unwritten_day,
+                month: month + unwritten_month,
+                reserved: elsewhere + mine,
+            };
+            rules::check_budget(&limits, spend, reservation, now).is_none()
+        };
+        let (fits, rows, elsewhere) = db_op(
+            tokio::time::timeout(
+                HOT_PATH_DB,
+                store.limit_reserve_budget(
+                    crate::store::limits::BudgetReservation {
+                        subject: key,
+                        reserved_subject: &reserved_key(key),
+                        server_id: &self.0.server_id,
+                        windows: (minute_start(now), day_of(now), month_of(now)),
+                        alive_since: now - ALIVE_MS,
+                        now,
+                        mine_after: mine + reservation,
+                    },
+                    decide,
+                ),
+            )
+            .await,
+        )?;
+        let mut s = slot.lock();
+        let refs: Vec<&CounterRow> = rows.iter().collect();
+        s.apply_read(&refs, writes, now);
+        s.writes += 1;
+        s.reserved_elsewhere = elsewhere;
+        if fits {
+            s.reserved += reservation;
+            s.reserved_written = mine + reservation;
+        }
+        Ok(fits)
+    }
+
+    /// Writes the pending counts of `keys` and reads back every server's
+    /// (with several servers, also this server's open reservations and the
+    /// others').
     async fn sync_keys(&self, keys: &[String]) -> Result<(), String> {
         let Some(store) = &self.0.store else {
             return Ok(());
         };
         let slots: Vec<(String, Slot)> = keys.iter().map(|k| (k.clone(), self.slot(k))).collect();
         let now = crate::store::now_ms();
-        let marks: Vec<i64> = slots.iter().map(|(_, s)| s.lock().admitted).collect();
+        let marks: Vec<(i64, i64, i64)> = slots
+            .iter()
+            .map(|(_, s)| {
+                let s = s.lock();
+                (s.admitted, s.reserve_admitted, s.reserved)
+            })
+            .collect();
         self.write_pending(store, &slots, HOT_PATH_DB).await?;
+        let cluster = self.servers() > 1;
+        let reserved_keys: Vec<String> = keys.iter().map(|k| reserved_key(k)).collect();
+        if cluster {
+            let rows: Vec<(String, i64)> = reserved_keys
+                .iter()
+                .zip(&marks)
+                .map(|(k, m)| (k.clone(), m.2))
+                .collect();
+            db_op(
+                tokio::time::timeout(
+                    HOT_PATH_DB,
+                    store.limit_put_in_flight(&self.0.server_id, &rows, now),
+                )
+                .await,
+            )?;
+        }
         let writes: Vec<u64> = slots.iter().map(|(_, s)| s.lock().writes).collect();
         let rows = db_op(
             tokio::time::timeout(
                 HOT_PATH_DB,
-                store.limit_counters_of(keys, minute_start(now), day_of(now)),
+                store.limit_counters_of(keys, minute_start(now), day_of(now), month_of(now)),
             )
             .await,
         )?;
-        for (((key, slot), w), mark) in slots.iter().zip(writes).zip(marks) {
+        let elsewhere = if cluster {
+            db_op(
+                tokio::time::timeout(
+                    HOT_PATH_DB,
+                    store.limit_in_flight_elsewhere(
+                        &self.0.server_id,
+                        &reserved_keys,
+                        now - ALIVE_MS,
+                    ),
+                )
+                .await,
+            )?
+        } else {
+            Vec::new()
+        };
+        for ((((key, slot), w), mark), rkey) in
+            slots.iter().zip(writes).zip(marks).zip(&reserved_keys)
+        {
             let mine: Vec<&CounterRow> = rows.iter().filter(|r| &r.subject == key).collect();
             let mut s = slot.lock();
             s.apply_read(&mine, w, now);
-            s.synced_up_to(mark);
+            s.synced_up_to(mark.0);
+            if cluster {
+                s.reserved_written = mark.2;
+                s.reserved_elsewhere = elsewhere
+                    .iter()
+                    .find(|(k, _)| k == rkey)
+                    .map_or(0, |(_, n)| *n);
+            }
+            s.reserve_synced_mark = s.reserve_synced_mark.max(mark.1);
         }
         Ok(())
     }
@@ -561,12 +980,15 @@ impl Limiter {
         limit: Duration,
     ) -> Result<(), String> {
         let mut items: Vec<(usize, &'static str, i64, i64)> = Vec::new();
+        // Spend for a month is written under the month's index ('sm').
         for (i, (_, slot)) in slots.iter().enumerate() {
             let mut s = slot.lock();
             for (metric, taken) in [
                 ("r", s.requests.take_pending()),
                 ("t", s.tokens.take_pending()),
                 ("d", s.days.take_pending()),
+                ("sd", s.spend_day.take_pending()),
+                ("sm", s.spend_month.take_pending()),
             ] {
                 items.extend(taken.into_iter().map(|(win, n)| (i, metric, win, n)));
             }
@@ -585,6 +1007,8 @@ impl Limiter {
             let series = match *metric {
                 "r" => &mut s.requests,
                 "t" => &mut s.tokens,
+                "sd" => &mut s.spend_day,
+                "sm" => &mut s.spend_month,
                 _ => &mut s.days,
             };
             match totals.and_then(|t| t.get(j)) {
@@ -619,7 +1043,7 @@ impl Limiter {
         let mut dirty = Vec::new();
         // (key, slot, writes, admitted) taken before anything is written, so
         // a sync never claims admissions it did not write.
-        let mut active: Vec<(String, Slot, u64, i64)> = Vec::new();
+        let mut active: Vec<(String, Slot, u64, i64, i64)> = Vec::new();
         let mut in_flight_rows = Vec::new();
         let refresh_in_flight = round.is_multiple_of(HEARTBEAT_MS as u64 / SYNC_MS);
         let mut idle = Vec::new();
@@ -630,12 +1054,23 @@ impl Limiter {
                 dirty.push(e.key().clone());
             }
             if now - s.last_used_ms < 65_000 || s.in_flight > 0 {
-                active.push((e.key().clone(), Arc::clone(e.value()), s.writes, s.admitted));
+                active.push((
+                    e.key().clone(),
+                    Arc::clone(e.value()),
+                    s.writes,
+                    s.admitted,
+                    s.reserve_admitted,
+                ));
             } else if s.idle() && now - s.last_used_ms > IDLE_MS {
                 idle.push(e.key().clone());
             }
             if s.in_flight != s.in_flight_written || (s.in_flight > 0 && refresh_in_flight) {
                 in_flight_rows.push((e.key().clone(), s.in_flight));
+            }
+            // Open reservations beside: kept fresh while any are open, so a
+            // killed server's are dropped after ALIVE_MS.
+            if s.reserved != s.reserved_written || (s.reserved > 0 && refresh_in_flight) {
+                in_flight_rows.push((reserved_key(e.key()), s.reserved));
             }
         }
         for key in idle {
@@ -655,10 +1090,10 @@ impl Limiter {
         let active_keys: Vec<String> = active.iter().map(|a| a.0.clone()).collect();
         if cluster && !active.is_empty() {
             let rows = store
-                .limit_counters_of(&active_keys, minute_start(now), day_of(now))
+                .limit_counters_of(&active_keys, minute_start(now), day_of(now), month_of(now))
                 .await
                 .map_err(|e| e.to_string())?;
-            for (key, slot, w, mark) in &active {
+            for (key, slot, w, mark, _) in &active {
                 let mine: Vec<&CounterRow> = rows.iter().filter(|r| &r.subject == key).collect();
                 let mut s = slot.lock();
                 s.apply_read(&mine, *w, now);
@@ -666,8 +1101,10 @@ impl Limiter {
             }
         } else {
             // Alone: nothing to learn from the database; the share rule is moot.
-            for (_, slot, _, mark) in &active {
-                slot.lock().synced_up_to(*mark);
+            for (_, slot, _, mark, reserve_mark) in &active {
+                let mut s = slot.lock();
+                s.synced_up_to(*mark);
+                s.reserve_synced_mark = s.reserve_synced_mark.max(*reserve_mark);
             }
         }
         // Alone, nobody reads what runs here: written once there are others.
@@ -678,25 +1115,42 @@ impl Limiter {
                     .await
                     .map_err(|e| e.to_string())?;
                 for (key, n) in &in_flight_rows {
-                    self.slot(key).lock().in_flight_written = *n;
+                    match key.strip_prefix('$') {
+                        Some(k) => self.slot(k).lock().reserved_written = *n,
+                        None => self.slot(key).lock().in_flight_written = *n,
+                    }
+                }
+                // The others now see what this server reserved.
+                for (_, slot, _, _, reserve_mark) in &active {
+                    let mut s = slot.lock();
+                    s.reserve_synced_mark = s.reserve_synced_mark.max(*reserve_mark);
                 }
             }
             if !active.is_empty() {
+                let mut keys = active_keys.clone();
+                keys.extend(active_keys.iter().map(|k| reserved_key(k)));
                 let elsewhere = store
-                    .limit_in_flight_elsewhere(&self.0.server_id, &active_keys, now - ALIVE_MS)
+                    .limit_in_flight_elsewhere(&self.0.server_id, &keys, now - ALIVE_MS)
                     .await
                     .map_err(|e| e.to_string())?;
-                for (key, slot, _, _) in &active {
-                    let n = elsewhere
-                        .iter()
-                        .find(|(k, _)| k == key)
-                        .map_or(0, |(_, n)| *n);
-                    slot.lock().in_flight_elsewhere = n;
+                for (key, slot, _, _, _) in &active {
+                    let rkey = reserved_key(key);
+                    let find = |want: &str| {
+                        elsewhere
+                            .iter()
+                            .find(|(k, _)| k == want)
+                            .map_or(0, |(_, n)| *n)
+                    };
+                    let mut s = slot.lock();
+                    s.in_flight_elsewhere = find(key);
+                    s.reserved_elsewhere = find(&rkey);
                 }
             }
         } else {
-            for (_, slot, _, _) in &active {
-                slot.lock().in_flight_elsewhere = 0;
+            for (_, slot, _, _, _) in &active {
+                let mut s = slot.lock();
+                s.in_flight_elsewhere = 0;
+                s.reserved_elsewhere = 0;
             }
         }
         if round.is_multiple_of(300) {
@@ -705,6 +1159,7 @@ impl Limiter {
                 .limit_cleanup(
                     sec - 2 * rules::MINUTE_BUCKETS,
                     day_of(now) - 2,
+                    month_of(now) - 2,
                     now - 60_000,
                 )
                 .await
@@ -778,11 +1233,15 @@ impl Limiter {
         let slot = self.slot(key);
         let mut s = slot.lock();
         s.prune(now);
+        let spend = s.spend(now);
         Used {
             requests_this_minute: s.requests.minute_count(now),
             tokens_this_minute: s.tokens.minute_count(now),
             tokens_today: s.days.total_from(day_of(now)),
             in_flight: s.in_flight + s.in_flight_elsewhere,
+            spend_today: spend.day,
+            spend_this_month: spend.month,
+            reserved: spend.reserved,
         }
     }
 }

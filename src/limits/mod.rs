@@ -10,15 +10,17 @@ pub mod engine;
 pub mod login;
 pub mod rules;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::Value;
+
+use crate::spend::Amount;
 
 pub use engine::{Admission, Limiter, Subject};
 pub use rules::{Quota, RateHeaders, Refusal};
 
 /// The four limits; `None` is "no limit". Values are positive (the API
 /// refuses anything else); `Some(0)` appears only in [`Limits::closed`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Limits {
     pub requests_per_minute: Option<u64>,
     pub tokens_per_minute: Option<u64>,
@@ -32,6 +34,10 @@ pub struct Limits {
     /// else). Not among [`FIELDS`] either.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mcp_calls_per_minute: Option<u64>,
+    /// Money per UTC day and per UTC month (contract, "Budgets"); views
+    /// show an amount or null.
+    pub budget_per_day: Option<Amount>,
+    pub budget_per_month: Option<Amount>,
 }
 
 pub const FIELDS: [&str; 4] = [
@@ -67,6 +73,8 @@ impl Limits {
             max_parallel: Some(0),
             count_tokens_per_minute: Some(0),
             mcp_calls_per_minute: Some(0),
+            budget_per_day: None,
+            budget_per_month: None,
         }
     }
 
@@ -77,6 +85,12 @@ impl Limits {
             && self.max_parallel.is_none()
             && self.count_tokens_per_minute.is_none()
             && self.mcp_calls_per_minute.is_none()
+            && !self.has_budget()
+    }
+
+    /// A budget in money applies.
+    pub fn has_budget(&self) -> bool {
+        self.budget_per_day.is_some() || self.budget_per_month.is_some()
     }
 
     /// The limits an MCP `tools/call` must fit: its own per-minute count, on
@@ -131,6 +145,22 @@ impl Limits {
             None | Some(Value::Null) => None,
             Some(x) => Some(positive(name, x)?),
         };
+        for name in crate::spend::budget::FIELDS {
+            let value = match obj.get(name) {
+                None | Some(Value::Null) => None,
+                Some(x) => Some(
+                    crate::spend::budget::parse(x).map_err(|says| InvalidLimits {
+                        field: format!("limits.{name}"),
+                        message: format!("'limits.{name}' {says}"),
+                    })?,
+                ),
+            };
+            if name == "budget_per_day" {
+                out.budget_per_day = value;
+            } else {
+                out.budget_per_month = value;
+            }
+        }
         Ok(out)
     }
 
@@ -222,6 +252,36 @@ mod tests {
     }
 
     #[test]
+    fn budgets_take_amounts_from_one_nano_to_a_billion_and_refuse_one_past() {
+        for name in crate::spend::budget::FIELDS {
+            for ok in ["0.000000001", "1000000000", "1000000000.000000000", "12.5"] {
+                let l = Limits::from_json(&json!({ name: ok })).expect(ok);
+                assert!(l.has_budget(), "{ok}");
+            }
+            for bad in [
+                json!("0"),
+                json!("0.000000000"),
+                json!("-1"),
+                json!(5),
+                json!(0.5),
+                json!("0.0000000001"),
+                json!("1000000000.000000001"),
+                json!("99999999999999999999999"),
+                json!("1e3"),
+                json!(""),
+            ] {
+                let e = Limits::from_json(&json!({ name: bad })).expect_err("refused");
+                assert_eq!(e.field, format!("limits.{name}"), "{bad}");
+            }
+        }
+        let l = Limits::from_json(&json!({"budget_per_day": "4", "budget_per_month": null}))
+            .expect("valid");
+        let v = serde_json::to_value(l).expect("serialises");
+        assert_eq!(v["budget_per_day"], json!("4.000000000"));
+        assert_eq!(v["budget_per_month"], Value::Null);
+    }
+
+    #[test]
     fn a_limits_value_that_is_not_an_object_is_refused() {
         for bad in [json!(5), json!("x"), json!([])] {
             assert_eq!(
@@ -250,6 +310,8 @@ mod tests {
             max_parallel: Some(4),
             count_tokens_per_minute: Some(5),
             mcp_calls_per_minute: Some(7),
+            budget_per_day: Some(Amount(1)),
+            budget_per_month: Some(Amount::units(1_000_000_000)),
         };
         assert_eq!(Limits::from_db(l.to_db().as_deref()), Ok(l));
         assert_eq!(Limits::default().to_db(), None);

@@ -10,6 +10,7 @@
 use std::collections::VecDeque;
 
 use super::Limits;
+use crate::spend::budget::{self, Period};
 
 pub const BUCKET_MS: i64 = 1000;
 /// Buckets in a minute's window (see the module comment).
@@ -143,6 +144,16 @@ impl Buckets {
     pub fn prune_before(&mut self, from: i64) {
         self.v
             .retain(|b| b.at >= from || b.pending != 0 || b.transit != 0);
+    }
+
+    /// What this server counted from `from` on and the database does not
+    /// hold yet (pending and in transit).
+    pub fn unwritten_from(&self, from: i64) -> i64 {
+        self.v
+            .iter()
+            .filter(|b| b.at >= from)
+            .map(|b| b.pending.saturating_add(b.transit))
+            .sum()
     }
 
     pub fn total_from(&self, from: i64) -> i64 {
@@ -305,6 +316,83 @@ pub fn check(
     worst
 }
 
+/// A caller's money as this server knows it: the spend of the current day
+/// and month (every server's, as of the last sync, plus this one's) and the
+/// open reservations (every live server's).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Spend {
+    pub day: i64,
+    pub month: i64,
+    pub reserved: i64,
+}
+
+/// The budget a request with `reservation` does not fit, if any (of the day
+/// and the month, the one with the longer wait).
+pub fn check_budget(
+    limits: &Limits,
+    spend: Spend,
+    reservation: i64,
+    now_ms: i64,
+) -> Option<Denial> {
+    let mut worst: Option<Denial> = None;
+    for (period, budget, spent) in [
+        (Period::Day, limits.budget_per_day, spend.day),
+        (Period::Month, limits.budget_per_month, spend.month),
+    ] {
+        let Some(b) = budget else { continue };
+        if !budget::fits(b, spent, spend.reserved, reservation) {
+            let d = Denial {
+                code: BUDGET_EXHAUSTED,
+                field: period.field(),
+                limit: b.nanos(),
+                wait_ms: period.until_end_ms(now_ms),
+            };
+            if worst.is_none_or(|w| d.wait_ms > w.wait_ms) {
+                worst = Some(d);
+            }
+        }
+    }
+    worst
+}
+
+/// `x-gatehouse-budget-remaining` and `-reset`: of every budget that
+/// applies, the one with the least left.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BudgetQuota {
+    pub remaining: i64,
+    pub reset_ms: i64,
+}
+
+impl BudgetQuota {
+    /// Adds one caller's budgets to `acc` (the tightest wins).
+    pub fn add(acc: &mut Option<BudgetQuota>, limits: &Limits, spend: Spend, now_ms: i64) {
+        for (period, budget, spent) in [
+            (Period::Day, limits.budget_per_day, spend.day),
+            (Period::Month, limits.budget_per_month, spend.month),
+        ] {
+            let Some(b) = budget else { continue };
+            let q = BudgetQuota {
+                remaining: budget::remaining(b, spent, spend.reserved),
+                reset_ms: period.until_end_ms(now_ms),
+            };
+            if acc.is_none_or(|a| (q.remaining, -q.reset_ms) < (a.remaining, -a.reset_ms)) {
+                *acc = Some(q);
+            }
+        }
+    }
+
+    /// The header names and values to send.
+    pub fn pairs(&self) -> [(&'static str, String); 2] {
+        [
+            (
+                "x-gatehouse-budget-remaining",
+                crate::spend::amount::format_nanos(self.remaining),
+            ),
+            ("x-gatehouse-budget-reset", format_reset(self.reset_ms)),
+        ]
+    }
+}
+
 /// One `x-ratelimit-*` family: the limit, what is left, when it is whole again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Quota {
@@ -400,6 +488,8 @@ pub struct Refusal {
     /// The limit that refused (a field of `limits`), for the error's `param`.
     pub field: &'static str,
     pub headers: RateHeaders,
+    /// The budget headers, when a budget applies.
+    pub budget: Option<BudgetQuota>,
 }
 
 impl Refusal {
@@ -428,6 +518,7 @@ impl Refusal {
             message,
             field: d.field,
             headers,
+            budget: None,
         }
     }
 }
@@ -572,6 +663,47 @@ mod tests {
         assert!(check(&limits, &usage(&empty, &empty, &d_, 0), T0, false).is_none());
         assert_eq!(until_midnight_ms(day * DAY_MS), DAY_MS);
         assert_eq!(until_midnight_ms((day + 1) * DAY_MS - 1), 1);
+    }
+
+    #[test]
+    fn a_budget_admits_a_reservation_that_fits_exactly_and_refuses_one_nano_more() {
+        let limits = Limits {
+            budget_per_day: Some(crate::spend::Amount(1000)),
+            budget_per_month: Some(crate::spend::Amount(5000)),
+            ..Limits::default()
+        };
+        let spend = Spend {
+            day: 600,
+            month: 600,
+            reserved: 300,
+        };
+        assert!(check_budget(&limits, spend, 100, T0).is_none());
+        let d = check_budget(&limits, spend, 101, T0).expect("refused");
+        assert_eq!(
+            (d.code, d.field, d.limit),
+            (BUDGET_EXHAUSTED, "budget_per_day", 1000)
+        );
+        assert_eq!(d.wait_ms, until_midnight_ms(T0));
+        // Both used up: the month's wait is the longer one.
+        let d = check_budget(
+            &limits,
+            Spend {
+                month: 5000,
+                ..spend
+            },
+            101,
+            T0,
+        )
+        .expect("refused");
+        assert_eq!(d.field, "budget_per_month");
+        let mut q = None;
+        BudgetQuota::add(&mut q, &limits, spend, T0);
+        let q = q.expect("a budget applies");
+        assert_eq!(q.remaining, 100);
+        assert_eq!(q.pairs()[0].1, "0.000000100");
+        let mut none = None;
+        BudgetQuota::add(&mut none, &Limits::default(), spend, T0);
+        assert!(none.is_none());
     }
 
     #[test]

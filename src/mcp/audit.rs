@@ -88,7 +88,7 @@ impl Outcome {
     }
 }
 
-/// One record as written (`store::mcp`'s `insert_mcp_calls`) and read back.
+/// One record as written (`mcp::store`'s `insert_mcp_calls`) and read back.
 /// Stored enums are text, so a record reads the same whatever the version
 /// that wrote it.
 #[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]

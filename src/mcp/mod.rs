@@ -18,6 +18,7 @@ pub mod grants;
 pub mod protocol;
 pub mod servers;
 pub mod session;
+pub mod store;
 pub mod tools;
 pub mod upstream;
 
@@ -117,7 +118,7 @@ pub async fn apply_file_servers(
             return Err(fail("this name is used twice".to_string()));
         }
         let row =
-            crate::store::mcp::McpServerRow::seal(&server, keyring).map_err(|e| fail(e.message))?;
+            crate::mcp::store::McpServerRow::seal(&server, keyring).map_err(|e| fail(e.message))?;
         store
             .put_mcp_server(&row, true)
             .await

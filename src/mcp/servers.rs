@@ -11,8 +11,8 @@ use serde_json::{json, Map, Value};
 use crate::agents::tools::ToolClass;
 use crate::error::Error;
 use crate::time::rfc3339;
+pub use crate::users::mcp_grant::{is_pattern, is_server_name, MAX_NAME_LEN, MAX_PATTERN_LEN};
 
-pub const MAX_NAME_LEN: usize = 32;
 pub const MAX_URL_LEN: usize = 2048;
 pub const MIN_TIMEOUT_S: u64 = 1;
 pub const MAX_TIMEOUT_S: u64 = 3600;
@@ -23,9 +23,6 @@ pub const MAX_HEADER_NAME_LEN: usize = 128;
 pub const MAX_HEADER_VALUE_LEN: usize = 8192;
 /// Allow-list patterns of one server.
 pub const MAX_TOOL_PATTERNS: usize = 100;
-/// A pattern or a tool name (MCP tool names are at most 128 characters;
-/// a pattern may add `*`s).
-pub const MAX_PATTERN_LEN: usize = 256;
 pub const MAX_TOOL_CLASSES: usize = 1000;
 
 /// Headers the gateway sets itself on every upstream request: a server's
@@ -157,16 +154,6 @@ impl McpServer {
     }
 }
 
-/// Whether `s` is a server name: 1 to 32 of `a-z 0-9 -`, starting with a
-/// letter or digit. No `_`, so `server__tool` splits at its first `__`.
-pub fn is_server_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= MAX_NAME_LEN
-        && s.bytes()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
-        && !s.starts_with('-')
-}
-
 pub fn parse_name(v: &Value) -> Result<String, Error> {
     match v.as_str() {
         Some(s) if is_server_name(s) => Ok(s.to_string()),
@@ -274,12 +261,6 @@ pub fn parse_headers(v: &Value) -> Result<BTreeMap<String, String>, Error> {
         out.insert(name.clone(), value.to_string());
     }
     Ok(out)
-}
-
-/// One pattern (allow-lists and grants): 1 to 256 characters, no control
-/// characters.
-pub fn is_pattern(s: &str) -> bool {
-    !s.is_empty() && s.chars().count() <= MAX_PATTERN_LEN && !s.chars().any(char::is_control)
 }
 
 /// The server's allow-list: 0 to 100 patterns (`[]` allows no tool).

@@ -5,10 +5,11 @@
 
 use super::amount::Amount;
 use super::price::{PriceBook, PriceSpec};
-use crate::usage::Tokens;
 
 /// Normalised usage, OpenAI's inclusive meaning: `prompt` includes the
 /// cached and cache-write tokens, `completion` includes the reasoning ones.
+/// The usage records convert their tokens into it (`usage::Tokens::normalised`),
+/// so spend depends on nothing above it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Usage {
     pub prompt: u64,
@@ -16,20 +17,6 @@ pub struct Usage {
     pub cache_read: u64,
     pub cache_write: u64,
     pub reasoning: u64,
-}
-
-impl Usage {
-    /// From the tokens a request recorded; a negative figure counts as 0.
-    pub fn of(t: &Tokens) -> Usage {
-        let n = |v: i64| u64::try_from(v).unwrap_or(0);
-        Usage {
-            prompt: n(t.prompt),
-            completion: n(t.completion),
-            cache_read: n(t.cache_read),
-            cache_write: n(t.cache_write),
-            reasoning: n(t.reasoning),
-        }
-    }
 }
 
 const PER_TOKENS: u128 = 1_000_000;
@@ -127,8 +114,14 @@ pub fn record_schema() -> serde_json::Value {
 }
 
 /// Prices a request that `provider` answered with `upstream_model` (None:
-/// no upstream answer was relayed), with the book of its admission.
-pub fn price(book: &PriceBook, answered: Option<(&str, &str)>, tokens: &Tokens) -> Cost {
+/// no upstream answer was relayed), with the book of its admission;
+/// `estimated`: some figures are the gateway's estimate.
+pub fn price(
+    book: &PriceBook,
+    answered: Option<(&str, &str)>,
+    usage: Usage,
+    estimated: bool,
+) -> Cost {
     let Some((provider, upstream_model)) = answered else {
         return Cost {
             status: CostStatus::None,
@@ -143,12 +136,12 @@ pub fn price(book: &PriceBook, answered: Option<(&str, &str)>, tokens: &Tokens) 
             version: None,
         },
         Some(p) => Cost {
-            status: if tokens.estimated {
+            status: if estimated {
                 CostStatus::Estimated
             } else {
                 CostStatus::Exact
             },
-            nanos: Some(cost_nanos(&p.spec, Usage::of(tokens))),
+            nanos: Some(cost_nanos(&p.spec, usage)),
             version: Some(p.version.clone()),
         },
     }
@@ -298,27 +291,23 @@ mod tests {
 
     #[test]
     fn the_status_says_how_the_cost_was_found() {
-        let tokens = Tokens {
+        let usage = Usage {
             prompt: 1000,
             completion: 500,
-            ..Tokens::default()
+            ..Usage::default()
         };
-        let c = price(&book(), Some(("p", "org/m")), &tokens);
+        let c = price(&book(), Some(("p", "org/m")), usage, false);
         assert_eq!(c.status, CostStatus::Exact);
         assert_eq!(c.nanos, Some(1_000_000 + 1_000_000 + 10_000_000));
         assert_eq!(c.version.as_deref(), Some("v1"));
-        let est = Tokens {
-            estimated: true,
-            ..tokens
-        };
         assert_eq!(
-            price(&book(), Some(("p", "org/m")), &est).status,
+            price(&book(), Some(("p", "org/m")), usage, true).status,
             CostStatus::Estimated
         );
-        let un = price(&book(), Some(("p", "other")), &tokens);
+        let un = price(&book(), Some(("p", "other")), usage, false);
         assert_eq!((un.status, un.nanos), (CostStatus::Unpriced, None));
         // No answer: 0 and no request fee.
-        let none = price(&book(), None, &tokens);
+        let none = price(&book(), None, usage, false);
         assert_eq!((none.status, none.nanos), (CostStatus::None, Some(0)));
     }
 }

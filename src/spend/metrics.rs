@@ -7,8 +7,7 @@ use std::fmt::Write;
 
 use parking_lot::Mutex;
 
-use super::CostStatus;
-use crate::usage::UsageRecord;
+use super::{Cost, CostStatus};
 
 #[derive(Debug, Default)]
 pub struct SpendCounters {
@@ -17,32 +16,33 @@ pub struct SpendCounters {
 }
 
 impl SpendCounters {
-    /// Counts a batch of records (those an upstream answered). The names
+    /// Counts the cost of requests, each as `(model, provider, cost)`; those
+    /// no upstream answered have no provider and are not counted. The names
     /// are copied only the first time a pair is seen.
-    pub fn count(&self, batch: &[UsageRecord]) {
+    pub fn count<'a>(&self, batch: impl IntoIterator<Item = (&'a str, Option<&'a str>, &'a Cost)>) {
         let mut map = self.by_pair.lock();
-        for r in batch {
-            let Some(provider) = r.provider.as_deref() else {
+        for (model, provider, cost) in batch {
+            let Some(provider) = provider else {
                 continue;
             };
-            let (cost, unpriced) = match r.cost.status {
+            let (nanos, unpriced) = match cost.status {
                 CostStatus::Unpriced => (0, 1),
                 CostStatus::Exact | CostStatus::Estimated => {
-                    (r.cost.nanos.map_or(0, |n| u64::try_from(n).unwrap_or(0)), 0)
+                    (cost.nanos.map_or(0, |n| u64::try_from(n).unwrap_or(0)), 0)
                 }
                 CostStatus::None => continue,
             };
-            if !map.contains_key(&r.model) {
-                map.insert(r.model.clone(), BTreeMap::new());
+            if !map.contains_key(model) {
+                map.insert(model.to_string(), BTreeMap::new());
             }
-            let Some(providers) = map.get_mut(&r.model) else {
+            let Some(providers) = map.get_mut(model) else {
                 continue;
             };
             if !providers.contains_key(provider) {
                 providers.insert(provider.to_string(), (0, 0));
             }
             if let Some(e) = providers.get_mut(provider) {
-                e.0 = e.0.saturating_add(cost);
+                e.0 = e.0.saturating_add(nanos);
                 e.1 += unpriced;
             }
         }
@@ -91,35 +91,25 @@ fn flat(map: &ByPair) -> impl Iterator<Item = (&str, &str, u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spend::Cost;
 
-    fn record(
-        model: &str,
-        provider: Option<&str>,
-        status: CostStatus,
-        nanos: Option<i64>,
-    ) -> UsageRecord {
-        UsageRecord {
-            model: model.into(),
-            provider: provider.map(str::to_string),
-            cost: Cost {
-                status,
-                nanos,
-                version: None,
-            },
-            ..UsageRecord::default()
+    fn cost(status: CostStatus, nanos: Option<i64>) -> Cost {
+        Cost {
+            status,
+            nanos,
+            version: None,
         }
     }
 
     #[test]
     fn settled_cost_and_unpriced_requests_are_counted_per_model_and_provider() {
         let c = SpendCounters::default();
-        c.count(&[
-            record("m", Some("p"), CostStatus::Exact, Some(5)),
-            record("m", Some("p"), CostStatus::Estimated, Some(7)),
-            record("m", Some("q"), CostStatus::Unpriced, None),
-            record("m", None, CostStatus::None, Some(0)),
-        ]);
+        let costs = [
+            ("m", Some("p"), cost(CostStatus::Exact, Some(5))),
+            ("m", Some("p"), cost(CostStatus::Estimated, Some(7))),
+            ("m", Some("q"), cost(CostStatus::Unpriced, None)),
+            ("m", None, cost(CostStatus::None, Some(0))),
+        ];
+        c.count(costs.iter().map(|(m, p, c)| (*m, *p, c)));
         let mut out = String::new();
         c.render(&mut out);
         assert!(

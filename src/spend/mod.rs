@@ -2,9 +2,11 @@
 //! cost of each request (docs/spend.md; contract, "Spend in money").
 
 pub mod amount;
+pub mod budget;
 pub mod cost;
 pub mod metrics;
 pub mod price;
+pub mod store;
 
 pub use amount::{Amount, Currency};
 pub use cost::{Cost, CostStatus};

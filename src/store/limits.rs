@@ -14,6 +14,22 @@ pub struct CounterRow {
     pub n: i64,
 }
 
+/// One budget reservation made in the database
+/// ([`Store::limit_reserve_budget`]).
+pub struct BudgetReservation<'a> {
+    pub subject: &'a str,
+    /// The subject its open reservations are kept under in `limit_in_flight`.
+    pub reserved_subject: &'a str,
+    pub server_id: &'a str,
+    /// The counters to read: from this second, day and month on.
+    pub windows: (i64, i64, i64),
+    /// Reservations of servers silent since before this are not counted.
+    pub alive_since: i64,
+    pub now: i64,
+    /// This server's open reservations for the subject with this one.
+    pub mine_after: i64,
+}
+
 /// Where a `limits` column lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LimitsOwner {
@@ -143,8 +159,7 @@ impl Store {
         &self,
         subject: &str,
         sec: i64,
-        sec_from: i64,
-        day_from: i64,
+        (sec_from, day_from, month_from): (i64, i64, i64),
         limit: i64,
     ) -> Result<(bool, Vec<CounterRow>), sqlx::Error> {
         let mut tx = self.pool.begin().await?;
@@ -158,11 +173,12 @@ impl Store {
         let rows = sqlx::query_as::<_, CounterRow>(
             "SELECT subject, metric, win, n FROM limit_counters
              WHERE subject = $1
-               AND ((metric IN ('r', 't') AND win >= $2) OR (metric = 'd' AND win >= $3))",
+               AND ((metric IN ('r', 't') AND win >= $2) OR (metric IN ('d', 'sd') AND win >= $3) OR (metric = 'sm' AND win >= $4))",
         )
         .bind(subject)
         .bind(sec_from)
         .bind(day_from)
+        .bind(month_from)
         .fetch_all(&mut *tx)
         .await?;
         let used: i64 = rows.iter().filter(|r| r.metric == "r").map(|r| r.n).sum();
@@ -215,30 +231,100 @@ impl Store {
     }
 
     /// The counters of `subjects`: per-second ones ('r', 't') from second
-    /// `sec_from` on and daily ones ('d') from day `day_from` on.
+    /// `sec_from` on, daily ones ('d' tokens, 'sd' spend) from day
+    /// `day_from` on and monthly ones ('sm' spend) from month `month_from` on.
     pub async fn limit_counters_of(
         &self,
         subjects: &[String],
         sec_from: i64,
         day_from: i64,
+        month_from: i64,
     ) -> Result<Vec<CounterRow>, sqlx::Error> {
         let mut out = Vec::new();
         for chunk in subjects.chunks(CHUNK) {
             let sql = format!(
                 "SELECT subject, metric, win, n FROM limit_counters
                  WHERE subject IN ({})
-                   AND ((metric IN ('r', 't') AND win >= $1) OR (metric = 'd' AND win >= $2))",
-                placeholders(3, chunk.len())
+                   AND ((metric IN ('r', 't') AND win >= $1) OR (metric IN ('d', 'sd') AND win >= $2)
+                        OR (metric = 'sm' AND win >= $3))",
+                placeholders(4, chunk.len())
             );
             let mut q = sqlx::query_as::<_, CounterRow>(&sql)
                 .bind(sec_from)
-                .bind(day_from);
+                .bind(day_from)
+                .bind(month_from);
             for s in chunk {
                 q = q.bind(s);
             }
             out.extend(q.fetch_all(&self.pool).await?);
         }
         Ok(out)
+    }
+
+    /// Reserves nanos of a caller's budgets, one caller at a time across
+    /// servers (the caller's lock row, metric 'b' win -1, is locked first):
+    /// reads the caller's counters (the windows of `r.windows`), every
+    /// other live server's open reservations, and asks `decide` (the day's
+    /// and the month's spend in the database, the others' reservations)
+    /// whether it fits; if so, writes this server's reservations as
+    /// `r.mine_after`. Returns the decision, the counters and the others'
+    /// reservations.
+    pub async fn limit_reserve_budget(
+        &self,
+        r: BudgetReservation<'_>,
+        decide: impl FnOnce(i64, i64, i64) -> bool,
+    ) -> Result<(bool, Vec<CounterRow>, i64), sqlx::Error> {
+        let (sec_from, day_from, month_from) = r.windows;
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "INSERT INTO limit_counters (subject, metric, win, n) VALUES ($1, 'b', -1, 0)
+             ON CONFLICT (subject, metric, win) DO UPDATE SET n = 0",
+        )
+        .bind(r.subject)
+        .execute(&mut *tx)
+        .await?;
+        let rows = sqlx::query_as::<_, CounterRow>(
+            "SELECT subject, metric, win, n FROM limit_counters
+             WHERE subject = $1
+               AND ((metric IN ('r', 't') AND win >= $2) OR (metric IN ('d', 'sd') AND win >= $3) OR (metric = 'sm' AND win >= $4))",
+        )
+        .bind(r.subject)
+        .bind(sec_from)
+        .bind(day_from)
+        .bind(month_from)
+        .fetch_all(&mut *tx)
+        .await?;
+        let elsewhere: Option<i64> = sqlx::query_scalar(
+            "SELECT CAST(SUM(n) AS BIGINT) FROM limit_in_flight
+             WHERE subject = $1 AND server_id <> $2 AND updated_at >= $3 AND n > 0",
+        )
+        .bind(r.reserved_subject)
+        .bind(r.server_id)
+        .bind(r.alive_since)
+        .fetch_one(&mut *tx)
+        .await?;
+        let elsewhere = elsewhere.unwrap_or(0);
+        let sum = |metric: &str, from: i64| -> i64 {
+            rows.iter()
+                .filter(|c| c.metric == metric && c.win >= from)
+                .map(|c| c.n)
+                .sum()
+        };
+        let fits = decide(sum("sd", day_from), sum("sm", month_from), elsewhere);
+        if fits {
+            sqlx::query(
+                "INSERT INTO limit_in_flight (subject, server_id, n, updated_at) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (subject, server_id) DO UPDATE SET n = excluded.n, updated_at = excluded.updated_at",
+            )
+            .bind(r.reserved_subject)
+            .bind(r.server_id)
+            .bind(r.mine_after)
+            .bind(r.now)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok((fits, rows, elsewhere))
     }
 
     /// Marks this server alive; returns how many servers were seen since
@@ -331,14 +417,19 @@ impl Store {
         &self,
         sec_before: i64,
         day_before: i64,
+        month_before: i64,
         stale_before: i64,
     ) -> Result<(), sqlx::Error> {
         sqlx::query("DELETE FROM limit_counters WHERE metric IN ('r', 't') AND win < $1")
             .bind(sec_before)
             .execute(&self.pool)
             .await?;
-        sqlx::query("DELETE FROM limit_counters WHERE metric = 'd' AND win < $1")
+        sqlx::query("DELETE FROM limit_counters WHERE metric IN ('d', 'sd') AND win < $1")
             .bind(day_before)
+            .execute(&self.pool)
+            .await?;
+        sqlx::query("DELETE FROM limit_counters WHERE metric = 'sm' AND win < $1")
+            .bind(month_before)
             .execute(&self.pool)
             .await?;
         sqlx::query("DELETE FROM limit_in_flight WHERE updated_at < $1")

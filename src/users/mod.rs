@@ -1,6 +1,7 @@
 //! Users: the e-mail address type and what the hot path knows of a user.
 
 pub mod email;
+pub mod mcp_grant;
 
 pub use email::Email;
 
@@ -16,7 +17,7 @@ pub struct UserInfo {
     /// Login tokens issued before this (Unix ms) are refused.
     pub tokens_valid_after: i64,
     /// The user's `mcp` grant (`None`: no MCP access).
-    pub mcp: Option<crate::mcp::McpGrant>,
+    pub mcp: Option<crate::users::mcp_grant::McpGrant>,
 }
 
 impl From<&crate::store::users::UserRow> for UserInfo {
@@ -29,7 +30,7 @@ impl From<&crate::store::users::UserRow> for UserInfo {
             created_at: u.created_at,
             limits: crate::limits::Limits::from_db_or_closed(u.limits.as_deref(), &u.id),
             tokens_valid_after: u.tokens_valid_after,
-            mcp: crate::mcp::McpGrant::from_db_or_closed(u.mcp.as_deref(), &u.id),
+            mcp: crate::users::mcp_grant::McpGrant::from_db_or_closed(u.mcp.as_deref(), &u.id),
         }
     }
 }

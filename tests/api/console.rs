@@ -843,7 +843,7 @@ async fn a_key_limit_set_in_the_console_is_enforced_by_the_api_and_shown_with_it
         .unwrap();
     assert_eq!(
         v["limits"],
-        json!({"requests_per_minute": 2, "tokens_per_minute": null, "tokens_per_day": 100000, "max_parallel": null})
+        json!({"requests_per_minute": 2, "tokens_per_minute": null, "tokens_per_day": 100000, "max_parallel": null, "budget_per_day": null, "budget_per_month": null})
     );
     // ...and enforces it: two requests this minute, the third refused.
     for _ in 0..2 {
@@ -1407,7 +1407,7 @@ async fn a_key_created_in_the_console_may_carry_limits_checked_by_the_apis_rules
     let keys: Vec<Value> = app.get("/api/api-keys", &ann).await.json().await.unwrap();
     assert_eq!(
         keys[0]["limits"],
-        json!({"requests_per_minute": 30, "tokens_per_minute": null, "tokens_per_day": null, "max_parallel": null})
+        json!({"requests_per_minute": 30, "tokens_per_minute": null, "tokens_per_day": null, "max_parallel": null, "budget_per_day": null, "budget_per_month": null})
     );
 }
 

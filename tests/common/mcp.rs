@@ -145,7 +145,7 @@ pub async fn add_server(app: &TestApp, body: Value) {
     let a = app.app();
     let server =
         parse_new(&body, Source::Api, false, gatehouse::store::now_ms()).expect("valid server");
-    let row = gatehouse::store::mcp::McpServerRow::seal(&server, &a.keyring).expect("sealed");
+    let row = gatehouse::mcp::store::McpServerRow::seal(&server, &a.keyring).expect("sealed");
     assert!(a.store.put_mcp_server(&row, false).await.expect("stored"));
     a.reload_mcp_servers().await;
 }

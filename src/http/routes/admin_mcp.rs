@@ -16,9 +16,9 @@ use crate::error::{Error, Result};
 use crate::http::extract::{AdminUser, ApiJson};
 use crate::mcp::audit::{self, CallFilter, Decision};
 use crate::mcp::servers::{self, McpServer, Source};
+use crate::mcp::store::McpServerRow;
 use crate::mcp::McpGrant;
 use crate::runtime::Invalidation;
-use crate::store::mcp::McpServerRow;
 use crate::store::now_ms;
 
 pub fn routes() -> OpenApiRouter<AppState> {

@@ -15,7 +15,7 @@ use crate::agents::hooks::AgentHooks;
 use crate::agents::turn::{self, Caller, TurnContext};
 use crate::app::{App, AppState};
 use crate::error::{Error, ErrorKind, Result};
-use crate::http::admission::{admitted, recorded};
+use crate::http::admission::{admitted, recorded, Charge};
 use crate::http::answers::relayed_response;
 use crate::http::edge::access::AccessNote;
 use crate::http::extract::agent::{agent_segment, decoded_agent, AgentAccess, AgentInPath};
@@ -105,6 +105,10 @@ pub(crate) trait TurnRoute: Send + 'static {
     /// the fields.
     fn read(&self, bytes: &Bytes, pii_mode: PiiMode, h: &mut ChatHeaders) -> Result<Self::Body>;
 
+    /// The prompt's estimate (tokens) and the body's maximum completion:
+    /// what a budget's reservation counts.
+    fn charge_figures(body: &Self::Body) -> (u64, Option<u64>);
+
     /// Relays the ruled body with the turn's hooks; the answer.
     fn relay(
         self,
@@ -118,6 +122,11 @@ pub(crate) trait TurnRoute: Send + 'static {
 
 impl TurnRoute for TurnShape {
     type Body = ChatRequest;
+
+    fn charge_figures(body: &ChatRequest) -> (u64, Option<u64>) {
+        let (chars, max) = body.reserve_figures();
+        (crate::spend::budget::tokens_of_chars(chars), max)
+    }
 
     fn read(&self, bytes: &Bytes, pii_mode: PiiMode, h: &mut ChatHeaders) -> Result<ChatRequest> {
         (self.read)(bytes, pii_mode, h)
@@ -190,24 +199,29 @@ pub(crate) async fn take_turn<R: TurnRoute>(
     ticket.set_turn(h.conversation_id.as_deref(), h.turn_id.as_deref());
     // The user's and the agent's limits (sign-ins have none of their own).
     let subjects = [
-        Subject::user(&caller.user_id, access.user.limits),
+        Subject::user(&caller.user_id, access.user.limits).named(&access.user.email),
         Subject::agent(caller.agent.address.as_str(), caller.agent.limits),
     ];
-    Ok(admitted(app, &subjects, ticket, |mut ticket| async move {
-        let cx = turn_context(app);
-        let prepared = turn::prepare(&cx, &caller, &h, pii_mode, &mut request, &offered).await;
-        let prepared = recorded(&mut ticket, prepared)?;
-        let held = prepared.held.join(",");
-        let stream = turn::TurnBody::is_stream(&request);
-        let hooks = prepared.hooks(&cx, &caller, &h, &model.id, stream);
-        let usage = ticket.hand_over();
-        let mut resp = route.relay(app, model, request, hooks, usage).await?;
-        if let (false, Ok(v)) = (held.is_empty(), HeaderValue::from_str(&held)) {
-            resp.headers_mut().insert("x-service-held-tools", v);
-        }
-        Ok(resp)
-    })
-    .await)
+    let charged = Arc::clone(&model);
+    let (prompt, max) = R::charge_figures(&request);
+    let charge = Charge::new(&charged, prompt, max);
+    Ok(
+        admitted(app, &subjects, charge, ticket, |mut ticket| async move {
+            let cx = turn_context(app);
+            let prepared = turn::prepare(&cx, &caller, &h, pii_mode, &mut request, &offered).await;
+            let prepared = recorded(&mut ticket, prepared)?;
+            let held = prepared.held.join(",");
+            let stream = turn::TurnBody::is_stream(&request);
+            let hooks = prepared.hooks(&cx, &caller, &h, &model.id, stream);
+            let usage = ticket.hand_over();
+            let mut resp = route.relay(app, model, request, hooks, usage).await?;
+            if let (false, Ok(v)) = (held.is_empty(), HeaderValue::from_str(&held)) {
+                resp.headers_mut().insert("x-service-held-tools", v);
+            }
+            Ok(resp)
+        })
+        .await,
+    )
 }
 
 /// An agent chat request read and checked, before the limits: its headers,

@@ -66,6 +66,10 @@ impl TurnRoute for MessagesTurn {
     type Body = MessagesBody;
     const API: &'static str = "messages";
 
+    fn charge_figures(body: &MessagesBody) -> (u64, Option<u64>) {
+        super::messages::messages_figures(&body.fields)
+    }
+
     /// Claude Code's session id stands for the conversation when
     /// `X-Service-Conversation-Id` is absent.
     fn headers(&self, req: &Request) -> Result<ChatHeaders> {

@@ -18,6 +18,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(key_limits))
         .routes(routes!(user_limits))
+        .routes(routes!(agent_limits))
 }
 
 fn view(limits: &Limits, used: Used) -> serde_json::Value {
@@ -26,7 +27,7 @@ fn view(limits: &Limits, used: Used) -> serde_json::Value {
 
 /// One of the caller's API keys: its limits and what it uses now.
 #[utoipa::path(get, path = "/api/api-keys/{id}/limits", tag = "api-keys", params(("id" = String, Path)),
-    responses((status = 200, description = "`{limits, used: {requests_this_minute, tokens_this_minute, tokens_today, in_flight}}`"),
+    responses((status = 200, description = "`{limits, used: {requests_this_minute, tokens_this_minute, tokens_today, in_flight, spend_today, spend_this_month, reserved}}`"),
               (status = 404, description = "api_key_not_found")))]
 async fn key_limits(
     State(app): State<AppState>,
@@ -54,7 +55,7 @@ pub(crate) async fn key_usage(app: &App, user_id: &str, id: &str) -> Result<(Lim
 
 /// A user's limits and what the user uses now (all of the user's keys and sign-ins).
 #[utoipa::path(get, path = "/api/admin/users/{id}/limits", tag = "admin", params(("id" = String, Path)),
-    responses((status = 200, description = "`{limits, used: {requests_this_minute, tokens_this_minute, tokens_today, in_flight}}`"),
+    responses((status = 200, description = "`{limits, used: {requests_this_minute, tokens_this_minute, tokens_today, in_flight, spend_today, spend_this_month, reserved}}`"),
               (status = 404, description = "user_not_found")))]
 async fn user_limits(
     State(app): State<AppState>,
@@ -75,6 +76,22 @@ pub(crate) async fn user_usage(app: &App, id: &str, stored: Option<&str>) -> (Li
     let limits = Limits::from_db_or_closed(stored, id);
     let used = app.limiter.used(&Subject::user(id, limits).key).await;
     (limits, used)
+}
+
+/// An agent's limits and what it uses now (all its users' chats).
+#[utoipa::path(get, path = "/api/admin/agents/{address}/limits", tag = "admin", params(("address" = String, Path)),
+    responses((status = 200, description = "`{limits, used: {requests_this_minute, tokens_this_minute, tokens_today, in_flight, spend_today, spend_this_month, reserved}}`"),
+              (status = 404, description = "agent_not_found")))]
+async fn agent_limits(
+    State(app): State<AppState>,
+    _admin: AdminUser,
+    Path(address): Path<String>,
+) -> Result<impl IntoResponse> {
+    let agent = app.agent(&address).await?.ok_or_else(|| {
+        Error::not_found("agent_not_found", "There is no agent with this address.")
+    })?;
+    let used = agent_usage(&app, &address, agent.limits).await;
+    Ok(Json(view(&agent.limits, used)))
 }
 
 /// What an agent uses now (all its users' chats).

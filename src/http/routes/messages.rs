@@ -18,7 +18,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::app::{App, AppState};
 use crate::error::Result;
-use crate::http::admission::{admit_count_tokens, admitted, recorded};
+use crate::http::admission::{admit_count_tokens, admitted, recorded, Charge};
 use crate::http::answers::relayed_response;
 use crate::http::edge::access::AccessNote;
 use crate::http::extract::{parse_json, read_body, ApiKeyAuth};
@@ -199,6 +199,18 @@ async fn messages_request(
     Ok((model, body))
 }
 
+/// A Messages request's reservation figures: the estimate of the text of
+/// `system` and `messages`, and `max_tokens`.
+pub(crate) fn messages_figures(body: &Map<String, Value>) -> (u64, Option<u64>) {
+    use crate::spend::budget::{text_chars, tokens_of_chars, whole};
+    let chars: usize = ["system", "messages"]
+        .iter()
+        .filter_map(|k| body.get(*k))
+        .map(text_chars)
+        .sum();
+    (tokens_of_chars(chars), whole(body.get("max_tokens")))
+}
+
 /// A message from the model, plain or streamed (Anthropic's SSE events).
 #[utoipa::path(post, path = "/v1/messages", tag = "v1",
     request_body = MessagesRequest,
@@ -222,8 +234,15 @@ async fn messages(State(app): State<AppState>, auth: ApiKeyAuth, req: Request) -
     let prepared = messages_request(&app, &auth, req, Route::Messages, &mut ticket).await;
     let (model, body) = recorded(&mut ticket, prepared)?;
     let app = &app;
-    Ok(
-        admitted(app, &key_subjects(&auth), ticket, |mut ticket| async move {
+    let charged = Arc::clone(&model);
+    let (prompt, max) = messages_figures(&body);
+    let charge = Charge::new(&charged, prompt, max);
+    Ok(admitted(
+        app,
+        &key_subjects(&auth),
+        charge,
+        ticket,
+        |mut ticket| async move {
             let client_model = requested_model(&body)?.to_string();
             let usage = ticket.hand_over();
             relay_messages(
@@ -236,9 +255,9 @@ async fn messages(State(app): State<AppState>, auth: ApiKeyAuth, req: Request) -
                 Some(head),
             )
             .await
-        })
-        .await,
+        },
     )
+    .await)
 }
 
 /// The prompt's size in tokens, as the model's upstream would count it.

@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::http::extract::{AdminUser, ApiJson};
 use crate::runtime::Invalidation;
 use crate::spend::price::{check_pair, Price, PriceSpec};
-use crate::store::prices::PriceSet;
+use crate::spend::store::PriceSet;
 
 /// Where one pair's price lives: the upstream model is a catch-all.
 const PAIR_PATH: &str = "/api/admin/prices/{provider}/{*upstream_model}";

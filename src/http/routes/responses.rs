@@ -21,7 +21,7 @@ use crate::agents::chat::{parse_headers, ChatHeaders};
 use crate::agents::hooks::AgentHooks;
 use crate::app::{App, AppState};
 use crate::error::{Error, Result};
-use crate::http::admission::{admitted, recorded};
+use crate::http::admission::{admitted, recorded, Charge};
 use crate::http::answers::relayed_response;
 use crate::http::edge::access::AccessNote;
 use crate::http::extract::agent::AgentAccess;
@@ -159,6 +159,19 @@ async fn respond<H: ChatHooks>(
     Ok(resp)
 }
 
+/// A Responses request's reservation figures: the estimate of the text of
+/// `instructions` and `input`, and `max_output_tokens`.
+pub(crate) fn responses_figures(request: &ResponsesRequest) -> (u64, Option<u64>) {
+    use crate::spend::budget::{text_chars, tokens_of_chars, whole};
+    let body = &request.body;
+    let chars: usize = ["instructions", "input"]
+        .iter()
+        .filter_map(|k| body.get(*k))
+        .map(text_chars)
+        .sum();
+    (tokens_of_chars(chars), whole(body.get("max_output_tokens")))
+}
+
 /// A Responses request read and checked for the key route, in the order of
 /// chat: the body, `model`, the key's list, the catalog and kind, then the
 /// Responses fields.
@@ -207,8 +220,15 @@ async fn create_response(
     let (model, request, requested) = recorded(&mut ticket, prepared)?;
     let dropped = request.dropped_tools();
     let app = &app;
-    Ok(
-        admitted(app, &key_subjects(&auth), ticket, |mut ticket| async move {
+    let charged = Arc::clone(&model);
+    let (prompt, max) = responses_figures(&request);
+    let charge = Charge::new(&charged, prompt, max);
+    Ok(admitted(
+        app,
+        &key_subjects(&auth),
+        charge,
+        ticket,
+        |mut ticket| async move {
             let usage = ticket.hand_over();
             let route = Route {
                 dropped: &dropped,
@@ -216,9 +236,9 @@ async fn create_response(
                 requested,
             };
             respond(app, model, request, NoHooks, usage, route).await
-        })
-        .await,
+        },
     )
+    .await)
 }
 
 fn not_found() -> Error {
@@ -284,6 +304,10 @@ struct ResponsesTurn;
 
 impl TurnRoute for ResponsesTurn {
     type Body = ResponsesRequest;
+
+    fn charge_figures(body: &ResponsesRequest) -> (u64, Option<u64>) {
+        responses_figures(body)
+    }
 
     /// Agent chat's headers, with Codex's session and turn where those are
     /// absent; AG-UI events are not offered here, so `X-Service-Events` is

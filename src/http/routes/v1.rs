@@ -14,7 +14,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::app::{App, AppState};
 use crate::error::{Error, Result};
-use crate::http::admission::{admitted, recorded};
+use crate::http::admission::{admitted, recorded, Charge};
 use crate::http::answers::{cost_headers, relayed_response, routing_headers};
 use crate::http::edge::access::AccessNote;
 use crate::http::extract::{parse_json, read_body, ApiKeyAuth};
@@ -23,6 +23,7 @@ use crate::models::retrieval::{self, EmbedRequest, RerankRequest};
 use crate::models::routing::Answered;
 use crate::models::{requested_model, resolve, Model, ModelKind};
 use crate::proxy::chat::{relay, ChatCall, NoHooks};
+use crate::spend::budget::tokens_of_chars;
 use crate::usage::{Tokens, UsageContext, UsageTicket};
 use crate::wire::chat::body::{ChatInput, RawChat};
 use crate::wire::chat::check_body;
@@ -106,8 +107,8 @@ pub(crate) fn key_context(auth: &ApiKeyAuth) -> UsageContext {
 /// The callers whose limits a request with this key must fit: the key's and its user's.
 pub(crate) fn key_subjects(auth: &ApiKeyAuth) -> [Subject; 2] {
     [
-        Subject::api_key(&auth.key.id, auth.key.limits),
-        Subject::user(&auth.user.id, auth.user.limits),
+        Subject::api_key(&auth.key.id, auth.key.limits).named(&auth.key.name),
+        Subject::user(&auth.user.id, auth.user.limits).named(&auth.user.email),
     ]
 }
 
@@ -213,8 +214,15 @@ async fn chat_completions(
     let prepared = chat_request(&app, &auth, req, &mut ticket).await;
     let (model, body, requested) = recorded(&mut ticket, prepared)?;
     let app = &app;
-    Ok(
-        admitted(app, &key_subjects(&auth), ticket, |mut ticket| async move {
+    let (chars, max) = body.reserve_figures();
+    let charged = Arc::clone(&model);
+    let charge = Charge::new(&charged, tokens_of_chars(chars), max);
+    Ok(admitted(
+        app,
+        &key_subjects(&auth),
+        charge,
+        ticket,
+        |mut ticket| async move {
             // The relay records the request from here on.
             let call = ChatCall {
                 model,
@@ -226,9 +234,31 @@ async fn chat_completions(
             relay(&app.http, &app.usage, call, NoHooks)
                 .await
                 .map(relayed_response)
-        })
-        .await,
+        },
     )
+    .await)
+}
+
+/// The prompt's estimate of an embeddings request (its inputs) or a rerank
+/// (the query plus each document), for a budget's reservation.
+fn retrieval_prompt(kind: ModelKind, body: &Map<String, Value>) -> u64 {
+    let text = |v: &Value| match v {
+        Value::String(s) => tokens_of_chars(s.chars().count()),
+        Value::Object(o) => o
+            .get("text")
+            .and_then(Value::as_str)
+            .map_or(0, |s| tokens_of_chars(s.chars().count())),
+        _ => 0,
+    };
+    let each = |v: Option<&Value>| match v {
+        Some(Value::Array(items)) => items.iter().map(text).sum(),
+        Some(v) => text(v),
+        None => 0,
+    };
+    match kind {
+        ModelKind::Embeddings => each(body.get("input")),
+        _ => each(body.get("query")) + each(body.get("documents")),
+    }
 }
 
 /// Records an embeddings or rerank result (naming the model and provider
@@ -329,12 +359,19 @@ where
         let alias = requested_model(&body)
             .ok()
             .and_then(|n| alias_sent(&model, n));
-        Ok::<_, Error>((model, parse(body)?, alias))
+        let prompt = retrieval_prompt(kind, &body);
+        Ok::<_, Error>((model, parse(body)?, alias, prompt))
     }
     .await;
-    let (model, body, alias) = recorded(&mut ticket, prepared)?;
-    Ok(
-        admitted(app, &key_subjects(auth), ticket, |mut ticket| async move {
+    let (model, body, alias, prompt) = recorded(&mut ticket, prepared)?;
+    let charged = Arc::clone(&model);
+    let charge = Charge::new(&charged, prompt, Some(0));
+    Ok(admitted(
+        app,
+        &key_subjects(auth),
+        charge,
+        ticket,
+        |mut ticket| async move {
             let id = model.id.clone();
             let mut result = call(model, body).await;
             // The answer names what the client sent (a fallback's, the fallback).
@@ -344,7 +381,7 @@ where
                 }
             }
             routed_response(&mut ticket, result)
-        })
-        .await,
+        },
     )
+    .await)
 }

@@ -46,6 +46,9 @@ pub struct RawChat {
     pub stream: bool,
     /// Characters of text in the messages (see [`crate::wire::chat::prompt_chars`]).
     pub prompt_chars: usize,
+    /// `max_completion_tokens`, else `max_tokens`, when a whole number ≥ 1
+    /// (a budget's reservation).
+    pub max_completion: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -58,6 +61,10 @@ struct ChatView<'a> {
     stream: Option<bool>,
     #[serde(borrow, default, deserialize_with = "crate::wire::json::present")]
     stream_options: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    max_completion_tokens: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    max_tokens: Option<&'a RawValue>,
 }
 
 impl RawChat {
@@ -84,6 +91,8 @@ impl RawChat {
         let start = (name.as_ptr() as usize).checked_sub(bytes.as_ptr() as usize)?;
         let prompt_chars = view.messages.iter().map(|MapOnly(m)| m.chars()).sum();
         let stream = view.stream.unwrap_or(false);
+        let whole = |v: Option<&RawValue>| crate::spend::budget::whole_text(v.map(RawValue::get));
+        let max_completion = whole(view.max_completion_tokens).or(whole(view.max_tokens));
         let end = start + name.len();
         Some(RawChat {
             head: bytes.slice(..start),
@@ -91,6 +100,7 @@ impl RawChat {
             tail: bytes.slice(end..),
             stream,
             prompt_chars,
+            max_completion,
         })
     }
 
@@ -105,6 +115,7 @@ impl RawChat {
             tail,
             stream,
             prompt_chars,
+            max_completion: None,
         }
     }
 
@@ -113,6 +124,23 @@ impl RawChat {
         // Checked in `read`: a string without escapes, in valid JSON text.
         std::str::from_utf8(&self.name).unwrap_or("")
     }
+}
+
+impl ChatInput {
+    /// The prompt's characters and the body's maximum completion (see
+    /// [`RawChat::max_completion`]): a budget's reservation.
+    pub fn reserve_figures(&self) -> (usize, Option<u64>) {
+        match self {
+            ChatInput::Raw(raw) => (raw.prompt_chars, raw.max_completion),
+            ChatInput::Tree(body) => (crate::wire::chat::prompt_chars(body), max_completion(body)),
+        }
+    }
+}
+
+/// `max_completion_tokens`, else `max_tokens`, when a whole number ≥ 1.
+pub fn max_completion(body: &Map<String, Value>) -> Option<u64> {
+    use crate::spend::budget::whole;
+    whole(body.get("max_completion_tokens")).or(whole(body.get("max_tokens")))
 }
 
 impl ChatBody {

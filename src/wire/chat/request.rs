@@ -280,6 +280,24 @@ impl ChatRequest {
     }
 
     /// Whether the client asked for a stream.
+    /// The prompt's characters and the body's maximum completion, for a
+    /// budget's reservation.
+    pub fn reserve_figures(&self) -> (usize, Option<u64>) {
+        match &self.fields {
+            Fields::Tree(fields) => (
+                crate::wire::chat::prompt_chars(fields),
+                crate::wire::chat::body::max_completion(fields),
+            ),
+            Fields::Text(raw) => {
+                let whole = |k: &str| crate::spend::budget::whole_text(raw.get(k));
+                (
+                    raw.prompt_chars,
+                    whole("max_completion_tokens").or(whole("max_tokens")),
+                )
+            }
+        }
+    }
+
     pub fn is_stream(&self) -> bool {
         match &self.fields {
             Fields::Tree(fields) => fields.get("stream") == Some(&Value::Bool(true)),

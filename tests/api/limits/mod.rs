@@ -57,7 +57,7 @@ async fn key_with(env: &Env, limits: Value) -> (String, String) {
 }
 
 fn normalised(limits: &Value) -> Value {
-    let mut out = json!({"requests_per_minute": null, "tokens_per_minute": null, "tokens_per_day": null, "max_parallel": null});
+    let mut out = json!({"requests_per_minute": null, "tokens_per_minute": null, "tokens_per_day": null, "max_parallel": null, "budget_per_day": null, "budget_per_month": null});
     for (k, v) in limits.as_object().expect("object") {
         out[k] = v.clone();
     }
@@ -484,8 +484,10 @@ async fn a_key_owner_sets_and_reads_its_keys_limits_and_others_get_404() {
         .expect("json");
     assert_eq!(
         v,
-        json!({"limits": {"requests_per_minute": 1, "tokens_per_minute": null, "tokens_per_day": null, "max_parallel": 3},
-               "used": {"requests_this_minute": 1, "tokens_this_minute": 15, "tokens_today": 15, "in_flight": 0}})
+        json!({"limits": {"requests_per_minute": 1, "tokens_per_minute": null, "tokens_per_day": null, "max_parallel": 3,
+                          "budget_per_day": null, "budget_per_month": null},
+               "used": {"requests_this_minute": 1, "tokens_this_minute": 15, "tokens_today": 15, "in_flight": 0,
+                        "spend_today": "0.000000000", "spend_this_month": "0.000000000", "reserved": "0.000000000"}})
     );
     let (_, other) = env.app.user("eve@example.com").await;
     for r in [
@@ -541,7 +543,7 @@ async fn an_agents_limits_can_be_set_in_the_config_file_and_bad_ones_stop_the_st
     let path = dir.path().join("gatehouse.toml");
     std::fs::write(
         &path,
-        format!("{CONFIG}limits = {{ requests_per_minute = 30, max_parallel = 2 }}\n"),
+        format!("{CONFIG}limits = {{ requests_per_minute = 30, max_parallel = 2, budget_per_month = \"25\" }}\n"),
     )
     .expect("write");
     let p = path.clone();
@@ -555,8 +557,35 @@ async fn an_agents_limits_can_be_set_in_the_config_file_and_bad_ones_stop_the_st
         .expect("json");
     assert_eq!(
         v["limits"],
-        json!({"requests_per_minute": 30, "tokens_per_minute": null, "tokens_per_day": null, "max_parallel": 2})
+        json!({"requests_per_minute": 30, "tokens_per_minute": null, "tokens_per_day": null, "max_parallel": 2,
+               "budget_per_day": null, "budget_per_month": "25.000000000"})
     );
+    // The agent's limits view shows its spend.
+    let v: Value = app
+        .get("/api/admin/agents/helpdesk/limits", &admin)
+        .await
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(v["used"]["spend_this_month"], "0.000000000", "{v}");
+    assert_eq!(v["limits"]["budget_per_month"], "25.000000000");
+    let r = app.get("/api/admin/agents/nobody/limits", &admin).await;
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+
+    // A budget as a TOML number stops the start, naming the field.
+    std::fs::write(
+        &path,
+        format!("{CONFIG}limits = {{ budget_per_day = 5 }}\n"),
+    )
+    .expect("write");
+    let (db, _db_dir) = fresh_database().await;
+    let mut settings = gatehouse::config::Settings::for_database(&db);
+    settings.config_file = Some(path.clone());
+    let err = match gatehouse::start(settings).await {
+        Ok(_) => panic!("the start must fail"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("limits.budget_per_day"), "{err}");
 
     std::fs::write(&path, format!("{CONFIG}limits = {{ max_parallel = 0 }}\n")).expect("write");
     let (db, _db_dir) = fresh_database().await;

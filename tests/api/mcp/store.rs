@@ -6,8 +6,8 @@ use crate::common;
 
 use gatehouse::mcp::audit::{CallFilter, Decision, McpCallRecord};
 use gatehouse::mcp::servers::{parse_new, Source};
+use gatehouse::mcp::store::McpServerRow;
 use gatehouse::mcp::McpGrant;
-use gatehouse::store::mcp::McpServerRow;
 use serde_json::json;
 
 fn server(name: &str, headers: serde_json::Value) -> gatehouse::mcp::McpServer {

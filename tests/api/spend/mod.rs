@@ -2,5 +2,6 @@
 //! versions, the cost of each request as headers, stream usage, records and
 //! totals, metrics, and prices as code.
 
+mod budgets;
 mod cost;
 mod prices;

@@ -4,9 +4,9 @@
 
 use sqlx::FromRow;
 
-use super::{new_id, now_ms, Store};
 use crate::spend::amount::Amount;
 use crate::spend::price::{Price, PriceSpec, Rates};
+use crate::store::{new_id, now_ms, Store};
 
 #[derive(FromRow)]
 struct PriceRow {

@@ -1,18 +1,19 @@
-//! MCP servers (headers sealed at rest), `mcp` grants of keys, users and
+//! The MCP store: servers (headers sealed at rest), `mcp` grants of keys, users and
 //! agents, the call audit and ended sessions. Other MCP modules add their
-//! functions at the end of this file.
+//! functions at the end of this file. It lives with the MCP domain (as
+//! `impl Store` blocks) so that the store stays below every domain.
 
 use std::collections::BTreeMap;
 
 use sqlx::FromRow;
 
-use super::{now_ms, Store};
 use crate::agents::tools::ToolClass;
 use crate::mcp::audit::{CallFilter, McpCallRecord};
 use crate::mcp::servers::{McpServer, Source, Transport};
 use crate::mcp::McpGrant;
 use crate::runtime::Invalidation;
 use crate::secrets::{Keyring, Use};
+use crate::store::{now_ms, Store};
 
 #[derive(Clone, Debug, FromRow)]
 pub struct McpServerRow {
