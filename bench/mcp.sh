@@ -4,7 +4,8 @@
 # loopback, straight and through `POST /mcp`; prints the medians and what the
 # gateway adds (goal: at most 0.5 ms at the median, docs/performance.md).
 #
-#   bench/mcp.sh            (BENCH_CALLS=2000, BENCH_NO_BUILD=1 to skip the build,
+#   bench/mcp.sh            (BENCH_CALLS=2000, BENCH_RUNS=1 measurements in a row
+#                            (one line each), BENCH_NO_BUILD=1 to skip the build,
 #                            BENCH_PROFILE=bench for a build without LTO, dev for the
 #                            unoptimised test build: an upper bound)
 #
@@ -19,6 +20,7 @@ DIR=$PROFILE
 BIN=${CARGO_TARGET_DIR:-$ROOT/target}/$DIR
 PY=${GATEHOUSE_TEST_PYTHON:-$ROOT/.venv/bin/python}
 CALLS=${BENCH_CALLS:-2000}
+RUNS=${BENCH_RUNS:-1}
 [ -x "$PY" ] || { echo "bench: $PY missing (make the tests' venv)" >&2; exit 1; }
 if [ -z "${BENCH_NO_BUILD:-}" ]; then
     (cd "$ROOT" && cargo build --profile "$PROFILE" -q -p gatehouse)
@@ -49,4 +51,6 @@ ME=$(curl -sf "${H[@]}" "$GW/api/users/me" | jq -r .id)
 curl -sf -X PATCH "${H[@]}" "$GW/api/admin/users/$ME" -d '{"mcp":{"servers":["*"]}}' >/dev/null
 KEY=$(curl -sf "${H[@]}" "$GW/api/api-keys" -d '{"name":"bench","mcp":{"servers":["*"]}}' | jq -r .key)
 
-"$PY" "$ROOT/bench/mcp_latency.py" "$UP" "$GW/mcp" "$KEY" "$CALLS"
+for _ in $(seq "$RUNS"); do
+    "$PY" "$ROOT/bench/mcp_latency.py" "$UP" "$GW/mcp" "$KEY" "$CALLS"
+done

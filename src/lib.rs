@@ -67,7 +67,7 @@ impl Server {
 
     /// Stops accepting, lets requests in flight finish (up to
     /// `GATEHOUSE_SHUTDOWN_GRACE_S`, then ends them), writes every pending
-    /// usage record and last-used stamp.
+    /// usage record, MCP audit record and last-used stamp.
     pub async fn shutdown(mut self) {
         let _ = self.shutdown.send(true);
         let _ = (&mut self.handle).await;
@@ -79,7 +79,10 @@ impl Server {
         let within = Duration::from_secs(1);
         let _ = tokio::time::timeout(within, flush_last_used(&self.app)).await;
         let _ = tokio::time::timeout(within, self.app.limiter.flush()).await;
-        self.usage_writer.finish(Duration::from_secs(2)).await;
+        futures_util::join!(
+            self.usage_writer.finish(Duration::from_secs(2)),
+            self.app.mcp_gateway.audit.finish(Duration::from_secs(2)),
+        );
     }
 
     pub async fn wait(self) {

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use dashmap::DashMap;
 use tokio::sync::mpsc;
@@ -354,13 +354,6 @@ impl Drop for UsageTicket {
 /// The most records one transaction writes.
 const BATCH: usize = 512;
 
-/// How long the writer waits for more records after the first of a batch
-/// that is not full. Each transaction ends in an fsync (some 150 µs of CPU
-/// on a virtual disk) and rewrites its last, partly filled pages: waiting
-/// bounds the commits to about a hundred a second under any load, with
-/// more records in each (a record is still written within ~10 ms).
-const LINGER: Duration = Duration::from_millis(10);
-
 /// Rows per `INSERT` statement, largest first (24 parameters a row: within
 /// SQLite's and PostgreSQL's limits on bound parameters). Only these shapes
 /// are ever prepared: each connection caches its prepared statements, and one
@@ -383,26 +376,38 @@ fn statement_lengths(mut n: usize) -> impl Iterator<Item = usize> {
     })
 }
 
-/// The writer task; [`UsageWriter::finish`] writes what is queued and ends it.
-pub struct UsageWriter {
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    handle: tokio::task::JoinHandle<()>,
+/// The writer task (`store::batch`); `finish` writes what is queued and ends it.
+pub type UsageWriter = crate::store::batch::BatchWriter;
+
+/// The usage records' side of the batch writer: a batch is costed into the
+/// spend counters once, then inserted.
+struct UsageTarget {
+    store: Store,
+    counters: Arc<UsageCounters>,
 }
 
-impl UsageWriter {
-    /// Takes no more records, writes every queued one and ends, waiting at
-    /// most `within` (a database that is away must not hold the shutdown).
-    pub async fn finish(mut self, within: Duration) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if tokio::time::timeout(within, &mut self.handle)
-            .await
-            .is_err()
-        {
-            tracing::error!("usage records could not all be written before shutdown");
-            self.handle.abort();
-        }
+impl crate::store::batch::BatchTarget for UsageTarget {
+    type Record = UsageRecord;
+    const WHAT: &'static str = "usage";
+    const BATCH: usize = BATCH;
+    fn taken(&self, batch: &[UsageRecord]) {
+        self.counters.spend.count(
+            batch
+                .iter()
+                .map(|r| (r.model.as_str(), r.provider.as_deref(), &r.cost)),
+        );
+    }
+    fn write<'a>(
+        &'a self,
+        batch: &'a [UsageRecord],
+    ) -> futures_util::future::BoxFuture<'a, Result<(), sqlx::Error>> {
+        Box::pin(write_batch(&self.store, batch))
+    }
+    fn written(&self, n: u64) {
+        self.counters.written.fetch_add(n, Ordering::Relaxed);
+    }
+    fn failed(&self, n: u64) {
+        self.counters.failed.fetch_add(n, Ordering::Relaxed);
     }
 }
 
@@ -413,97 +418,19 @@ pub fn start(
     capacity: usize,
     prices: Arc<crate::spend::Prices>,
 ) -> (UsageSink, UsageWriter) {
-    let (tx, mut rx) = mpsc::channel::<UsageRecord>(capacity.max(1));
-    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
     let counters = Arc::new(UsageCounters::default());
-    let c = Arc::clone(&counters);
-    let handle = tokio::spawn(async move {
-        let mut batch = Vec::with_capacity(BATCH);
-        let mut closing = false;
-        loop {
-            let got = tokio::select! {
-                biased;
-                n = rx.recv_many(&mut batch, BATCH) => n,
-                _ = &mut stopped, if !closing => {
-                    // Records already queued stay readable; later ones are refused.
-                    closing = true;
-                    rx.close();
-                    continue;
-                }
-            };
-            if got == 0 {
-                break;
-            }
-            // Records share transactions (one fsync each): unless the batch
-            // is full, sleep a moment and then take what came. Sleeping
-            // rather than waiting on the queue matters: a waiting receiver is
-            // woken by every send, a wake-up of this thread (a syscall on the
-            // request's path) per request. Not while closing: what is queued
-            // is all there is.
-            if !closing && batch.len() < BATCH {
-                tokio::select! {
-                    biased;
-                    _ = &mut stopped => {
-                        closing = true;
-                        rx.close();
-                    }
-                    _ = tokio::time::sleep(LINGER) => {}
-                }
-                while batch.len() < BATCH {
-                    match rx.try_recv() {
-                        Ok(record) => batch.push(record),
-                        Err(_) => break,
-                    }
-                }
-            }
-            let n = batch.len() as u64;
-            c.spend.count(
-                batch
-                    .iter()
-                    .map(|r| (r.model.as_str(), r.provider.as_deref(), &r.cost)),
-            );
-            let mut attempt: u32 = 0;
-            loop {
-                match write_batch(&store, &batch).await {
-                    Ok(()) => {
-                        c.written.fetch_add(n, Ordering::Relaxed);
-                        break;
-                    }
-                    // While the database is away, keep the batch and retry: the
-                    // bounded queue behind it absorbs (and counts) the overflow.
-                    Err(e) if is_unavailable(&e) => {
-                        attempt += 1;
-                        if attempt == 1 {
-                            tracing::warn!(error = %e, "database unavailable; usage records wait");
-                        }
-                        tokio::time::sleep(Duration::from_millis(250 * u64::from(attempt.min(20))))
-                            .await;
-                    }
-                    Err(e) if attempt < 3 => {
-                        attempt += 1;
-                        tracing::warn!(error = %e, attempt, "usage batch write failed; retrying");
-                        tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt))).await;
-                    }
-                    Err(e) => {
-                        tracing::error!(error = %e, records = n, "usage batch lost");
-                        c.failed.fetch_add(n, Ordering::Relaxed);
-                        break;
-                    }
-                }
-            }
-            batch.clear();
-        }
-    });
+    let target = UsageTarget {
+        store,
+        counters: Arc::clone(&counters),
+    };
+    let (tx, writer) = crate::store::batch::start(target, capacity, crate::store::batch::LINGER);
     (
         UsageSink {
             tx,
             counters,
             prices,
         },
-        UsageWriter {
-            stop: Some(stop),
-            handle,
-        },
+        writer,
     )
 }
 

@@ -4,6 +4,7 @@
 
 pub mod agent_data;
 pub mod agents;
+pub mod batch;
 pub mod catalog;
 pub mod console;
 pub mod keys;

@@ -56,6 +56,29 @@ async fn scene() -> Scene {
 }
 
 #[tokio::test]
+async fn a_calls_audit_record_is_stored_by_the_time_the_server_has_shut_down() {
+    // Audit records wait in memory a moment to share a transaction; a
+    // shutdown (a restart) writes what waits before the process ends.
+    let mut s = scene().await;
+    let mut c = Mcp::new(&s.app, "/mcp", &s.key);
+    c.initialize().await;
+    let v = c.call("alpha__add", json!({"a": 1, "b": 2})).await;
+    assert_eq!(v["result"]["content"][0]["text"], "3");
+    let store = s.app.app().store.clone();
+    s.app.server.take().expect("running").shutdown().await;
+    let records = store
+        .list_mcp_calls(&gatehouse::mcp::audit::CallFilter {
+            limit: 10,
+            ..Default::default()
+        })
+        .await
+        .expect("audit");
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].exposed_name, "alpha__add");
+    assert_eq!(records[0].outcome.as_deref(), Some("ok"));
+}
+
+#[tokio::test]
 async fn initialize_answers_the_clients_version_and_gatehouse_with_a_session() {
     let s = scene().await;
     let mut c = Mcp::new(&s.app, "/mcp", &s.key);
@@ -632,6 +655,79 @@ async fn a_slow_upstream_times_out_and_is_told_to_cancel() {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     assert_eq!(cancelled, 1);
+}
+
+/// A `tools/call` of `slow` (30 s) in flight through one server, and the
+/// client's `notifications/cancelled` for it sent through `via_other`: the
+/// same server, or a second one on the same database (a load balancer may
+/// send them to different servers). The upstream cancels the call, so it
+/// ends now with the upstream's own error.
+async fn a_call_is_cancelled_upstream_by_the_client(via_other: bool) {
+    let alpha = Upstream::start("alpha", &[]).ready().await;
+    let app = spawn_app().await;
+    add_server(
+        &app,
+        json!({"name": "alpha", "url": alpha.url, "timeout_s": 60}),
+    )
+    .await;
+    let (_, key) = user_with_key(
+        &app,
+        "dev@example.com",
+        json!({"servers": ["*"]}),
+        json!({"servers": ["*"]}),
+        Value::Null,
+    )
+    .await;
+    let other = match via_other {
+        true => Some(app_on(&app.settings.database_url, None, |_| {}).await),
+        false => None,
+    };
+    let mut c = Mcp::new(&app, "/mcp", &key);
+    c.initialize().await;
+    let call = tokio::spawn(
+        c.request(
+            &json!({"jsonrpc": "2.0", "id": "slow-1", "method": "tools/call",
+                          "params": {"name": "alpha__slow", "arguments": {"seconds": 30}}}),
+        )
+        .send(),
+    );
+    for _ in 0..200 {
+        if alpha.count("tools/call") > 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(alpha.count("tools/call"), 1);
+    let mut via = Mcp::new(other.as_ref().unwrap_or(&app), "/mcp", &key);
+    via.session = c.session.clone();
+    let r = via
+        .request(
+            &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                         "params": {"requestId": "slow-1", "reason": "the user pressed stop"}}),
+        )
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    let answer = tokio::time::timeout(std::time::Duration::from_secs(15), call)
+        .await
+        .expect("the call ended long before its 30 s")
+        .expect("joined")
+        .expect("answered");
+    let v: Value = answer.json().await.expect("json");
+    assert_eq!(v["id"], "slow-1");
+    assert_eq!(v["error"]["message"], "Request cancelled", "{v}");
+    assert_eq!(alpha.count("notifications/cancelled"), 1);
+}
+
+#[tokio::test]
+async fn a_clients_cancel_reaches_the_upstream_running_the_call() {
+    a_call_is_cancelled_upstream_by_the_client(false).await;
+}
+
+#[tokio::test]
+async fn a_clients_cancel_sent_to_another_server_reaches_the_upstream_running_the_call() {
+    a_call_is_cancelled_upstream_by_the_client(true).await;
 }
 
 #[tokio::test]

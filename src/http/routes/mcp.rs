@@ -450,9 +450,13 @@ async fn post_inner(
     let (method, params) = match msg {
         Incoming::Notification { method, params } => {
             if method == "notifications/cancelled" {
-                app.mcp_gateway
-                    .cancel(&snapshot, &session, params.as_ref())
-                    .await;
+                // Off the answer's path: it may go to several upstreams.
+                let app = Arc::clone(app);
+                tokio::spawn(async move {
+                    app.mcp_gateway
+                        .cancel(&snapshot, &servers, &session, params.as_ref())
+                        .await;
+                });
             }
             return Ok(StatusCode::ACCEPTED.into_response());
         }
