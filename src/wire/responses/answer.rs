@@ -321,14 +321,28 @@ pub(crate) fn write_output_text(out: &mut Vec<u8>, text: &str) {
     out.extend_from_slice(b",\"annotations\":[]}");
 }
 
+/// [`write_output_text`] of a text already written as a JSON string.
+pub(crate) fn write_output_text_quoted(out: &mut Vec<u8>, quoted: &[u8]) {
+    out.extend_from_slice(b"{\"type\":\"output_text\",\"text\":");
+    out.extend_from_slice(quoted);
+    out.extend_from_slice(b",\"annotations\":[]}");
+}
+
 /// A text item (as [`message_item`]).
 pub(crate) fn write_message_item(out: &mut Vec<u8>, id: &str, text: &str, status: &str) {
+    let mut quoted = Vec::with_capacity(text.len() + 2);
+    json_str(&mut quoted, text);
+    write_message_item_quoted(out, id, &quoted, status);
+}
+
+/// [`write_message_item`] of a text already written as a JSON string.
+pub(crate) fn write_message_item_quoted(out: &mut Vec<u8>, id: &str, quoted: &[u8], status: &str) {
     out.extend_from_slice(b"{\"type\":\"message\",\"id\":");
     json_str(out, id);
     out.extend_from_slice(b",\"status\":");
     json_str(out, status);
     out.extend_from_slice(b",\"role\":\"assistant\",\"content\":[");
-    write_output_text(out, text);
+    write_output_text_quoted(out, quoted);
     out.extend_from_slice(b"]}");
 }
 

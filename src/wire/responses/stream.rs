@@ -11,8 +11,8 @@ use crate::spend::Cost;
 use crate::usage::{estimate_tokens, Tokens};
 use crate::wire::chat::chunk::{ChunkDelta, ToolCallDelta};
 use crate::wire::responses::answer::{
-    call_item, custom_input, status_of, usage_of, write_message_item, write_output_text,
-    write_response, Echo, ResponseMeta,
+    call_item, custom_input, status_of, usage_of, write_message_item_quoted, write_output_text,
+    write_output_text_quoted, write_response, Echo, ResponseMeta,
 };
 use crate::wire::responses::new_id;
 use crate::wire::sse::{begin_event, end_event, frames_of, json_num, json_str, SseFrame};
@@ -21,13 +21,14 @@ use crate::wire::sse::{begin_event, end_event, frames_of, json_num, json_str, Ss
 enum Open {
     Message {
         id: String,
-        text: String,
+        /// The text so far as a JSON string, quotes and all: each delta is
+        /// escaped once, as it goes out, and the `.done` events and the item
+        /// copy it (JSON escaping is per character, so the pieces' escapes
+        /// joined are the whole text's).
+        quoted: Vec<u8>,
     },
     /// A function call, announced as it streams.
-    Call {
-        id: String,
-        call: Call,
-    },
+    Call { id: String, call: Call },
     /// A custom tool call, buffered until it is whole (it goes out as one
     /// input delta).
     Custom(Call),
@@ -176,19 +177,20 @@ impl ResponsesStream {
         let idx = self.index();
         match self.open.take() {
             None => {}
-            Some(Open::Message { id, text }) => {
+            Some(Open::Message { id, mut quoted }) => {
+                quoted.push(b'"');
                 self.begin(out, "response.output_text.done");
                 Self::item_ref(out, &id, idx);
                 out.extend_from_slice(b",\"content_index\":0,\"text\":");
-                json_str(out, &text);
+                out.extend_from_slice(&quoted);
                 Self::end(out);
                 self.begin(out, "response.content_part.done");
                 Self::item_ref(out, &id, idx);
                 out.extend_from_slice(b",\"content_index\":0,\"part\":");
-                write_output_text(out, &text);
+                write_output_text_quoted(out, &quoted);
                 Self::end(out);
-                let mut item = Vec::with_capacity(text.len() + 128);
-                write_message_item(&mut item, &id, &text, "completed");
+                let mut item = Vec::with_capacity(quoted.len() + 128);
+                write_message_item_quoted(&mut item, &id, &quoted, "completed");
                 self.begin(out, "response.output_item.done");
                 out.extend_from_slice(b",\"output_index\":");
                 json_num(out, idx as u64);
@@ -273,21 +275,23 @@ impl ResponsesStream {
             Self::end(out);
             self.open = Some(Open::Message {
                 id,
-                text: String::new(),
+                quoted: vec![b'"'],
             });
         }
         let idx = self.index();
-        let Some(Open::Message { id, text }) = self.open.as_mut() else {
+        let Some(Open::Message { id, quoted }) = self.open.as_mut() else {
             return;
         };
-        text.push_str(piece);
         begin_event(out, "response.output_text.delta");
         out.extend_from_slice(b"{\"type\":\"response.output_text.delta\",\"sequence_number\":");
         json_num(out, self.seq);
         self.seq += 1;
         Self::item_ref(out, id, idx);
         out.extend_from_slice(b",\"content_index\":0,\"delta\":");
+        let at = out.len();
         json_str(out, piece);
+        // The piece's escaped text, without its quotes.
+        quoted.extend_from_slice(out.get(at + 1..out.len() - 1).unwrap_or_default());
         Self::end(out);
     }
 
