@@ -1299,6 +1299,38 @@ mod tests {
         Subject::api_key("k1", l)
     }
 
+    /// Contract, "Budgets", "Database down": each server admits at most its
+    /// `1/n` share of the remaining budget it knows.
+    #[test]
+    fn cut_off_from_the_database_a_server_admits_its_nth_of_the_budget_left() {
+        let now = 1_800_000_000_000;
+        let limits = Limits {
+            budget_per_day: Some(crate::spend::Amount::units(9)),
+            ..Limits::default()
+        };
+        let unit = 1_000_000_000;
+        let mut s = State::default();
+        // Nothing spent, three servers: three units each.
+        assert!(cut_off_budget(&limits, &s, 3 * unit, 3, now).is_none());
+        let d = cut_off_budget(&limits, &s, 3 * unit + 1, 3, now).expect("past the share");
+        assert_eq!(
+            (d.code, d.field),
+            (rules::BUDGET_EXHAUSTED, "budget_per_day")
+        );
+        // Two units admitted here since the last sync: one more fits.
+        s.reserved = 2 * unit;
+        s.reserve_admitted = 2 * unit;
+        assert!(cut_off_budget(&limits, &s, unit, 3, now).is_none());
+        assert!(cut_off_budget(&limits, &s, unit + 1, 3, now).is_some());
+        // Three units already spent (as of the last sync): a third of the six left.
+        let mut s = State::default();
+        s.spend_day.set_db(rules::day_of(now), 3 * unit);
+        assert!(cut_off_budget(&limits, &s, 2 * unit, 3, now).is_none());
+        assert!(cut_off_budget(&limits, &s, 2 * unit + 1, 3, now).is_some());
+        // No budget: nothing to refuse.
+        assert!(cut_off_budget(&Limits::default(), &State::default(), unit, 3, now).is_none());
+    }
+
     #[test]
     fn the_share_is_a_tenth_of_the_limit_split_between_servers() {
         assert_eq!(share(100, 1), 10);
