@@ -9,7 +9,10 @@
 #   bench/instructions.sh [WORKLOAD...]   (default: chat chat-stream messages
 #                                          messages-stream messages-passthrough
 #                                          messages-passthrough-stream responses
-#                                          responses-stream)
+#                                          responses-stream; also chat-priced, chat
+#                                          to a priced model, and chat-budget, the
+#                                          same under a key with a day's and a
+#                                          month's budget)
 #
 # Environment: BENCH_CALLS=200 requests per workload (one keep-alive
 # connection, after 20 unmeasured ones), BENCH_PROFILE=release|bench (the
@@ -63,13 +66,20 @@ api POST /api/admin/providers "{\"name\":\"stub\",\"type\":\"openai\",\"base_url
 api POST /api/admin/models '{"id":"bench-chat","kind":"chat","provider":"stub","upstream_model":"bench-chat"}'
 api POST /api/admin/providers "{\"name\":\"stub-anthropic\",\"type\":\"anthropic\",\"base_url\":\"$STUB\",\"api_key\":\"bench\"}"
 api POST /api/admin/models '{"id":"bench-claude","kind":"chat","provider":"stub-anthropic","upstream_model":"bench-claude"}'
-KEY=$(curl -sS --fail-with-body -X POST "$GATEHOUSE/api/api-keys" -H "Authorization: Bearer $TOKEN" \
-    -H 'Content-Type: application/json' -d '{"name":"bench"}' | jq -r .key)
+api POST /api/admin/models '{"id":"bench-chat-priced","kind":"chat","provider":"stub","upstream_model":"bench-chat-priced"}'
+api PUT /api/admin/prices/stub/bench-chat-priced '{"input":"0.15","output":"0.60","cache_read":"0.075","request":"0.0001"}'
+new_key() { curl -sS --fail-with-body -X POST "$GATEHOUSE/api/api-keys" -H "Authorization: Bearer $TOKEN" \
+    -H 'Content-Type: application/json' -d "$1" | jq -r .key; }
+KEY=$(new_key '{"name":"bench"}')
+# Budgets far above what a run spends: admission reserves and settles, never refuses.
+BUDGET_KEY=$(new_key '{"name":"bench-budget","limits":{"budget_per_day":"1000000","budget_per_month":"1000000"}}')
 
 # The bodies of bench/run.sh.
 PROMPT="Summarise the following in one sentence: the quick brown fox jumps over the lazy dog while the cat watches from the warm windowsill."
 jq -nc --arg p "$PROMPT" '{model:"bench-chat",messages:[{role:"system",content:"You are terse."},{role:"user",content:$p}]}' >"$TMP/chat.json"
 jq -c '. + {stream:true}' "$TMP/chat.json" >"$TMP/chat-stream.json"
+jq -c '.model = "bench-chat-priced"' "$TMP/chat.json" >"$TMP/chat-priced.json"
+cp "$TMP/chat-priced.json" "$TMP/chat-budget.json"
 jq -nc --arg p "$PROMPT" '{model:"bench-chat",store:false,include:["reasoning.encrypted_content"],
     input:[{type:"message",role:"developer",content:[{type:"input_text",text:"You are terse."}]},
            {type:"message",role:"user",content:[{type:"input_text",text:$p}]}]}' >"$TMP/responses.json"
@@ -80,7 +90,7 @@ jq -c '.model = "bench-claude"' "$TMP/messages.json" >"$TMP/messages-passthrough
 jq -c '.model = "bench-claude"' "$TMP/messages-stream.json" >"$TMP/messages-passthrough-stream.json"
 path_of() {
     case $1 in
-    chat | chat-stream) echo /v1/chat/completions ;;
+    chat | chat-stream | chat-priced | chat-budget) echo /v1/chat/completions ;;
     responses | responses-stream) echo /v1/responses ;;
     messages*) echo /v1/messages ;;
     *) die "unknown workload $1" ;;
@@ -109,10 +119,12 @@ echo "| workload | requests | instructions per request |"
 echo "|---|---:|---:|"
 for w in $WORKLOADS; do
     path=$(path_of "$w")
-    python3 "$TMP/send.py" "$GATEHOUSE" "$path" "$KEY" "$TMP/$w.json" 20
+    key=$KEY
+    [ "$w" = chat-budget ] && key=$BUDGET_KEY
+    python3 "$TMP/send.py" "$GATEHOUSE" "$path" "$key" "$TMP/$w.json" 20
     callgrind_control -z "$GW_PID" >/dev/null 2>&1
     callgrind_control -i on "$GW_PID" >/dev/null 2>&1
-    python3 "$TMP/send.py" "$GATEHOUSE" "$path" "$KEY" "$TMP/$w.json" "$CALLS"
+    python3 "$TMP/send.py" "$GATEHOUSE" "$path" "$key" "$TMP/$w.json" "$CALLS"
     callgrind_control -i off "$GW_PID" >/dev/null 2>&1
     callgrind_control -d "$w" "$GW_PID" >/dev/null 2>&1
     sleep 0.5

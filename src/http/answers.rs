@@ -26,7 +26,8 @@ pub fn cost_headers(h: &mut HeaderMap, cost: &Cost, currency: Currency) {
         HeaderValue::from_static(cost.status.as_str()),
     );
     if let Some(a) = cost.amount() {
-        if let Ok(v) = HeaderValue::from_str(&a.to_string()) {
+        let nanos = i64::try_from(a.nanos()).unwrap_or(i64::MAX);
+        if let Ok(v) = HeaderValue::from_str(&crate::spend::amount::format_nanos(nanos)) {
             h.insert(X_GATEHOUSE_COST, v);
         }
         if let Ok(v) = HeaderValue::from_str(currency.as_str()) {

@@ -222,13 +222,34 @@ pub fn retry_after_secs(wait_ms: i64) -> u64 {
 pub fn format_reset(ms: i64) -> String {
     let s = (ms.max(0) + 999) / 1000;
     let (h, m, s) = (s / 3600, (s % 3600) / 60, s % 60);
+    // By hand: written on every limited answer, and `format!` was most of it.
+    let mut out = String::with_capacity(16);
     if h > 0 {
-        format!("{h}h{m}m{s}s")
-    } else if m > 0 {
-        format!("{m}m{s}s")
-    } else {
-        format!("{s}s")
+        push_int(&mut out, h);
+        out.push('h');
     }
+    if h > 0 || m > 0 {
+        push_int(&mut out, m);
+        out.push('m');
+    }
+    push_int(&mut out, s);
+    out.push('s');
+    out
+}
+
+/// Appends a non-negative number's digits.
+fn push_int(out: &mut String, n: i64) {
+    let mut digits = [0u8; 20];
+    let (mut n, mut at) = (n.unsigned_abs(), digits.len());
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend(digits[at..].iter().map(|&b| char::from(b)));
 }
 
 /// What one caller has used, as this server knows it.

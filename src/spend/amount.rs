@@ -118,9 +118,33 @@ pub fn schema() -> serde_json::Value {
 
 /// A signed sum of nano-units (totals from the database) as an amount string.
 pub fn format_nanos(n: i64) -> String {
-    let sign = if n < 0 { "-" } else { "" };
+    // Digits by hand: a header on every answer under a budget or a price,
+    // and `format!` cost several times the rest of the arithmetic.
     let a = n.unsigned_abs();
-    format!("{sign}{}.{:09}", a / NANOS_PER_UNIT, a % NANOS_PER_UNIT)
+    let mut digits = [0u8; 40];
+    let mut at = digits.len();
+    let (mut whole, mut frac) = (a / NANOS_PER_UNIT, a % NANOS_PER_UNIT);
+    for _ in 0..9 {
+        at -= 1;
+        digits[at] = b'0' + (frac % 10) as u8;
+        frac /= 10;
+    }
+    at -= 1;
+    digits[at] = b'.';
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (whole % 10) as u8;
+        whole /= 10;
+        if whole == 0 {
+            break;
+        }
+    }
+    let mut out = String::with_capacity(digits.len() - at + 1);
+    if n < 0 {
+        out.push('-');
+    }
+    out.extend(digits[at..].iter().map(|&b| char::from(b)));
+    out
 }
 
 impl serde::Serialize for Amount {

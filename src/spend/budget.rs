@@ -7,8 +7,6 @@
 use std::collections::HashSet;
 use std::sync::OnceLock;
 
-use chrono::{Datelike, TimeZone, Utc};
-
 use super::amount::{Amount, AmountError};
 use super::price::PriceSpec;
 
@@ -90,22 +88,41 @@ impl Period {
     }
 }
 
-/// Months since January 1970 (UTC).
+/// Months since January 1970 (UTC). Integer civil-calendar arithmetic
+/// (Howard Hinnant's `civil_from_days`): every admission under a budget asks,
+/// and a calendar library's conversion cost a thousand times more.
 pub fn month_of(now_ms: i64) -> i64 {
-    let t = Utc
-        .timestamp_millis_opt(now_ms)
-        .single()
-        .unwrap_or_default();
-    i64::from(t.year() - 1970) * 12 + i64::from(t.month0())
+    let (y, m) = year_month_of_day(now_ms.div_euclid(DAY_MS));
+    (y - 1970) * 12 + (m - 1)
 }
 
 /// 00:00 UTC of the first day of month `m` (months since January 1970).
 pub fn month_start_ms(m: i64) -> i64 {
-    let year = i32::try_from(1970 + m.div_euclid(12)).unwrap_or(i32::MAX);
-    let month = u32::try_from(m.rem_euclid(12) + 1).unwrap_or(1);
-    Utc.with_ymd_and_hms(year, month, 1, 0, 0, 0)
-        .single()
-        .map_or(i64::MAX, |t| t.timestamp_millis())
+    let (y, month) = (1970 + m.div_euclid(12), m.rem_euclid(12) + 1);
+    days_from_civil(y, month, 1).saturating_mul(DAY_MS)
+}
+
+/// The (year, month 1-12) of a day counted from 1970-01-01.
+fn year_month_of_day(z: i64) -> (i64, i64) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(m <= 2), m)
+}
+
+/// Days from 1970-01-01 to `y-m-d` (proleptic Gregorian).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = if m > 2 { m - 3 } else { m + 9 };
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
 }
 
 /// `C` of a reservation: `max_completion_tokens`, else `max_tokens` (each
@@ -269,6 +286,7 @@ pub fn warn_unpriced_once(provider: &str, upstream_model: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use chrono::{TimeZone, Utc};
     use serde_json::json;
 
     fn ms(y: i32, m: u32, d: u32, h: u32) -> i64 {
@@ -325,6 +343,27 @@ mod tests {
         assert_eq!(Period::Month.until_end_ms(jan), 31 * DAY_MS);
         assert_eq!(month_start_ms(month_of(jan)), jan);
         assert_eq!(month_of(0), 0);
+    }
+
+    #[test]
+    fn month_arithmetic_agrees_with_the_calendar_for_every_day_of_four_centuries() {
+        use chrono::Datelike;
+        // 1900 to 2300: leap years, the 100- and 400-year rules, before 1970.
+        let first = ms(1900, 1, 1, 0) / DAY_MS;
+        let last = ms(2300, 1, 1, 0) / DAY_MS;
+        for day in first..last {
+            for at in [day * DAY_MS, day * DAY_MS + DAY_MS - 1] {
+                let t = Utc.timestamp_millis_opt(at).single().expect("a time");
+                let m = i64::from(t.year() - 1970) * 12 + i64::from(t.month0());
+                assert_eq!(month_of(at), m, "{t}");
+                let start = Utc
+                    .with_ymd_and_hms(t.year(), t.month(), 1, 0, 0, 0)
+                    .single()
+                    .expect("a time")
+                    .timestamp_millis();
+                assert_eq!(month_start_ms(m), start, "{t}");
+            }
+        }
     }
 
     #[test]
