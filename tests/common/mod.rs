@@ -343,3 +343,21 @@ pub fn newest_release() -> String {
         .expect("a release heading such as ## [1.2.3] - 2026-01-31")
         .to_string()
 }
+
+/// Seconds of an `x-ratelimit-reset-*` or `x-gatehouse-budget-reset` value, written as
+/// OpenAI writes it (`1h2m3s`).
+#[allow(dead_code)] // Not every test binary reads reset headers.
+pub fn reset_secs(v: &str) -> u64 {
+    let mut total = 0;
+    let mut n = 0;
+    for c in v.chars() {
+        match c {
+            '0'..='9' => n = n * 10 + u64::from(c as u8 - b'0'),
+            'h' => (total, n) = (total + n * 3600, 0),
+            'm' => (total, n) = (total + n * 60, 0),
+            's' => (total, n) = (total + n, 0),
+            _ => panic!("not a duration: {v}"),
+        }
+    }
+    total
+}

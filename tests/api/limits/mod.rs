@@ -95,22 +95,6 @@ async fn assert_refused(r: Response, code: &str) -> u64 {
     retry
 }
 
-/// Seconds of an `x-ratelimit-reset-*` value as OpenAI writes it (`1h2m3s`).
-fn reset_secs(v: &str) -> u64 {
-    let mut total = 0;
-    let mut n = 0;
-    for c in v.chars() {
-        match c {
-            '0'..='9' => n = n * 10 + u64::from(c as u8 - b'0'),
-            'h' => (total, n) = (total + n * 3600, 0),
-            'm' => (total, n) = (total + n * 60, 0),
-            's' => (total, n) = (total + n, 0),
-            _ => panic!("not a duration: {v}"),
-        }
-    }
-    total
-}
-
 #[tokio::test]
 async fn reset_headers_of_per_minute_limits_stay_within_the_minute() {
     let env = chat_env().await;

@@ -112,20 +112,6 @@ fn until_month_end() -> i64 {
     (next - now).num_seconds()
 }
 
-fn secs_of_reset(v: &str) -> i64 {
-    let (mut total, mut n) = (0, 0);
-    for c in v.chars() {
-        match c {
-            '0'..='9' => n = n * 10 + i64::from(c as u8 - b'0'),
-            'h' => (total, n) = (total + n * 3600, 0),
-            'm' => (total, n) = (total + n * 60, 0),
-            's' => (total, n) = (total + n, 0),
-            _ => panic!("not a duration: {v}"),
-        }
-    }
-    total
-}
-
 #[tokio::test]
 async fn budgets_are_amounts_from_one_nano_to_a_billion_and_one_past_each_bound_is_refused() {
     let env = priced_env().await;
@@ -216,7 +202,10 @@ async fn a_used_up_budget_refuses_with_429_budget_exhausted_retry_after_and_no_r
             header(&r, "x-gatehouse-budget-remaining").as_deref(),
             Some(format!("0.{left:09}").as_str())
         );
-        let reset = secs_of_reset(&header(&r, "x-gatehouse-budget-reset").expect("reset"));
+        let reset = i64::try_from(common::reset_secs(
+            &header(&r, "x-gatehouse-budget-reset").expect("reset"),
+        ))
+        .expect("seconds");
         assert!((reset - until_day_end()).abs() <= 2, "{reset}");
         assert_eq!(header(&r, "x-gatehouse-cost").as_deref(), Some(COST));
     }
