@@ -195,7 +195,7 @@ impl UsageTicket {
                 turn_id: ctx.turn_id,
                 kind,
                 api: ctx.api.or((kind == "chat").then_some("chat")),
-                request_id: crate::models::upstream::REQUEST_ID
+                request_id: crate::runtime::request::REQUEST_ID
                     .try_with(|id| id.to_str().ok().map(str::to_string))
                     .ok()
                     .flatten(),

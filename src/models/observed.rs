@@ -10,7 +10,6 @@ use std::time::Instant;
 use serde_json::Value;
 
 use crate::models::routing::Failure;
-use crate::models::upstream;
 use crate::models::Provider;
 use crate::telemetry::{self, ClientSpan, SpanContext};
 
@@ -50,7 +49,9 @@ impl Attempt {
         Attempt(Some(Box::new(Watched {
             provider: Arc::clone(provider),
             upstream_model: upstream_model.to_string(),
-            request_id: upstream::REQUEST_ID.try_with(Clone::clone).ok(),
+            request_id: crate::runtime::request::REQUEST_ID
+                .try_with(Clone::clone)
+                .ok(),
             started: Instant::now(),
             span,
             log,

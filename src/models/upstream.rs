@@ -24,6 +24,7 @@ use super::direct::{DirectClient, DirectError, Exchange};
 use crate::error::{Error, ErrorKind};
 use crate::models::routing::Failure;
 use crate::models::Provider;
+use crate::runtime::request::{REQUEST_ID, X_REQUEST_ID};
 
 /// A failed attempt: what the client would be told, and what kind of
 /// failure it was (which decides whether another target is tried).
@@ -46,13 +47,6 @@ impl From<AttemptError> for Error {
 }
 
 tokio::task_local! {
-    /// The `x-request-id` of the request being served. The HTTP layer sets it
-    /// around each request, so every upstream attempt made while serving it
-    /// carries the same id without threading it through every call.
-    pub static REQUEST_ID: header::HeaderValue;
-}
-
-tokio::task_local! {
     /// The client's `anthropic-version`, if it sent one: an `anthropic`
     /// provider is sent it instead of the provider's own.
     pub static CLIENT_ANTHROPIC_VERSION: Option<header::HeaderValue>;
@@ -61,10 +55,6 @@ tokio::task_local! {
 pub const ANTHROPIC_VERSION_HEADER: header::HeaderName =
     header::HeaderName::from_static("anthropic-version");
 pub const X_API_KEY: header::HeaderName = header::HeaderName::from_static("x-api-key");
-
-/// `x-request-id` as a made name: inserting a header under a `&str` name
-/// copies the name into a new allocation each time.
-pub const X_REQUEST_ID: header::HeaderName = header::HeaderName::from_static("x-request-id");
 
 /// The longest upstream error message passed on to the client.
 const MAX_MESSAGE_CHARS: usize = 2000;

@@ -16,7 +16,7 @@ use axum::response::Response;
 use parking_lot::Mutex;
 
 use crate::http::answers::X_GATEHOUSE_PROVIDER;
-use crate::models::upstream::X_REQUEST_ID;
+use crate::runtime::request::X_REQUEST_ID;
 
 /// What the handling of one request learned about who and what it served.
 #[derive(Clone, Debug, Default)]

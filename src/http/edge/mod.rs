@@ -18,7 +18,7 @@ use axum::response::Response;
 
 use crate::app::AppState;
 use crate::http::extract::{self, BodyLimit};
-use crate::models::upstream::X_REQUEST_ID;
+use crate::runtime::request::X_REQUEST_ID;
 
 /// The body limit of each route group, from the contract.
 pub fn body_limit_for(path: &str, max_body_bytes: usize) -> BodyLimit {
@@ -119,7 +119,7 @@ where
     };
     // Instrument the future (a guard held across .await would leak the span to other tasks).
     let served = crate::models::upstream::CLIENT_ANTHROPIC_VERSION.scope(anthropic_version, served);
-    let mut resp = crate::models::upstream::REQUEST_ID
+    let mut resp = crate::runtime::request::REQUEST_ID
         .scope(id.clone(), tracing::Instrument::instrument(served, span))
         .await;
     resp.headers_mut().insert(X_REQUEST_ID, id);

@@ -28,7 +28,7 @@ where
     let route = route.map(|r| r.as_str().to_string());
     let request_id = req
         .headers()
-        .get(crate::models::upstream::X_REQUEST_ID)
+        .get(crate::runtime::request::X_REQUEST_ID)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
     let Some(cx) = telemetry::server_span(
