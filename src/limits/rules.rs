@@ -222,7 +222,7 @@ pub fn retry_after_secs(wait_ms: i64) -> u64 {
 pub fn format_reset(ms: i64) -> String {
     let s = (ms.max(0) + 999) / 1000;
     let (h, m, s) = (s / 3600, (s % 3600) / 60, s % 60);
-    // By hand: written on every limited answer, and `format!` was most of it.
+    // Without `format!`: written on every limited answer, and it was most of it.
     let mut out = String::with_capacity(16);
     if h > 0 {
         push_int(&mut out, h);
@@ -239,17 +239,7 @@ pub fn format_reset(ms: i64) -> String {
 
 /// Appends a non-negative number's digits.
 fn push_int(out: &mut String, n: i64) {
-    let mut digits = [0u8; 20];
-    let (mut n, mut at) = (n.unsigned_abs(), digits.len());
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend(digits[at..].iter().map(|&b| char::from(b)));
+    out.push_str(itoa::Buffer::new().format(n.max(0)));
 }
 
 /// What one caller has used, as this server knows it.
