@@ -259,15 +259,18 @@ pub trait ChatHooks: Send + 'static {
         Err("no native dialect".into())
     }
 
-    /// One native stream event: what goes to the client (None: nothing);
-    /// `Err` says what was wrong with it. `price` gives the request's cost
-    /// for the tokens of the event that reports its final usage.
+    /// One native stream event: what goes to the client (None: nothing):
+    /// what the hooks write into `out` (events relayed as they came, with
+    /// no frame in between), then the [`NativeEvent`]'s frames; `Err` says
+    /// what was wrong with it. `price` gives the request's cost for the
+    /// tokens of the event that reports its final usage.
     fn on_native_event(
         &mut self,
         event: &SseEvent,
         price: &dyn Fn(&Tokens) -> crate::spend::Cost,
+        out: &mut Vec<u8>,
     ) -> Result<Option<NativeEvent>, String> {
-        let _ = (event, price);
+        let _ = (event, price, out);
         Err("no native dialect".into())
     }
 }
@@ -366,15 +369,20 @@ pub async fn relay<H: ChatHooks>(
             raw.stream,
             false,
             estimate_tokens(raw.prompt_chars),
-            ChatBody::spliced(&raw),
+            Some(ChatBody::spliced(&raw)),
         ),
+        ChatInput::NativeOnly {
+            stream,
+            prompt_chars,
+            ..
+        } => (stream, false, estimate_tokens(prompt_chars), None),
         ChatInput::Tree(mut body) => {
             let stream = is_stream(&body);
             let client_usage = ask_for_usage(&mut body, stream);
             let prompt_estimate = estimate_tokens(prompt_chars(&body));
             let tool_texts = tools.as_ref().map(|t| t.texts());
             match ChatBody::new(&body, tool_texts.as_deref()) {
-                Ok(t) => (stream, client_usage, prompt_estimate, t),
+                Ok(t) => (stream, client_usage, prompt_estimate, Some(t)),
                 Err(e) => return failed(ticket, Error::internal(e)),
             }
         }
@@ -408,15 +416,19 @@ pub async fn relay<H: ChatHooks>(
         let deadline = upstream::deadline(&target.provider);
         let native = hooks.native_request(&target.provider, &target.upstream_model, shown);
         let is_native = native.is_some();
-        let sent = match native {
-            Some(n) => n,
-            None => adapter
+        let sent = match (native, template.as_mut()) {
+            (Some(n), _) => n,
+            (None, Some(template)) => adapter
                 .chat_request(template.for_model(&target.upstream_model), answering)
                 .map(|body| NativeRequest {
                     path: adapter.chat_path(),
                     body,
                     extras: upstream::Extras::default(),
                 }),
+            // The caller said every target takes the client's dialect.
+            (None, None) => Err(Error::internal(
+                "a request with no chat body reached a target that needs one",
+            )),
         };
         let NativeRequest { path, body, extras } = match sent {
             Ok(s) => s,
@@ -940,15 +952,23 @@ impl<H: ChatHooks> StreamRelay<H> {
     /// that came in one upstream read go to the client in one write.
     async fn gather(&mut self, first: Bytes) -> Bytes {
         let mut out: Option<Vec<u8>> = None;
+        // What is still buffered is about what the rest of the write holds:
+        // room for it at once, not a growth every few events.
+        let room = first.len() + self.parser.pending_bytes() + 256;
+        let start = |first: &Bytes| {
+            let mut v = Vec::with_capacity(room);
+            v.extend_from_slice(first);
+            v
+        };
         loop {
             match self.step_with(false).await {
                 Ok(Step::Out(b)) => out
-                    .get_or_insert_with(|| first.to_vec())
+                    .get_or_insert_with(|| start(&first))
                     .extend_from_slice(&b),
                 Ok(Step::Over | Step::Wait) => break,
                 Err(e) => {
                     let tail = self.fail(&e);
-                    out.get_or_insert_with(|| first.to_vec())
+                    out.get_or_insert_with(|| start(&first))
                         .extend_from_slice(&tail);
                     break;
                 }
@@ -987,8 +1007,9 @@ impl<H: ChatHooks> StreamRelay<H> {
                 self.read_event = true;
                 let ticket = self.ticket.as_ref();
                 let price = |t: &Tokens| ticket.map(|k| k.cost_of(t)).unwrap_or_default();
+                let mut out = Vec::with_capacity(ev.data.len() + 64);
                 let relayed = match self.hooks.as_mut() {
-                    Some(h) => h.on_native_event(&ev, &price),
+                    Some(h) => h.on_native_event(&ev, &price, &mut out),
                     None => Ok(None),
                 };
                 match relayed {
@@ -1006,7 +1027,6 @@ impl<H: ChatHooks> StreamRelay<H> {
                                 "prompt_tokens_details": {"cached_tokens": t.cache_read}}));
                             self.native_tokens = Some(t);
                         }
-                        let mut out = Vec::new();
                         for f in &n.frames {
                             f.write_to(&mut out);
                         }

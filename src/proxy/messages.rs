@@ -457,36 +457,42 @@ impl<H: ChatHooks + MessagesRules> ChatHooks for MessagesHooks<H> {
         &mut self,
         event: &SseEvent,
         price: &dyn Fn(&Tokens) -> crate::spend::Cost,
+        out: &mut Vec<u8>,
     ) -> Result<Option<NativeEvent>, String> {
         let estimate = self.estimate(0);
         let Some(passed) = self.passed.as_mut() else {
             return Err("no pass-through attempt".into());
         };
         if H::DOES_NOTHING {
-            // The events that carry no usage and no model, read without a
-            // tree and relayed as they came.
-            if let Some(e) = passed_event(&event.data) {
-                if !matches!(&*e.kind, "message_start" | "message_delta" | "error") {
-                    passed.text_chars += e.text_chars;
-                    let terminal = e.kind == "message_stop";
-                    let tokens = (terminal && passed.usage.is_none()).then(|| Tokens {
+            // The usual events read without a tree and written as they
+            // came (model and cost spliced in), with no frame between.
+            if let Some(e) = passed_event(&event.data).filter(|e| e.kind != "error") {
+                passed.text_chars += e.text_chars;
+                let terminal = e.kind == "message_stop";
+                let mut tokens = None;
+                if let Some(counts) = &e.usage {
+                    let merged = passed.usage.get_or_insert_with(MessagesUsage::default);
+                    merged.merge_counts(counts);
+                    tokens = Some(merged.tokens());
+                } else if terminal && passed.usage.is_none() {
+                    tokens = Some(Tokens {
                         completion: estimate_tokens(passed.text_chars),
                         ..estimate
                     });
-                    let event_name = match &event.event {
-                        Some(n) => n.clone(),
-                        None => e.kind.into_owned(),
-                    };
-                    return Ok(Some(NativeEvent {
-                        frames: vec![SseFrame::Event {
-                            event: event_name,
-                            data: event.data.clone(),
-                        }],
-                        terminal,
-                        tokens,
-                        error: None,
-                    }));
                 }
+                // The usage the stream ends with carries the cost.
+                let cost = tokens
+                    .as_ref()
+                    .filter(|_| e.kind == "message_delta")
+                    .map(price);
+                let name = event.event.as_deref().unwrap_or(&e.kind);
+                e.write(out, name, &event.data, &passed.model, cost.as_ref());
+                return Ok(Some(NativeEvent {
+                    frames: Vec::new(),
+                    terminal,
+                    tokens,
+                    error: None,
+                }));
             }
         }
         let mut v: Value =

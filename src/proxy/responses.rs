@@ -265,6 +265,7 @@ impl<H: ChatHooks> ChatHooks for ResponsesHooks<H> {
         &mut self,
         event: &SseEvent,
         price: &dyn Fn(&Tokens) -> crate::spend::Cost,
+        _out: &mut Vec<u8>,
     ) -> Result<Option<NativeEvent>, String> {
         let Some(n) = self.native.as_mut() else {
             return Err("no native attempt".into());

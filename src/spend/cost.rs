@@ -92,6 +92,20 @@ impl Cost {
         self.nanos.map(|n| Amount(u64::try_from(n).unwrap_or(0)))
     }
 
+    /// [`Self::write_into`] as JSON text: the members `"cost":"…",` (when
+    /// priced) and `"cost_status":"…"`, for a usage object spliced as bytes.
+    pub fn write_members(&self, out: &mut Vec<u8>) {
+        // As `amount()`: a negative sum (never made) shows as zero.
+        if let Some(n) = self.nanos.map(|n| n.max(0)) {
+            out.extend_from_slice(b"\"cost\":\"");
+            out.extend_from_slice(super::amount::format_nanos(n).as_bytes());
+            out.extend_from_slice(b"\",");
+        }
+        out.extend_from_slice(b"\"cost_status\":\"");
+        out.extend_from_slice(self.status.as_str().as_bytes());
+        out.push(b'"');
+    }
+
     /// Puts the cost in a stream's last `usage` object, as every dialect
     /// carries it: `cost` (an amount, left out when unpriced) and
     /// `cost_status`.

@@ -34,23 +34,10 @@ impl SseFrame {
 
     /// Appends the wire form, ending in a blank line.
     pub fn write_to(&self, out: &mut Vec<u8>) {
-        let data = match self {
-            SseFrame::Data(d) => d,
-            SseFrame::Event { event, data } => {
-                out.extend_from_slice(b"event: ");
-                // A line break in a name would start a new field.
-                out.extend(event.bytes().filter(|b| *b != b'\n' && *b != b'\r'));
-                out.push(b'\n');
-                data
-            }
-        };
-        // Each line of the data is its own `data:` line (JSON has none).
-        for line in data.split('\n') {
-            out.extend_from_slice(b"data: ");
-            out.extend_from_slice(line.strip_suffix('\r').unwrap_or(line).as_bytes());
-            out.push(b'\n');
+        match self {
+            SseFrame::Data(d) => write_event(out, None, d),
+            SseFrame::Event { event, data } => write_event(out, Some(event), data),
         }
-        out.push(b'\n');
     }
 
     pub fn to_bytes(&self) -> Bytes {
@@ -58,6 +45,29 @@ impl SseFrame {
         self.write_to(&mut out);
         Bytes::from(out)
     }
+}
+
+/// Appends one event's wire form: `event: NAME` (when named), each line of
+/// `data` a `data:` line (JSON has none), and the blank line that ends it.
+pub fn write_event(out: &mut Vec<u8>, event: Option<&str>, data: &str) {
+    // One growth, not one per piece (most events have one data line).
+    out.reserve(event.map_or(0, |e| e.len() + 8) + data.len() + 8);
+    if let Some(event) = event {
+        out.extend_from_slice(b"event: ");
+        // A line break in a name would start a new field.
+        if memchr::memchr2(b'\n', b'\r', event.as_bytes()).is_none() {
+            out.extend_from_slice(event.as_bytes());
+        } else {
+            out.extend(event.bytes().filter(|b| *b != b'\n' && *b != b'\r'));
+        }
+        out.push(b'\n');
+    }
+    for line in data.split('\n') {
+        out.extend_from_slice(b"data: ");
+        out.extend_from_slice(line.strip_suffix('\r').unwrap_or(line).as_bytes());
+        out.push(b'\n');
+    }
+    out.push(b'\n');
 }
 
 /// Writes `event: NAME` and the start of its `data:` line into `out`: the
@@ -211,7 +221,14 @@ impl SseParser {
                 self.data.extend_from_slice(value);
                 self.has_data = true;
             }
-            b"event" => self.event = Some(String::from_utf8_lossy(value).into_owned()),
+            b"event" => {
+                // Checked as UTF-8 once (lossy only for what is not).
+                let name = match std::str::from_utf8(value) {
+                    Ok(s) => s.to_owned(),
+                    Err(_) => String::from_utf8_lossy(value).into_owned(),
+                };
+                self.event = Some(name);
+            }
             _ => {} // id, retry and unknown fields do not matter here
         }
     }

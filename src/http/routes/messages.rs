@@ -29,7 +29,7 @@ use crate::models::{requested_model, Model, ModelKind};
 use crate::proxy::chat::{relay, ChatCall, ChatHooks, NoHooks};
 use crate::proxy::messages::{passes_through, MessagesHooks, Native};
 use crate::proxy::messages_rules::MessagesRules;
-use crate::usage::{UsageContext, UsageTicket};
+use crate::usage::{estimate_tokens, UsageContext, UsageTicket};
 use crate::wire::chat::body::ChatInput;
 use crate::wire::messages::count;
 use crate::wire::messages::request::{check_body, Route};
@@ -113,10 +113,29 @@ pub(crate) async fn relay_messages<H: ChatHooks + MessagesRules>(
     usage: UsageContext,
     native: Option<ClientHead>,
 ) -> Result<Response> {
-    let estimate = count::estimate(&body);
-    let mut t = to_chat(&body);
-    let mut hooks = MessagesHooks::new(hooks, client_model, &model.id, estimate, t.names.clone());
+    let prompt_chars = count::prompt_chars(&body);
+    let estimate = estimate_tokens(prompt_chars).max(1);
     let passes = native.is_some();
+    // Translated only when some target needs it: a model whose targets all
+    // take Messages never has a chat body made (nor its tree dropped).
+    let native_only = passes
+        && model
+            .chain()
+            .iter()
+            .all(|m| m.targets.iter().all(|t| passes_through(t.provider.kind)));
+    let (chat, t) = if native_only {
+        let input = ChatInput::NativeOnly {
+            stream: body.get("stream").and_then(Value::as_bool) == Some(true),
+            prompt_chars,
+            max_completion: crate::spend::budget::whole(body.get("max_tokens")),
+        };
+        (input, None)
+    } else {
+        let mut t = to_chat(&body);
+        (ChatInput::Tree(std::mem::take(&mut t.chat)), Some(t))
+    };
+    let names = t.as_ref().map(|t| t.names.clone()).unwrap_or_default();
+    let mut hooks = MessagesHooks::new(hooks, client_model, &model.id, estimate, names);
     if let Some(head) = native {
         hooks = hooks.with_native(Native {
             body: body.into_owned(),
@@ -126,7 +145,7 @@ pub(crate) async fn relay_messages<H: ChatHooks + MessagesRules>(
     }
     let call = ChatCall {
         model,
-        body: ChatInput::Tree(std::mem::take(&mut t.chat)),
+        body: chat,
         tools: None,
         usage,
         // The Messages answer names the client's model itself (MessagesHooks).
@@ -141,7 +160,7 @@ pub(crate) async fn relay_messages<H: ChatHooks + MessagesRules>(
             .iter()
             .find(|p| p.name == relayed.answered.provider)
             .is_none_or(|p| !passes_through(p.kind));
-    let dropped = translated.then(|| note_translation(&t)).flatten();
+    let dropped = t.as_ref().filter(|_| translated).and_then(note_translation);
     let mut resp = relayed_response(relayed);
     if let Some(v) = dropped {
         resp.headers_mut().insert("x-gatehouse-dropped-tools", v);

@@ -28,6 +28,17 @@ pub struct ChatBody {
 pub enum ChatInput {
     Raw(RawChat),
     Tree(Map<String, Value>),
+    /// No chat body: every target of the request speaks the client's own
+    /// dialect, and the hooks send each attempt natively (a Messages
+    /// request to `anthropic` targets only), so a translation would never
+    /// be sent.
+    NativeOnly {
+        stream: bool,
+        /// The characters of the client's prompt, as its dialect counts them.
+        prompt_chars: usize,
+        /// The client's maximum completion, when a whole number ≥ 1.
+        max_completion: Option<u64>,
+    },
 }
 
 /// A plain chat body read without a tree, in the usual case: `model` a
@@ -133,6 +144,11 @@ impl ChatInput {
         match self {
             ChatInput::Raw(raw) => (raw.prompt_chars, raw.max_completion),
             ChatInput::Tree(body) => (crate::wire::chat::prompt_chars(body), max_completion(body)),
+            ChatInput::NativeOnly {
+                prompt_chars,
+                max_completion,
+                ..
+            } => (*prompt_chars, *max_completion),
         }
     }
 }

@@ -14,21 +14,48 @@ pub struct MessagesUsage {
     pub cache_creation: i64,
 }
 
+/// The figures one Messages `usage` object carries (None: absent, or not
+/// a whole number), read from a tree or typed from its text.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UsageCounts {
+    pub input: Option<i64>,
+    pub output: Option<i64>,
+    pub cache_read: Option<i64>,
+    pub cache_creation: Option<i64>,
+}
+
+impl UsageCounts {
+    /// The figures of a `usage` tree (members that are not whole numbers
+    /// ignored).
+    pub fn of(usage: &Value) -> UsageCounts {
+        let get = |k: &str| usage.get(k).and_then(Value::as_i64);
+        UsageCounts {
+            input: get("input_tokens"),
+            output: get("output_tokens"),
+            cache_read: get("cache_read_input_tokens"),
+            cache_creation: get("cache_creation_input_tokens"),
+        }
+    }
+}
+
 impl MessagesUsage {
     /// Overwrites the figures `usage` carries (a stream's later events win).
     pub fn merge(&mut self, usage: &Value) {
-        let get = |k: &str| usage.get(k).and_then(Value::as_i64);
-        if let Some(n) = get("input_tokens") {
-            self.input = n;
-        }
-        if let Some(n) = get("output_tokens") {
-            self.output = n;
-        }
-        if let Some(n) = get("cache_read_input_tokens") {
-            self.cache_read = n;
-        }
-        if let Some(n) = get("cache_creation_input_tokens") {
-            self.cache_creation = n;
+        self.merge_counts(&UsageCounts::of(usage));
+    }
+
+    /// [`Self::merge`] for figures already read.
+    pub fn merge_counts(&mut self, c: &UsageCounts) {
+        let pairs = [
+            (&mut self.input, c.input),
+            (&mut self.output, c.output),
+            (&mut self.cache_read, c.cache_read),
+            (&mut self.cache_creation, c.cache_creation),
+        ];
+        for (field, n) in pairs {
+            if let Some(n) = n {
+                *field = n;
+            }
         }
     }
 
