@@ -68,8 +68,9 @@ if why=$(scripts/pg.sh available); then
   PG_DIR=$(mktemp -d "${TMPDIR:-/tmp}/gatehouse-pg.XXXXXX")
   echo "== PostgreSQL cluster in $PG_DIR"
   if URL=$(GATEHOUSE_PG_DIR=$PG_DIR scripts/pg.sh start); then
-    # The fault test (tests/processes/db_outage.rs) starts and stops a cluster of its own,
-    # also in a temporary directory on a free port.
+    # The fault tests (tests/processes/db_outage.rs, and the budgets' "database down" test in
+    # tests/processes/budgets.rs) each start and stop a cluster of their own
+    # (tests/common/pg_cluster.rs), also in a temporary directory on a free port.
     run "cargo test (PostgreSQL at $URL)" pg.log \
       env GATEHOUSE_TEST_DATABASE_URL="$URL" GATEHOUSE_TEST_PG_FAULT=1 \
       cargo test -p gatehouse --no-fail-fast

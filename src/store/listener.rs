@@ -27,6 +27,7 @@ where
     if store.backend != Backend::Postgres {
         return Some(tokio::spawn(watch_users(store.clone(), on_heard)));
     }
+    let store = store.clone();
     Some(tokio::spawn(async move {
         loop {
             match sqlx::postgres::PgListener::connect(&database_url).await {
@@ -43,10 +44,9 @@ where
                                         on_heard(Heard::One(inv)).await;
                                     }
                                 }
-                                Ok(None) => {
-                                    // The connection dropped and was re-established: notifications may be lost.
-                                    on_heard(Heard::Everything).await;
-                                }
+                                // The connection dropped: listen again below
+                                // (and start clean once listening).
+                                Ok(None) => break,
                                 Err(e) => {
                                     tracing::warn!(error = %e, "notification channel failed");
                                     break;
@@ -57,7 +57,15 @@ where
                 }
                 Err(e) => tracing::warn!(error = %e, "cannot open the notification channel"),
             }
-            on_heard(Heard::Everything).await;
+            // Without the channel, changes made on other servers go unseen.
+            // While the database answers, the caches are dropped (they refill
+            // from it). While it does not, cached credentials are kept up to
+            // their lifetime (the safety net), so that a caller seen lately
+            // keeps working through an outage (docs/deployment.md); they are
+            // dropped once the channel is back, above.
+            if store.ping().await {
+                on_heard(Heard::Everything).await;
+            }
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
     }))

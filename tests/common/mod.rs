@@ -14,7 +14,8 @@
 //! - [`agent_chat`]: agent chats on the stub upstream (PII, AG-UI);
 //! - [`stub`]: scripts for the stub upstream;
 //! - [`captured`]: a `gatehouse serve` process with its output captured;
-//! - [`oidc`]: a real OpenID Connect provider and a browser stand-in (SSO).
+//! - [`oidc`]: a real OpenID Connect provider and a browser stand-in (SSO);
+//! - [`pg_cluster`]: a private PostgreSQL cluster to stop and start (fault tests).
 // Each test binary uses a different part of this module.
 #![allow(dead_code)]
 
@@ -24,6 +25,7 @@ pub mod captured;
 pub mod mcp;
 pub mod models;
 pub mod oidc;
+pub mod pg_cluster;
 pub mod procs;
 pub mod scene;
 pub mod stub;

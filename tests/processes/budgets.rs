@@ -1,11 +1,13 @@
 //! Budgets in money held by several `gatehouse serve` processes on one
 //! PostgreSQL database (contract, "Budgets": several servers): the share
 //! rule keeps admissions within 10 % of a budget, and a killed server's open
-//! reservations are dropped. Not applicable on SQLite. One server:
-//! `tests/api/spend/budgets.rs`.
+//! reservations are dropped; with the database down, each server admits
+//! its `1/n` share of what it knows is left. Not applicable on SQLite. One
+//! server: `tests/api/spend/budgets.rs`.
 
 use std::time::Duration;
 
+use crate::common::pg_cluster::{fault_tests_enabled, Cluster};
 use crate::common::procs::{eventually, get_json, login, post, spawn_server, Proc};
 use crate::common::*;
 use gatehouse_stub_upstream::{Script, Stub};
@@ -24,8 +26,7 @@ fn body(model: &str) -> Value {
     json!({"model": model, "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]})
 }
 
-/// Three servers on a fresh database, the stub as provider `p`, model
-/// `chat` (priced) on upstream `up`, and a key with `limits`: (servers,
+/// Three servers on a fresh database, set up as [`set_up`] does: (servers,
 /// admin token, key id, key secret).
 async fn cluster(stub: &Stub, limits: Value) -> (Vec<Proc>, String, String, String) {
     let (db, _) = fresh_database().await;
@@ -34,6 +35,16 @@ async fn cluster(stub: &Stub, limits: Value) -> (Vec<Proc>, String, String, Stri
         spawn_server(&db, &[]),
         spawn_server(&db, &[])
     );
+    let servers = vec![a, b, c];
+    let (admin, id, secret) = set_up(&servers, stub, limits).await;
+    (servers, admin, id, secret)
+}
+
+/// On servers sharing one database: the stub as provider `p`, model `chat`
+/// (priced) on upstream `up`, and a key with `limits`, once every server
+/// prices the model: (admin token, key id, key secret).
+async fn set_up(servers: &[Proc], stub: &Stub, limits: Value) -> (String, String, String) {
+    let a = &servers[0];
     let client = client();
     let admin = login(&client, &a.url, ADMIN_EMAIL, ADMIN_PASSWORD).await;
     let r = post(
@@ -99,7 +110,7 @@ async fn cluster(stub: &Stub, limits: Value) -> (Vec<Proc>, String, String, Stri
             assert_eq!(r.status(), StatusCode::OK);
         }
     };
-    for server in [&a, &b, &c] {
+    for server in servers {
         let probe = || {
             let (client, url, key) = (client.clone(), server.url.clone(), unlimited.clone());
             async move {
@@ -140,7 +151,7 @@ async fn cluster(stub: &Stub, limits: Value) -> (Vec<Proc>, String, String, Stri
     }
     // Every server has seen the others' heartbeats by then.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    (vec![a, b, c], admin, id, secret)
+    (admin, id, secret)
 }
 
 #[tokio::test]
@@ -264,6 +275,231 @@ async fn a_killed_servers_open_reservations_are_dropped_after_three_seconds() {
     let took = took.expect("dropped");
     assert!(took <= Duration::from_millis(5500), "{took:?}");
     held.abort();
+}
+
+/// One chat request of [`body`] with `key` on the server at `url`.
+async fn chat(client: &reqwest::Client, url: &str, key: &str) -> reqwest::Response {
+    client
+        .post(format!("{url}/v1/chat/completions"))
+        .bearer_auth(key)
+        .json(&body("chat"))
+        .send()
+        .await
+        .expect("chat")
+}
+
+/// The contract's refusal by a day's budget: 429 `budget_exhausted`, not
+/// to be retried.
+async fn assert_budget_refusal(r: reqwest::Response, at: &str) {
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS, "{at}");
+    assert_eq!(
+        r.headers()
+            .get("x-should-retry")
+            .and_then(|v| v.to_str().ok()),
+        Some("false"),
+        "{at}"
+    );
+    let v: Value = r.json().await.expect("json");
+    assert_eq!(v["error"]["code"], "budget_exhausted", "{at}: {v}");
+    assert_eq!(v["error"]["type"], "rate_limit_error", "{at}: {v}");
+    let message = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("budget_per_day") && message.contains("0.186000000 USD"),
+        "{at}: {message}"
+    );
+}
+
+/// Waits until the key's limits view on `url` shows `spend` settled today
+/// and nothing reserved (the view reads the database first, so that server
+/// then knows it too).
+async fn spend_seen(client: &reqwest::Client, url: &str, admin: &str, id: &str, spend: &str) {
+    let path = format!("/api/api-keys/{id}/limits");
+    let seen = eventually(Duration::from_secs(15), || {
+        let (client, url, admin, path) = (
+            client.clone(),
+            url.to_string(),
+            admin.to_string(),
+            path.clone(),
+        );
+        async move {
+            let v = get_json(&client, &url, &admin, &path).await;
+            v["used"]["spend_today"] == spend && v["used"]["reserved"] == "0.000000000"
+        }
+    })
+    .await;
+    let v = get_json(client, url, admin, &path).await;
+    assert!(seen.is_some(), "{url} never saw {spend} spent: {v}");
+}
+
+/// Contract, "Spend in money", several servers, "Database down": each
+/// server admits at most its `1/n` share of the remaining budget it knows.
+/// A budget for 31 requests, 6 spent while the database is up: of the 25
+/// left, each of 3 servers cut off admits floor(25/3) = 8, then refuses,
+/// also after more than 30 s of outage; once the database is back, the 30
+/// settlements are all there and exactly the one request left is admitted.
+#[tokio::test]
+async fn with_the_database_down_each_of_three_servers_admits_its_third_of_the_budget_left() {
+    if !fault_tests_enabled() {
+        return;
+    }
+    let pg = Cluster::new();
+    let db = pg.run("start");
+    // Credentials stay cached through an outage (docs/deployment.md); the
+    // long lifetime keeps a slow setup from outliving them.
+    let env = [
+        ("GATEHOUSE_DB_ACQUIRE_TIMEOUT_S", "1"),
+        ("GATEHOUSE_CACHE_TTL_S", "600"),
+    ];
+    let (a, b, c) = tokio::join!(
+        spawn_server(&db, &env),
+        spawn_server(&db, &env),
+        spawn_server(&db, &env)
+    );
+    let servers = vec![a, b, c];
+    let stub = Stub::start().await;
+    stub.script(
+        "up",
+        Script {
+            usage: Some((1, 5)),
+            ..Script::content("hello")
+        },
+    );
+    // Each request reserves and costs 0.006: a budget for exactly 31.
+    let (admin, id, key) = set_up(&servers, &stub, json!({"budget_per_day": "0.186"})).await;
+    let client = client();
+    let upstream_before = stub.requests_for_model("up").len();
+
+    // Six requests while the database is up, two on each server, and every
+    // server knows they were spent.
+    for i in 0..6 {
+        let r = chat(&client, &servers[i % 3].url, &key).await;
+        assert_eq!(
+            r.status(),
+            StatusCode::OK,
+            "request {i} with the database up"
+        );
+    }
+    for s in &servers {
+        spend_seen(&client, &s.url, &admin, &id, "0.036000000").await;
+    }
+
+    pg.run("pause");
+    let paused = std::time::Instant::now();
+    for s in &servers {
+        let down = eventually(Duration::from_secs(10), || {
+            let (client, url) = (client.clone(), s.url.clone());
+            async move {
+                client
+                    .get(format!("{url}/readyz"))
+                    .send()
+                    .await
+                    .is_ok_and(|r| r.status() == StatusCode::SERVICE_UNAVAILABLE)
+            }
+        })
+        .await;
+        assert!(down.is_some(), "{} says the database is away", s.url);
+    }
+
+    // 25 requests' worth left, 3 servers: 8 each (48 of the 50 thousandths a
+    // third allows; a 9th would make 54). Half of them at once...
+    for (n, s) in servers.iter().enumerate() {
+        for i in 0..4 {
+            let r = chat(&client, &s.url, &key).await;
+            let status = r.status();
+            let text = r.text().await.unwrap_or_default();
+            assert_eq!(
+                status,
+                StatusCode::OK,
+                "server {n}, request {i} with the database down: {text}"
+            );
+        }
+    }
+    // ... and the rest after more than 30 s, when the notification channel
+    // has given up reconnecting (sqlx's 30 s): the key is still known, and so
+    // is what each server admitted. Then each refuses, and again.
+    let long = Duration::from_secs(35);
+    tokio::time::sleep(long.saturating_sub(paused.elapsed())).await;
+    for (n, s) in servers.iter().enumerate() {
+        let mut admitted = 4;
+        let refusal = loop {
+            let r = chat(&client, &s.url, &key).await;
+            if r.status() != StatusCode::OK {
+                break r;
+            }
+            admitted += 1;
+            assert!(admitted <= 25, "server {n} admitted past the whole budget");
+        };
+        let status = refusal.status();
+        if status != StatusCode::TOO_MANY_REQUESTS {
+            let text = refusal.text().await.unwrap_or_default();
+            panic!("server {n} answered {status} after 35 s without the database: {text}");
+        }
+        assert_eq!(
+            admitted, 8,
+            "server {n}, cut off, admits its third of the 25 requests' worth left"
+        );
+        assert_budget_refusal(refusal, &format!("server {n}, past its share")).await;
+        let again = chat(&client, &s.url, &key).await;
+        assert_budget_refusal(again, &format!("server {n}, once more")).await;
+    }
+
+    // Back: every server's settlements reach the database, and each server
+    // reads them all: 6 + 24 requests.
+    pg.run("start");
+    for s in &servers {
+        spend_seen(&client, &s.url, &admin, &id, "0.180000000").await;
+    }
+    // One request's worth left: admitted, the next refused. For up to 2 s
+    // after its last failed call a server still admits only its share of
+    // what is left (docs/limits.md; a third of one request: nothing), and a
+    // refusal costs nothing, so the first admission may take a few tries.
+    let last = eventually(Duration::from_secs(10), || {
+        let (client, url, key) = (client.clone(), servers[0].url.clone(), key.clone());
+        async move { chat(&client, &url, &key).await.status() == StatusCode::OK }
+    })
+    .await;
+    let took = last.expect("the last request's worth is admitted after the outage");
+    eprintln!("the last request's worth was admitted {took:?} after the spend was seen");
+    assert_budget_refusal(
+        chat(&client, &servers[0].url, &key).await,
+        "the budget used up",
+    )
+    .await;
+    spend_seen(&client, &servers[1].url, &admin, &id, "0.186000000").await;
+    assert_budget_refusal(chat(&client, &servers[1].url, &key).await, "another server").await;
+
+    // The usage records agree with the counters: 31 answered, 0.186 spent,
+    // and the upstream saw those 31 and no refused one.
+    let records = eventually(Duration::from_secs(15), || {
+        let (client, url, admin, id) = (
+            client.clone(),
+            servers[2].url.clone(),
+            admin.clone(),
+            id.clone(),
+        );
+        async move {
+            let v = get_json(&client, &url, &admin, "/api/admin/usage?group_by=key").await;
+            v.as_array().into_iter().flatten().any(|e| {
+                e["key"] == id.as_str()
+                    && e["cost"] == "0.186000000"
+                    && e["requests"]
+                        .as_i64()
+                        .zip(e["errors"].as_i64())
+                        .map(|(r, e)| r - e)
+                        == Some(31)
+            })
+        }
+    })
+    .await;
+    let v = get_json(
+        &client,
+        &servers[2].url,
+        &admin,
+        "/api/admin/usage?group_by=key",
+    )
+    .await;
+    assert!(records.is_some(), "usage totals of the key: {v}");
+    assert_eq!(stub.requests_for_model("up").len() - upstream_before, 31);
 }
 
 // The server process talks to the stub served on this test's runtime.

@@ -6,64 +6,17 @@
 
 use crate::common;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::pg_cluster::{fault_tests_enabled, Cluster};
 use common::procs::{agent_setup, eventually, get_json, new_sign_in, spawn_server};
 use common::stub::{calling, tool_call};
 use common::*;
 use serde_json::{json, Value};
 
-/// A private cluster of this test alone: its own temporary directory, and a
-/// free port that pg.sh picks at the first start and keeps for the restart
-/// (GATEHOUSE_TEST_PG_FAULT_PORT pins one), so parallel runs never meet.
-struct Cluster {
-    dir: std::path::PathBuf,
-}
-
-impl Cluster {
-    fn new() -> Cluster {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        let dir =
-            std::env::temp_dir().join(format!("gatehouse-pg-fault.{}.{nanos}", std::process::id()));
-        Cluster { dir }
-    }
-
-    /// `scripts/pg.sh cmd` on this cluster.
-    fn command(&self, cmd: &str) -> Command {
-        let mut c = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/pg.sh"));
-        c.arg(cmd).env("GATEHOUSE_PG_DIR", &self.dir);
-        match std::env::var("GATEHOUSE_TEST_PG_FAULT_PORT") {
-            Ok(port) => c.env("GATEHOUSE_PG_PORT", port),
-            Err(_) => c.env_remove("GATEHOUSE_PG_PORT"),
-        };
-        c
-    }
-
-    fn run(&self, cmd: &str) -> String {
-        let out = self.command(cmd).output().expect("run scripts/pg.sh");
-        assert!(
-            out.status.success(),
-            "pg.sh {cmd}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = self.command("stop").output();
-    }
-}
-
 #[tokio::test]
 async fn nothing_accepted_is_lost_when_the_database_stops_mid_load_and_service_resumes() {
-    if std::env::var("GATEHOUSE_TEST_PG_FAULT").as_deref() != Ok("1") {
-        eprintln!("not applicable: set GATEHOUSE_TEST_PG_FAULT=1 (scripts/test.sh does) to run the database fault test");
+    if !fault_tests_enabled() {
         return;
     }
     let cluster = Cluster::new();
