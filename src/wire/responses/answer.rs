@@ -14,9 +14,9 @@ use crate::wire::sse::{json_num, json_str};
 /// shape the answer (the custom tools, the prompt estimate).
 #[derive(Clone, Debug, Default)]
 pub struct Echo {
-    fields: Map<String, Value>,
-    /// `fields` as JSON members, each after a comma (written once, into
-    /// every response object of the request).
+    /// The echoed fields as JSON members, each after a comma (written
+    /// once, into every response object of the request; the tree path
+    /// reads them back: [`Echo::fields`]).
     members: String,
     /// Names of the request's custom tools.
     pub custom: Vec<String>,
@@ -24,45 +24,50 @@ pub struct Echo {
     pub prompt_estimate: i64,
 }
 
+/// The echoed fields and what each is when the request has none (or null),
+/// in the order a tree (sorted keys) writes them.
+const ECHOED: [(&str, &str); 10] = [
+    ("instructions", "null"),
+    ("max_output_tokens", "null"),
+    ("metadata", "{}"),
+    ("parallel_tool_calls", "true"),
+    ("reasoning", "null"),
+    ("temperature", "null"),
+    ("text", r#"{"format":{"type":"text"}}"#),
+    ("tool_choice", r#""auto""#),
+    ("tools", "[]"),
+    ("top_p", "null"),
+];
+
 impl Echo {
     /// `body`: the Responses request (as it went upstream); `prompt_chars`:
     /// the characters of the chat prompt (the usage record's estimate).
     pub fn of(body: &Map<String, Value>, custom: Vec<String>, prompt_chars: usize) -> Echo {
-        let mut fields = Map::new();
-        let defaults = [
-            ("instructions", Value::Null),
-            ("tools", json!([])),
-            ("tool_choice", json!("auto")),
-            ("parallel_tool_calls", json!(true)),
-            ("temperature", Value::Null),
-            ("top_p", Value::Null),
-            ("max_output_tokens", Value::Null),
-            ("metadata", json!({})),
-            ("text", json!({"format": {"type": "text"}})),
-            ("reasoning", Value::Null),
-        ];
-        for (k, default) in defaults {
-            let v = body
-                .get(k)
-                .filter(|v| !v.is_null())
-                .cloned()
-                .unwrap_or(default);
-            fields.insert(k.into(), v);
-        }
-        let mut members = Vec::new();
-        for (k, v) in &fields {
+        // Written straight from the body: no tree of the echo is made.
+        let mut members = Vec::with_capacity(256);
+        for (k, default) in ECHOED {
             members.push(b',');
             json_str(&mut members, k);
             members.push(b':');
-            // A tree always serialises.
-            let _ = serde_json::to_writer(&mut members, v);
+            match body.get(k).filter(|v| !v.is_null()) {
+                // A tree always serialises.
+                Some(v) => {
+                    let _ = serde_json::to_writer(&mut members, v);
+                }
+                None => members.extend_from_slice(default.as_bytes()),
+            }
         }
         Echo {
-            fields,
             members: String::from_utf8(members).unwrap_or_default(),
             custom,
             prompt_estimate: estimate_tokens(prompt_chars),
         }
+    }
+
+    /// The echoed fields as a tree (for answers made as trees).
+    pub fn fields(&self) -> Map<String, Value> {
+        let text = format!("{{{}}}", self.members.strip_prefix(',').unwrap_or(""));
+        serde_json::from_str(&text).unwrap_or_default()
     }
 
     pub fn is_custom(&self, name: &str) -> bool {
@@ -98,23 +103,61 @@ pub fn status_of(finish_reason: Option<&str>) -> (&'static str, Value) {
     }
 }
 
+/// A Responses `usage` object's figures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResponsesUsage {
+    pub input: i64,
+    pub cached: i64,
+    pub output: i64,
+    pub reasoning: i64,
+}
+
+impl ResponsesUsage {
+    /// From a chat `usage` object, else from the estimate.
+    pub fn of(chat_usage: Option<&Value>, estimate: Tokens) -> ResponsesUsage {
+        let get = |path: &str| {
+            chat_usage
+                .and_then(|u| u.pointer(path))
+                .and_then(Value::as_i64)
+        };
+        let (input, output) = match (get("/prompt_tokens"), get("/completion_tokens")) {
+            (None, None) => (estimate.prompt, estimate.completion),
+            (p, c) => (p.unwrap_or(0), c.unwrap_or(0)),
+        };
+        ResponsesUsage {
+            input,
+            cached: get("/prompt_tokens_details/cached_tokens").unwrap_or(0),
+            output,
+            reasoning: get("/completion_tokens_details/reasoning_tokens").unwrap_or(0),
+        }
+    }
+
+    /// Written as JSON (the members of [`usage_of`]'s object, in its order).
+    pub fn write(&self, out: &mut Vec<u8>) {
+        let mut n = itoa::Buffer::new();
+        out.extend_from_slice(b"{\"input_tokens\":");
+        out.extend_from_slice(n.format(self.input).as_bytes());
+        out.extend_from_slice(b",\"input_tokens_details\":{\"cached_tokens\":");
+        out.extend_from_slice(n.format(self.cached).as_bytes());
+        out.extend_from_slice(b"},\"output_tokens\":");
+        out.extend_from_slice(n.format(self.output).as_bytes());
+        out.extend_from_slice(b",\"output_tokens_details\":{\"reasoning_tokens\":");
+        out.extend_from_slice(n.format(self.reasoning).as_bytes());
+        out.extend_from_slice(b"},\"total_tokens\":");
+        out.extend_from_slice(n.format(self.input + self.output).as_bytes());
+        out.push(b'}');
+    }
+}
+
 /// Responses usage from a chat `usage` object, else from the estimate.
 pub fn usage_of(chat_usage: Option<&Value>, estimate: Tokens) -> Value {
-    let get = |path: &str| {
-        chat_usage
-            .and_then(|u| u.pointer(path))
-            .and_then(Value::as_i64)
-    };
-    let (input, output) = match (get("/prompt_tokens"), get("/completion_tokens")) {
-        (None, None) => (estimate.prompt, estimate.completion),
-        (p, c) => (p.unwrap_or(0), c.unwrap_or(0)),
-    };
+    let u = ResponsesUsage::of(chat_usage, estimate);
     json!({
-        "input_tokens": input,
-        "input_tokens_details": {"cached_tokens": get("/prompt_tokens_details/cached_tokens").unwrap_or(0)},
-        "output_tokens": output,
-        "output_tokens_details": {"reasoning_tokens": get("/completion_tokens_details/reasoning_tokens").unwrap_or(0)},
-        "total_tokens": input + output,
+        "input_tokens": u.input,
+        "input_tokens_details": {"cached_tokens": u.cached},
+        "output_tokens": u.output,
+        "output_tokens_details": {"reasoning_tokens": u.reasoning},
+        "total_tokens": u.input + u.output,
     })
 }
 
@@ -140,9 +183,7 @@ pub fn response_object(
     o.insert("error".into(), error);
     o.insert("store".into(), json!(false));
     o.insert("previous_response_id".into(), Value::Null);
-    for (k, v) in &echo.fields {
-        o.insert(k.clone(), v.clone());
-    }
+    o.extend(echo.fields());
     Value::Object(o)
 }
 
@@ -155,7 +196,7 @@ pub fn write_response(
     echo: &Echo,
     status: &str,
     output: &[String],
-    usage: &Value,
+    usage: &[u8],
     incomplete_details: &Value,
     error: &Value,
     approvals: &[Value],
@@ -177,7 +218,7 @@ pub fn write_response(
     }
     // Trees always serialise.
     out.extend_from_slice(b"],\"usage\":");
-    let _ = serde_json::to_writer(&mut *out, usage);
+    out.extend_from_slice(usage);
     out.extend_from_slice(b",\"incomplete_details\":");
     let _ = serde_json::to_writer(&mut *out, incomplete_details);
     out.extend_from_slice(b",\"error\":");
@@ -298,7 +339,8 @@ pub fn from_chat_text(
     }
     let (status, incomplete) = status_of(m.finish_reason.as_deref());
     let estimate = Tokens::estimate(echo.prompt_estimate, estimate_tokens(a.chars));
-    let usage = usage_of(a.usage.as_ref(), estimate);
+    let mut usage = Vec::with_capacity(160);
+    ResponsesUsage::of(a.usage.as_ref(), estimate).write(&mut usage);
     let mut out = Vec::with_capacity(chat.len() + 512);
     write_response(
         &mut out,

@@ -136,13 +136,15 @@ impl ResponsesStream {
         approvals: &[Value],
     ) {
         out.extend_from_slice(b",\"response\":");
+        // A tree always serialises.
+        let usage = serde_json::to_vec(usage).unwrap_or_default();
         write_response(
             out,
             &self.meta,
             &self.echo,
             status,
             &self.output,
-            usage,
+            &usage,
             incomplete,
             error,
             approvals,
