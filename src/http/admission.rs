@@ -27,7 +27,7 @@ use axum::response::{IntoResponse, Response};
 
 use crate::app::App;
 use crate::error::{Error, ErrorKind, Result};
-use crate::limits::rules::BudgetQuota;
+use crate::limits::rules::{BudgetQuota, BUDGET_HEADERS};
 use crate::limits::{Admission, RateHeaders, Refusal, Subject};
 use crate::models::Model;
 use crate::spend::budget::{self, UnpricedPolicy};
@@ -153,10 +153,16 @@ where
 
 /// Adds `x-gatehouse-budget-remaining` and `-reset` (nothing without a budget).
 pub fn add_budget_headers(resp: &mut Response, q: Option<BudgetQuota>) {
+    // Names checked once, at compile time (not on every answer).
+    const NAMES: [HeaderName; 2] = [
+        HeaderName::from_static(BUDGET_HEADERS[0]),
+        HeaderName::from_static(BUDGET_HEADERS[1]),
+    ];
     let Some(q) = q else { return };
-    for (name, value) in q.pairs() {
-        if let Ok(v) = HeaderValue::from_str(&value) {
-            resp.headers_mut().insert(HeaderName::from_static(name), v);
+    for (name, (_, value)) in NAMES.into_iter().zip(q.pairs()) {
+        // The formatted string becomes the value without a copy.
+        if let Ok(v) = HeaderValue::from_maybe_shared(bytes::Bytes::from(value)) {
+            resp.headers_mut().insert(name, v);
         }
     }
 }

@@ -27,7 +27,9 @@ pub fn cost_headers(h: &mut HeaderMap, cost: &Cost, currency: Currency) {
     );
     if let Some(a) = cost.amount() {
         let nanos = i64::try_from(a.nanos()).unwrap_or(i64::MAX);
-        if let Ok(v) = HeaderValue::from_str(&crate::spend::amount::format_nanos(nanos)) {
+        // The value taken as it is made, without a copy.
+        let amount = bytes::Bytes::from(crate::spend::amount::format_nanos(nanos));
+        if let Ok(v) = HeaderValue::from_maybe_shared(amount) {
             h.insert(X_GATEHOUSE_COST, v);
         }
         if let Ok(v) = HeaderValue::from_str(currency.as_str()) {
@@ -57,6 +59,11 @@ pub fn write_routing_headers(h: &mut HeaderMap, provider: &str, attempts: u32) {
 }
 
 /// The HTTP answer for a relayed chat: JSON, or an unbuffered event stream.
+/// The most headers a relayed answer carries: content type (and a stream's
+/// two more), request id, the routing, cost, `x-ratelimit-*` and budget
+/// headers.
+const ANSWER_HEADERS: usize = 24;
+
 pub fn relayed_response(relayed: Relayed) -> Response {
     let mut resp = match relayed.body {
         RelayedBody::Answer(v) => Json(v).into_response(),
@@ -81,6 +88,9 @@ pub fn relayed_response(relayed: Relayed) -> Response {
             resp
         }
     };
+    // Room for every header an answer may get (routing, cost, limits,
+    // budget) at once: the map otherwise grows, and rehashes, several times.
+    resp.headers_mut().reserve(ANSWER_HEADERS);
     routing_headers(&mut resp, &relayed.answered);
     if let Some((cost, currency)) = &relayed.cost {
         cost_headers(resp.headers_mut(), cost, *currency);

@@ -374,6 +374,9 @@ pub struct BudgetQuota {
     pub reset_ms: i64,
 }
 
+/// The budget headers' names, in [`BudgetQuota::pairs`]' order.
+pub const BUDGET_HEADERS: [&str; 2] = ["x-gatehouse-budget-remaining", "x-gatehouse-budget-reset"];
+
 impl BudgetQuota {
     /// Adds one caller's budgets to `acc` (the tightest wins).
     pub fn add(acc: &mut Option<BudgetQuota>, limits: &Limits, spend: Spend, now_ms: i64) {
@@ -392,14 +395,14 @@ impl BudgetQuota {
         }
     }
 
-    /// The header names and values to send.
+    /// The header names and values to send (names: [`BUDGET_HEADERS`]).
     pub fn pairs(&self) -> [(&'static str, String); 2] {
         [
             (
-                "x-gatehouse-budget-remaining",
+                BUDGET_HEADERS[0],
                 crate::spend::amount::format_nanos(self.remaining),
             ),
-            ("x-gatehouse-budget-reset", format_reset(self.reset_ms)),
+            (BUDGET_HEADERS[1], format_reset(self.reset_ms)),
         ]
     }
 }
