@@ -425,7 +425,7 @@ impl<H: ChatHooks + MessagesRules> ChatHooks for MessagesHooks<H> {
             // The usual answer: read and `model` spliced in without a tree.
             if let Some((out, usage)) = passed_answer(answer, &passed.model) {
                 let mut m = MessagesUsage::default();
-                m.merge(&usage);
+                m.merge_counts(&usage);
                 return Ok((out, Some(m.tokens())));
             }
         }

@@ -267,11 +267,14 @@ fn usage_of(raw: Option<&RawValue>) -> Result<Option<Value>, ()> {
 
 impl<'a> AnswerText<'a> {
     /// The usual answer (an object with a list of choices, string members
-    /// where strings go, no key written twice, text a tree reads too);
-    /// None for anything else.
+    /// where strings go, no key written twice); None for anything else.
+    /// As for chunks ([`ChunkText::read`]), the text is not first checked
+    /// with `tree_would_read`: the translations write a new answer from
+    /// what is read here, so what a tree would make of the members skipped
+    /// changes nothing written.
     pub fn read(bytes: &'a [u8]) -> Option<AnswerText<'a>> {
         let first = bytes.iter().find(|b| !b.is_ascii_whitespace())?;
-        if *first != b'{' || !crate::wire::json::tree_would_read(bytes) {
+        if *first != b'{' {
             return None;
         }
         let MapOnly(view): MapOnly<AnswerView<'a>> = serde_json::from_slice(bytes).ok()?;

@@ -62,14 +62,33 @@ pub fn cached_tokens(usage: Option<&Value>) -> i64 {
 /// A Messages usage object from chat's (prompt includes cache) or, without
 /// one, from `fallback`: `input_tokens` = prompt − cached (never below 0).
 pub fn messages_usage(usage: Option<&Value>, fallback: Tokens) -> Value {
-    let tokens = crate::wire::chat::usage_tokens(usage).unwrap_or(fallback);
-    let cached = cached_tokens(usage).clamp(0, tokens.prompt.max(0));
+    let (input, output, cached) = usage_figures(usage, fallback);
     json!({
-        "input_tokens": (tokens.prompt - cached).max(0),
-        "output_tokens": tokens.completion,
+        "input_tokens": input,
+        "output_tokens": output,
         "cache_creation_input_tokens": 0,
         "cache_read_input_tokens": cached,
     })
+}
+
+/// [`messages_usage`] written as JSON (members in the tree's order).
+pub fn write_messages_usage(out: &mut Vec<u8>, usage: Option<&Value>, fallback: Tokens) {
+    let (input, output, cached) = usage_figures(usage, fallback);
+    let mut n = itoa::Buffer::new();
+    out.extend_from_slice(b"{\"cache_creation_input_tokens\":0,\"cache_read_input_tokens\":");
+    out.extend_from_slice(n.format(cached).as_bytes());
+    out.extend_from_slice(b",\"input_tokens\":");
+    out.extend_from_slice(n.format(input).as_bytes());
+    out.extend_from_slice(b",\"output_tokens\":");
+    out.extend_from_slice(n.format(output).as_bytes());
+    out.push(b'}');
+}
+
+/// Input (without the cached part), output and cached tokens.
+fn usage_figures(usage: Option<&Value>, fallback: Tokens) -> (i64, i64, i64) {
+    let tokens = crate::wire::chat::usage_tokens(usage).unwrap_or(fallback);
+    let cached = cached_tokens(usage).clamp(0, tokens.prompt.max(0));
+    ((tokens.prompt - cached).max(0), tokens.completion, cached)
 }
 
 /// A chat answer (choice 0) as a Messages answer named `model`, with `id`.
@@ -194,7 +213,7 @@ pub fn messages_answer_text(
     out.extend_from_slice(b"],\"stop_reason\":");
     json_str(&mut out, stop_reason(m.finish_reason.as_deref()));
     out.extend_from_slice(b",\"stop_sequence\":null,\"usage\":");
-    serde_json::to_writer(&mut out, &messages_usage(a.usage.as_ref(), fallback)).ok()?;
+    write_messages_usage(&mut out, a.usage.as_ref(), fallback);
     out.push(b'}');
     Some((bytes::Bytes::from(out), a.tokens(prompt_estimate)))
 }
@@ -207,6 +226,29 @@ pub fn new_message_id() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_written_usage_is_the_trees() {
+        let fallback = Tokens::estimate(9, 4);
+        for usage in [
+            None,
+            Some(
+                json!({"prompt_tokens": 10, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 4}}),
+            ),
+            Some(
+                json!({"prompt_tokens": 2, "completion_tokens": 1, "prompt_tokens_details": {"cached_tokens": 7}}),
+            ),
+        ] {
+            let mut out = Vec::new();
+            write_messages_usage(&mut out, usage.as_ref(), fallback);
+            let written: Value = serde_json::from_slice(&out).unwrap();
+            assert_eq!(
+                written,
+                messages_usage(usage.as_ref(), fallback),
+                "{usage:?}"
+            );
+        }
+    }
     use crate::wire::messages::to_chat::to_chat;
 
     #[test]

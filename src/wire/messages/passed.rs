@@ -10,7 +10,6 @@ use std::ops::Range;
 use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::value::RawValue;
-use serde_json::Value;
 
 use crate::spend::Cost;
 use crate::wire::json::MapOnly;
@@ -197,21 +196,24 @@ struct AnswerView<'a> {
 
 /// A plain Messages answer from its text: its bytes with `model` set to
 /// `model` (added when missing), and its `usage` object. None unless it is
-/// an object of `type` `message` with a `usage` object (and the text a tree
-/// reads too, no key written twice).
-pub fn passed_answer(answer: &[u8], model: &str) -> Option<(Bytes, Value)> {
+/// an object of `type` `message` with a `usage` object of whole numbers
+/// (no key written twice).
+pub fn passed_answer(answer: &[u8], model: &str) -> Option<(Bytes, UsageCounts)> {
     let first = answer.iter().position(|b| !b.is_ascii_whitespace())?;
-    if answer[first] != b'{' || !crate::wire::json::tree_would_read(answer) {
+    // Relayed as it came but for `model`, as the stream's events are: what
+    // a tree would make of members not read here does not matter, so the
+    // text is not first checked with `tree_would_read` (only that it is
+    // UTF-8, which the skipped members are not checked for).
+    if answer[first] != b'{' || std::str::from_utf8(answer).is_err() {
         return None;
     }
     let MapOnly(v): MapOnly<AnswerView<'_>> = serde_json::from_slice(answer).ok()?;
     if v.kind != "message" {
         return None;
     }
-    let usage: Value = serde_json::from_str(v.usage.get()).ok()?;
-    if !usage.is_object() {
-        return None;
-    }
+    // Read typed (a usage object that already has a cost is not usual
+    // here either: None, and the tree path reads it).
+    let (usage, _) = usage_counts(v.usage)?;
     let mut out = Vec::with_capacity(answer.len() + model.len() + 16);
     match v.model {
         Some(m) => {
@@ -235,7 +237,7 @@ pub fn passed_answer(answer: &[u8], model: &str) -> Option<(Bytes, Value)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     #[test]
     fn events_are_read_as_a_tree_reads_them() {
@@ -372,7 +374,12 @@ mod tests {
             text,
             r#"{"id":"msg_1","type":"message","role":"assistant","model":"my \"model\"","content":[{"type":"text","text":"hi"}],"usage":{"input_tokens":3,"output_tokens":1},"x":{"k":[1.50]}}"#
         );
-        assert_eq!(usage, json!({"input_tokens": 3, "output_tokens": 1}));
+        let want = UsageCounts {
+            input: Some(3),
+            output: Some(1),
+            ..UsageCounts::default()
+        };
+        assert_eq!(usage, want);
         let (out, _) = passed_answer(br#" {"type":"message","usage":{}}"#, "m").expect("usual");
         let v: Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v, json!({"model": "m", "type": "message", "usage": {}}));
