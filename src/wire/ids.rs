@@ -8,6 +8,17 @@ pub fn is_conversation_id(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
 }
 
+/// A new id with this prefix and 32 lowercase hex digits (`resp_...`, `msg_...`).
+pub fn new_id(prefix: &str) -> String {
+    // Without `format!`: ids are made for every response and item.
+    let mut buf = uuid::Uuid::encode_buffer();
+    let hex = uuid::Uuid::new_v4().simple().encode_lower(&mut buf);
+    let mut id = String::with_capacity(prefix.len() + hex.len());
+    id.push_str(prefix);
+    id.push_str(hex);
+    id
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

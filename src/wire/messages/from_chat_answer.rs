@@ -54,7 +54,7 @@ pub fn tool_input(arguments: &str) -> Value {
 /// The cached prompt tokens of a chat usage object.
 pub fn cached_tokens(usage: Option<&Value>) -> i64 {
     usage
-        .and_then(|u| u.pointer("/prompt_tokens_details/cached_tokens"))
+        .and_then(|u| u.get("prompt_tokens_details")?.get("cached_tokens"))
         .and_then(Value::as_i64)
         .unwrap_or(0)
 }
@@ -220,7 +220,7 @@ pub fn messages_answer_text(
 
 /// A new Messages answer id.
 pub fn new_message_id() -> String {
-    format!("msg_{}", uuid::Uuid::new_v4().simple())
+    crate::wire::ids::new_id("msg_")
 }
 
 #[cfg(test)]

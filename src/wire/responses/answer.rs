@@ -115,20 +115,23 @@ pub struct ResponsesUsage {
 impl ResponsesUsage {
     /// From a chat `usage` object, else from the estimate.
     pub fn of(chat_usage: Option<&Value>, estimate: Tokens) -> ResponsesUsage {
-        let get = |path: &str| {
-            chat_usage
-                .and_then(|u| u.pointer(path))
-                .and_then(Value::as_i64)
+        // Members by name, not `pointer` (which parses its path each time).
+        let get = |group: Option<&str>, k: &str| {
+            let mut v = chat_usage?;
+            if let Some(g) = group {
+                v = v.get(g)?;
+            }
+            v.get(k).and_then(Value::as_i64)
         };
-        let (input, output) = match (get("/prompt_tokens"), get("/completion_tokens")) {
+        let (input, output) = match (get(None, "prompt_tokens"), get(None, "completion_tokens")) {
             (None, None) => (estimate.prompt, estimate.completion),
             (p, c) => (p.unwrap_or(0), c.unwrap_or(0)),
         };
         ResponsesUsage {
             input,
-            cached: get("/prompt_tokens_details/cached_tokens").unwrap_or(0),
+            cached: get(Some("prompt_tokens_details"), "cached_tokens").unwrap_or(0),
             output,
-            reasoning: get("/completion_tokens_details/reasoning_tokens").unwrap_or(0),
+            reasoning: get(Some("completion_tokens_details"), "reasoning_tokens").unwrap_or(0),
         }
     }
 

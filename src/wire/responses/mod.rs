@@ -18,10 +18,7 @@ pub use answer::{Echo, ResponseMeta};
 pub use request::ResponsesRequest;
 pub use stream::ResponsesStream;
 
-/// A new id with this prefix and 32 lowercase hex digits (`resp_...`).
-pub fn new_id(prefix: &str) -> String {
-    format!("{prefix}{}", uuid::Uuid::new_v4().simple())
-}
+pub use crate::wire::ids::new_id;
 
 #[cfg(test)]
 mod tests {

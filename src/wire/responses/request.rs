@@ -63,14 +63,16 @@ fn item_type(item: &Map<String, Value>) -> Option<&str> {
 const ROLES: [&str; 4] = ["user", "assistant", "system", "developer"];
 
 fn check_content(i: usize, content: Option<&Value>) -> Result<(), Error> {
-    let param = format!("input[{i}].content");
+    // Names made only for an error: formatting them for every item of
+    // every request cost more than the checks themselves.
+    let param = || format!("input[{i}].content");
     match content {
         Some(Value::String(_)) => Ok(()),
         Some(Value::Array(parts)) => {
             for (j, part) in parts.iter().enumerate() {
-                let p = format!("input[{i}].content[{j}]");
+                let p = || format!("input[{i}].content[{j}]");
                 let Some(part) = part.as_object() else {
-                    return Err(bad_type(&p, "an object"));
+                    return Err(bad_type(&p(), "an object"));
                 };
                 let kind = str_field(part, "type").unwrap_or("");
                 let ok = match kind {
@@ -78,18 +80,18 @@ fn check_content(i: usize, content: Option<&Value>) -> Result<(), Error> {
                     "refusal" => part.get("refusal").is_some_and(Value::is_string),
                     "input_image" => match part.get("image_url") {
                         Some(Value::String(_)) => true,
-                        _ => return Err(unsupported(p, "an image without 'image_url'")),
+                        _ => return Err(unsupported(p(), "an image without 'image_url'")),
                     },
-                    "" => return Err(unsupported(p, "a part without a type")),
-                    other => return Err(unsupported(p, &format!("an '{other}' part"))),
+                    "" => return Err(unsupported(p(), "a part without a type")),
+                    other => return Err(unsupported(p(), &format!("an '{other}' part"))),
                 };
                 if !ok {
-                    return Err(bad_type(&p, "a part with its text"));
+                    return Err(bad_type(&p(), "a part with its text"));
                 }
             }
             Ok(())
         }
-        _ => Err(bad_type(&param, "a string or a list of parts")),
+        _ => Err(bad_type(&param(), "a string or a list of parts")),
     }
 }
 
@@ -111,12 +113,12 @@ fn check_output(i: usize, output: Option<&Value>) -> Result<(), Error> {
 }
 
 fn check_item(i: usize, item: &Value) -> Result<(), Error> {
-    let param = format!("input[{i}]");
+    let param = || format!("input[{i}]");
     let Some(item) = item.as_object() else {
-        return Err(bad_type(&param, "an object"));
+        return Err(bad_type(&param(), "an object"));
     };
     let Some(kind) = item_type(item) else {
-        return Err(unsupported(param, "an item without a type"));
+        return Err(unsupported(param(), "an item without a type"));
     };
     let has = |k: &str| item.get(k).is_some_and(Value::is_string);
     let fields = |ks: &[&str]| -> Result<(), Error> {
@@ -142,8 +144,8 @@ fn check_item(i: usize, item: &Value) -> Result<(), Error> {
             check_output(i, item.get("output"))
         }
         "reasoning" => Ok(()),
-        "item_reference" => Err(stored_state(param, "An item reference")),
-        other => Err(unsupported(param, &format!("a '{other}' item"))),
+        "item_reference" => Err(stored_state(param(), "An item reference")),
+        other => Err(unsupported(param(), &format!("a '{other}' item"))),
     }
 }
 
