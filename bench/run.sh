@@ -54,6 +54,9 @@
 #                          outside harnesses use; same connections and bodies; its
 #                          runtime threads are oha's default (one per physical core)
 #                          unless BENCH_LOADGEN_THREADS is set
+#   BENCH_ORDER=interleaved  each repeat runs every workload once (default:
+#                          a workload's repeats one after another); for
+#                          comparing workloads with one another
 #   BENCH_RUNS=1           repeat each measurement this many times, targets
 #                          alternated within each repeat; the tables give the
 #                          median and the spread (min–max), the JSONL every run
@@ -549,14 +552,27 @@ if [ -n "$GATEHOUSE_OK" ]; then
     RSS_SAMPLER=$!
     PIDS+=($RSS_SAMPLER)
 fi
-for w in $WORKLOADS; do
+# The order of the measurements: each workload's repeats together (the
+# default), or with BENCH_ORDER=interleaved each repeat running every
+# workload once, so that workloads compared with one another (dialects with
+# chat, chat-priced with chat) are measured at the same stage of the run:
+# the same load on the machine, the same size of the gateway's usage
+# database (it grows by a record per request, and inserts slow with it).
+ORDER=$(if [ "${BENCH_ORDER:-}" = interleaved ]; then
+    for r in $(seq "$RUNS"); do for w in $WORKLOADS; do echo "$r:$w"; done; done
+else
+    for w in $WORKLOADS; do for r in $(seq "$RUNS"); do echo "$r:$w"; done; done
+fi)
+for rw in $ORDER; do
+    r=${rw%%:*}
+    w=${rw#*:}
     for c in $CONCURRENCY; do
         # Paced streams spend their time waiting for the stub: only their
         # first byte at concurrency 1 is of interest.
         [ "$w" = chat-stream-paced ] && [ "$c" != 1 ] && continue
         # Targets alternated within each repeat, so that each comparison sees
         # similar conditions and a burst of outside load hits every target.
-        for r in $(seq "$RUNS"); do
+        {
             for t in "${ACTIVE[@]}"; do
                 url=$(base_url "$t")$(path_of "$w" "$t")
                 auth=$([ "$t" = gatehouse ] && auth_of "$w" "$t" || true)
@@ -603,7 +619,7 @@ for w in $WORKLOADS; do
                       proxy_cpu_s:(if $t == "direct" then null else $proxy/100 end),access_log:$access_log,
                       load1:($load|tonumber)}' "$TMP/loadgen.out" | tee -a "$OUT" >&2
             done
-        done
+        }
     done
 done
 # The workloads are over: the closing login below is not load.
