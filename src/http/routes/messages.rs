@@ -12,6 +12,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use bytes::Bytes;
 use serde_json::{json, Map, Value};
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
@@ -27,7 +28,7 @@ use crate::models::routing::next_pick;
 use crate::models::upstream::{self, Extras};
 use crate::models::{requested_model, Model, ModelKind};
 use crate::proxy::chat::{relay, ChatCall, ChatHooks, NoHooks};
-use crate::proxy::messages::{passes_through, MessagesHooks, Native};
+use crate::proxy::messages::{passes_through, MessagesHooks, Native, NativeBody};
 use crate::proxy::messages_rules::MessagesRules;
 use crate::usage::{estimate_tokens, UsageContext, UsageTicket};
 use crate::wire::chat::body::ChatInput;
@@ -137,8 +138,12 @@ pub(crate) async fn relay_messages<H: ChatHooks + MessagesRules>(
     let names = t.as_ref().map(|t| t.names.clone()).unwrap_or_default();
     let mut hooks = MessagesHooks::new(hooks, client_model, &model.id, estimate, names);
     if let Some(head) = native {
+        let body = match head.body {
+            Some(bytes) => NativeBody::of(bytes, || body.into_owned()),
+            None => NativeBody::Tree(body.into_owned()),
+        };
         hooks = hooks.with_native(Native {
-            body: body.into_owned(),
+            body,
             query: head.query,
             beta: head.beta,
         });
@@ -168,10 +173,13 @@ pub(crate) async fn relay_messages<H: ChatHooks + MessagesRules>(
     Ok(resp)
 }
 
-/// What a pass-through sends of the client's request besides its body.
+/// What a pass-through sends of the client's request besides its body
+/// tree: the query string, `anthropic-beta`, and the body's own bytes when
+/// the route sends them on unchanged (the key route).
 pub(crate) struct ClientHead {
     pub query: Option<String>,
     pub beta: Option<String>,
+    pub body: Option<Bytes>,
 }
 
 impl ClientHead {
@@ -179,6 +187,7 @@ impl ClientHead {
         ClientHead {
             query: req.uri().query().map(str::to_string),
             beta: client_beta(req.headers()),
+            body: None,
         }
     }
 }
@@ -201,7 +210,7 @@ async fn messages_request(
     req: Request,
     route: Route,
     ticket: &mut UsageTicket,
-) -> Result<(Arc<Model>, Map<String, Value>)> {
+) -> Result<(Arc<Model>, Map<String, Value>, Bytes)> {
     let note = AccessNote::of(req.extensions());
     note.set(|f| f.api = Some("messages"));
     let bytes = read_body(req).await?;
@@ -215,7 +224,7 @@ async fn messages_request(
         &note,
     )?;
     check_body(&body, route)?;
-    Ok((model, body))
+    Ok((model, body, bytes))
 }
 
 /// A Messages request's reservation figures: the estimate of the text of
@@ -245,13 +254,14 @@ pub(crate) fn messages_figures(body: &Map<String, Value>) -> (u64, Option<u64>) 
         (status = 502, description = "api_error: upstream_unavailable, upstream_error"),
         (status = 504, description = "timeout_error: upstream_timeout")))]
 async fn messages(State(app): State<AppState>, auth: ApiKeyAuth, req: Request) -> Result<Response> {
-    let head = ClientHead::of(&req);
+    let mut head = ClientHead::of(&req);
     let mut usage = key_context(&auth);
     usage.conversation_id = session_conversation(req.headers());
     usage.api = Some("messages");
     let mut ticket = UsageTicket::new(&app.usage, usage, "chat");
     let prepared = messages_request(&app, &auth, req, Route::Messages, &mut ticket).await;
-    let (model, body) = recorded(&mut ticket, prepared)?;
+    let (model, body, bytes) = recorded(&mut ticket, prepared)?;
+    head.body = Some(bytes);
     let app = &app;
     let charged = Arc::clone(&model);
     let (prompt, max) = messages_figures(&body);

@@ -185,6 +185,25 @@ impl PassedEvent<'_> {
 }
 
 #[derive(Deserialize)]
+struct ModelView<'a> {
+    #[serde(borrow)]
+    model: &'a RawValue,
+}
+
+/// Where a request body's `model` string is in its text: None unless the
+/// body is an object with a `model` string written once (a body the tree
+/// path already read).
+pub fn model_at(body: &[u8]) -> Option<Range<usize>> {
+    let MapOnly(v): MapOnly<ModelView<'_>> = serde_json::from_slice(body).ok()?;
+    if !v.model.get().starts_with('"') {
+        return None;
+    }
+    let start = (v.model.get().as_ptr() as usize).checked_sub(body.as_ptr() as usize)?;
+    let end = start + v.model.get().len();
+    (end <= body.len()).then_some(start..end)
+}
+
+#[derive(Deserialize)]
 struct AnswerView<'a> {
     #[serde(rename = "type", borrow)]
     kind: Cow<'a, str>,
@@ -356,6 +375,21 @@ mod tests {
             r#"{"type":"message_start","message":{"model":"m","usage":[1]}}"#,
         ] {
             assert!(passed_event(odd).is_none(), "{odd}");
+        }
+    }
+
+    #[test]
+    fn a_bodys_model_is_found_where_it_was_written_once() {
+        let body = br#"{"max_tokens":1,"model":"claude-x","x":[1.50,{"model":2}]}"#;
+        let at = model_at(body).expect("found");
+        assert_eq!(&body[at], br#""claude-x""#);
+        for odd in [
+            &br#"{"model":"a","model":"b"}"#[..],
+            br#"{"model":5}"#,
+            br#"{"max_tokens":1}"#,
+            br#"["model"]"#,
+        ] {
+            assert!(model_at(odd).is_none(), "{}", String::from_utf8_lossy(odd));
         }
     }
 

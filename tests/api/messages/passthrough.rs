@@ -167,6 +167,32 @@ async fn a_message_to_an_anthropic_provider_passes_through_with_only_the_model_r
     );
 }
 
+#[tokio::test]
+async fn a_passed_through_body_keeps_every_byte_but_its_model() {
+    let env = claude_env().await;
+    // Written as a client might: spaces, a member order a tree would sort,
+    // a number a tree would write as 1.5, an escape it would write as é.
+    let text = r#"{ "stream" : false, "model" : "claude-sonnet-4-5", "max_tokens": 64,
+        "temperature": 1.50, "messages": [{"role": "user", "content": "caf\u00e9"}],
+        "metadata": {"z": 1, "a": 2} }"#;
+    let r = crate::common::client()
+        .post(env.app.u("/v1/messages"))
+        .header("x-api-key", &env.key)
+        .header("content-type", "application/json")
+        .body(text)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let seen = env.stub.requests_for_model("claude-up");
+    assert_eq!(seen.len(), 1);
+    assert_eq!(
+        seen[0].raw_body,
+        text.replace(r#""claude-sonnet-4-5""#, r#""claude-up""#),
+        "the client's bytes, only the model's name replaced"
+    );
+}
+
 fn sse(event: &str, data: Value) -> String {
     format!("event: {event}\ndata: {data}")
 }
