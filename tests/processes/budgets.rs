@@ -114,16 +114,12 @@ async fn set_up(servers: &[Proc], stub: &Stub, limits: Value) -> (String, String
         let probe = || {
             let (client, url, key) = (client.clone(), server.url.clone(), unlimited.clone());
             async move {
-                client
-                    .post(format!("{url}/v1/chat/completions"))
-                    .bearer_auth(key)
-                    .json(&body("chat"))
-                    .send()
+                send_chat(&client, &url, &key)
                     .await
                     .is_ok_and(|r| r.headers().contains_key("x-gatehouse-cost"))
             }
         };
-        if eventually(Duration::from_secs(5), probe).await.is_some() {
+        if eventually(Duration::from_secs(5), &probe).await.is_some() {
             continue;
         }
         // Seen rarely under load: a server that has not read the price
@@ -134,19 +130,7 @@ async fn set_up(servers: &[Proc], stub: &Stub, limits: Value) -> (String, String
         );
         put_price("999").await;
         put_price("1000").await;
-        let priced = eventually(Duration::from_secs(10), || {
-            let (client, url, key) = (client.clone(), server.url.clone(), unlimited.clone());
-            async move {
-                client
-                    .post(format!("{url}/v1/chat/completions"))
-                    .bearer_auth(key)
-                    .json(&body("chat"))
-                    .send()
-                    .await
-                    .is_ok_and(|r| r.headers().contains_key("x-gatehouse-cost"))
-            }
-        })
-        .await;
+        let priced = eventually(Duration::from_secs(10), probe).await;
         assert!(priced.is_some(), "{} prices the model", server.url);
     }
     // Every server has seen the others' heartbeats by then.
@@ -278,14 +262,22 @@ async fn a_killed_servers_open_reservations_are_dropped_after_three_seconds() {
 }
 
 /// One chat request of [`body`] with `key` on the server at `url`.
-async fn chat(client: &reqwest::Client, url: &str, key: &str) -> reqwest::Response {
+async fn send_chat(
+    client: &reqwest::Client,
+    url: &str,
+    key: &str,
+) -> reqwest::Result<reqwest::Response> {
     client
         .post(format!("{url}/v1/chat/completions"))
         .bearer_auth(key)
         .json(&body("chat"))
         .send()
         .await
-        .expect("chat")
+}
+
+/// [`send_chat`], which must get an answer.
+async fn chat(client: &reqwest::Client, url: &str, key: &str) -> reqwest::Response {
+    send_chat(client, url, key).await.expect("chat")
 }
 
 /// The contract's refusal by a day's budget: 429 `budget_exhausted`, not
