@@ -43,7 +43,7 @@ use crate::wire::messages::from_chat_answer::{
 use crate::wire::messages::passed::{passed_answer, passed_event};
 use crate::wire::messages::stream::{frame, ToMessages};
 use crate::wire::messages::to_chat::ToolNames;
-use crate::wire::messages::to_chat_answer::MessagesUsage;
+use crate::wire::messages::to_chat_answer::{MessagesUsage, UsageCounts};
 use crate::wire::sse::{SseEvent, SseFrame};
 
 /// Whether a Messages request goes to a provider of this type as it came
@@ -145,6 +145,28 @@ struct Passed {
     /// The upstream's `message_stop`, held for the stream's end while the
     /// inner hooks' rules apply.
     held_stop: Option<SseFrame>,
+}
+
+impl Passed {
+    /// The tokens the stream has reported once an event is read: its usage
+    /// (`counts`) merged into what came before; at the end (`terminal`) of
+    /// a stream that reported none, the estimate; else None (nothing new).
+    fn tokens_after(
+        &mut self,
+        counts: Option<&UsageCounts>,
+        terminal: bool,
+        estimate: Tokens,
+    ) -> Option<Tokens> {
+        if let Some(c) = counts {
+            let merged = self.usage.get_or_insert_with(MessagesUsage::default);
+            merged.merge_counts(c);
+            return Some(merged.tokens());
+        }
+        (terminal && self.usage.is_none()).then(|| Tokens {
+            completion: estimate_tokens(self.text_chars),
+            ..estimate
+        })
+    }
 }
 
 /// Characters of the text in Messages content blocks (for an estimate).
@@ -509,17 +531,7 @@ impl<H: ChatHooks + MessagesRules> ChatHooks for MessagesHooks<H> {
             if let Some(e) = passed_event(&event.data).filter(|e| e.kind != "error") {
                 passed.text_chars += e.text_chars;
                 let terminal = e.kind == "message_stop";
-                let mut tokens = None;
-                if let Some(counts) = &e.usage {
-                    let merged = passed.usage.get_or_insert_with(MessagesUsage::default);
-                    merged.merge_counts(counts);
-                    tokens = Some(merged.tokens());
-                } else if terminal && passed.usage.is_none() {
-                    tokens = Some(Tokens {
-                        completion: estimate_tokens(passed.text_chars),
-                        ..estimate
-                    });
-                }
+                let tokens = passed.tokens_after(e.usage.as_ref(), terminal, estimate);
                 // The usage the stream ends with carries the cost.
                 let cost = tokens
                     .as_ref()
@@ -569,31 +581,19 @@ impl<H: ChatHooks + MessagesRules> ChatHooks for MessagesHooks<H> {
                     passed.text_chars += t.chars().count();
                 }
             }
-            "message_stop" => {
-                relayed.terminal = true;
-                if passed.usage.is_none() {
-                    relayed.tokens = Some(Tokens {
-                        completion: estimate_tokens(passed.text_chars),
-                        ..estimate
-                    });
-                }
-            }
+            "message_stop" => relayed.terminal = true,
             "error" => relayed.error = Some(error_in_answer(v.get("error").unwrap_or(&v))),
             _ => {}
         }
-        if let Some(u) = usage {
-            let merged = passed.usage.get_or_insert_with(MessagesUsage::default);
-            merged.merge(&u);
-            let tokens = merged.tokens();
-            if last_usage {
-                if let Some(Value::Object(u)) = v.get_mut("usage") {
-                    price(&tokens).write_into(u);
-                }
-                if let Some(SseFrame::Event { data, .. }) = relayed.frames.first_mut() {
-                    *data = v.to_string();
-                }
+        let counts = usage.as_ref().map(UsageCounts::of);
+        relayed.tokens = passed.tokens_after(counts.as_ref(), relayed.terminal, estimate);
+        if let Some(tokens) = relayed.tokens.filter(|_| last_usage && usage.is_some()) {
+            if let Some(Value::Object(u)) = v.get_mut("usage") {
+                price(&tokens).write_into(u);
             }
-            relayed.tokens = Some(tokens);
+            if let Some(SseFrame::Event { data, .. }) = relayed.frames.first_mut() {
+                *data = v.to_string();
+            }
         }
         if let Some(kind) = ruled {
             match kind.as_str() {

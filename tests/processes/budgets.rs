@@ -148,9 +148,8 @@ async fn three_servers_sixty_concurrent_requests_against_a_budget_for_ten_admit_
     stub.script(
         "up",
         Script {
-            usage: Some((1, 5)),
             delay_ms: 20,
-            ..Script::content("hello")
+            ..hello()
         },
     );
     let (servers, admin, id, key) = cluster(&stub, json!({"budget_per_day": "0.06"})).await;
@@ -210,13 +209,7 @@ async fn a_killed_servers_open_reservations_are_dropped_after_three_seconds() {
         return;
     }
     let stub = Stub::start().await;
-    stub.script(
-        "up",
-        Script {
-            usage: Some((1, 5)),
-            ..Script::content("hello")
-        },
-    );
+    stub.script("up", hello());
     let (mut servers, admin, id, key) = cluster(&stub, json!({"budget_per_day": "1"})).await;
     stub.script(
         "up",
@@ -259,6 +252,15 @@ async fn a_killed_servers_open_reservations_are_dropped_after_three_seconds() {
     let took = took.expect("dropped");
     assert!(took <= Duration::from_millis(5500), "{took:?}");
     held.abort();
+}
+
+/// The stub's answer the budgets are set in: "hello", 1 prompt and 5
+/// completion tokens.
+fn hello() -> Script {
+    Script {
+        usage: Some((1, 5)),
+        ..Script::content("hello")
+    }
 }
 
 /// One chat request of [`body`] with `key` on the server at `url`.
@@ -349,13 +351,7 @@ async fn with_the_database_down_each_of_three_servers_admits_its_third_of_the_bu
     );
     let servers = vec![a, b, c];
     let stub = Stub::start().await;
-    stub.script(
-        "up",
-        Script {
-            usage: Some((1, 5)),
-            ..Script::content("hello")
-        },
-    );
+    stub.script("up", hello());
     // Each request reserves and costs 0.006: a budget for exactly 31.
     let (admin, id, key) = set_up(&servers, &stub, json!({"budget_per_day": "0.186"})).await;
     let client = client();

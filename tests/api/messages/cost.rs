@@ -9,38 +9,8 @@ use reqwest::Response;
 use serde_json::{json, Value};
 
 use super::*;
-use crate::common::models::{env, poll, Env};
-
-/// Sets a price for `pair` (`provider/upstream_model`).
-pub(crate) async fn set_price(env: &Env, pair: &str, body: Value) {
-    let r = env
-        .app
-        .put(&format!("/api/admin/prices/{pair}"), &env.admin, &body)
-        .await;
-    assert_eq!(r.status(), 200, "price {pair}");
-}
-
-pub(crate) fn header<'a>(r: &'a Response, name: &str) -> Option<&'a str> {
-    r.headers().get(name).and_then(|v| v.to_str().ok())
-}
-
-/// The usage record of the request with this `x-request-id`, once written.
-pub(crate) async fn record(env: &Env, request_id: &str) -> Value {
-    poll(10, || async {
-        let rows: Vec<Value> = env
-            .app
-            .get(
-                &format!("/api/admin/usage/records?request_id={request_id}"),
-                &env.admin,
-            )
-            .await
-            .json()
-            .await
-            .expect("json");
-        rows.into_iter().next()
-    })
-    .await
-}
+use crate::common::models::{env, Env};
+use crate::spend::cost::{header, record, recorded_cost, set_price};
 
 async fn messages(env: &Env, request_id: &str, body: &Value) -> Response {
     crate::common::client()
@@ -128,10 +98,7 @@ async fn a_translated_message_carries_its_cost_in_headers_and_in_the_streams_mes
     assert_eq!(usage["cost"], "0.002000000");
     assert_eq!(usage["cost_status"], "exact");
     let rec = record(&env, "msg-cost-stream").await;
-    assert_eq!(
-        (rec["cost"].clone(), rec["cost_status"].clone()),
-        (json!("0.002000000"), json!("exact"))
-    );
+    assert_eq!(recorded_cost(&rec), (json!("0.002000000"), json!("exact")));
 
     // Unpriced: the status without a cost.
     let r = env
@@ -242,10 +209,7 @@ async fn a_passed_through_message_is_priced_on_its_messages_usage_with_cache_rea
     assert_eq!(usage["cost_status"], "unpriced");
     assert!(usage.get("cost").is_none(), "{usage}");
     let rec = record(&env, "pass-cost-unpriced").await;
-    assert_eq!(
-        (rec["cost"].clone(), rec["cost_status"].clone()),
-        (Value::Null, json!("unpriced"))
-    );
+    assert_eq!(recorded_cost(&rec), (Value::Null, json!("unpriced")));
 }
 
 #[tokio::test]

@@ -4,7 +4,7 @@
 
 mod agent;
 mod agent_passthrough;
-pub(crate) mod cost;
+mod cost;
 mod key;
 mod passthrough;
 

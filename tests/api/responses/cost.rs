@@ -4,7 +4,7 @@
 //! keeps the same cost.
 
 use super::*;
-use crate::messages::cost::{header, record, set_price};
+use crate::spend::cost::{header, record, recorded_cost, set_price};
 
 async fn create_as(env: &Env, request_id: &str, body: &Value) -> Response {
     post_responses(
@@ -84,10 +84,7 @@ async fn a_bridged_response_carries_its_cost_in_headers_and_in_response_complete
     assert_eq!(usage["cost"], "0.002000000");
     assert_eq!(usage["cost_status"], "exact");
     let rec = record(&env, "resp-cost-stream").await;
-    assert_eq!(
-        (rec["cost"].clone(), rec["cost_status"].clone()),
-        (json!("0.002000000"), json!("exact"))
-    );
+    assert_eq!(recorded_cost(&rec), (json!("0.002000000"), json!("exact")));
 
     let r = env
         .app

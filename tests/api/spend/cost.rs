@@ -23,7 +23,8 @@ fn answer_with(usage: Value) -> Script {
     }
 }
 
-async fn set_price(env: &Env, pair: &str, body: Value) -> Value {
+/// Sets a price, which must be taken; its answer.
+pub(crate) async fn set_price(env: &Env, pair: &str, body: Value) -> Value {
     let r = env
         .app
         .put(&format!("/api/admin/prices/{pair}"), &env.admin, &body)
@@ -44,12 +45,12 @@ async fn chat(env: &Env, request_id: &str, body: Value) -> reqwest::Response {
         .expect("chat request")
 }
 
-fn header<'a>(r: &'a reqwest::Response, name: &str) -> Option<&'a str> {
+pub(crate) fn header<'a>(r: &'a reqwest::Response, name: &str) -> Option<&'a str> {
     r.headers().get(name).and_then(|v| v.to_str().ok())
 }
 
-/// The usage record of a request, once written.
-async fn record(env: &Env, request_id: &str) -> Value {
+/// The usage record of the request with this `x-request-id`, once written.
+pub(crate) async fn record(env: &Env, request_id: &str) -> Value {
     poll(10, || async {
         let r = env
             .app
@@ -64,6 +65,11 @@ async fn record(env: &Env, request_id: &str) -> Value {
         rows.into_iter().next()
     })
     .await
+}
+
+/// A usage record's `cost` and `cost_status`.
+pub(crate) fn recorded_cost(rec: &Value) -> (Value, Value) {
+    (rec["cost"].clone(), rec["cost_status"].clone())
 }
 
 fn hello() -> Value {
@@ -248,10 +254,7 @@ async fn a_stream_that_asked_for_usage_gets_the_cost_in_its_usage_chunk() {
         "{chunks:?}"
     );
     let rec = record(&env, "spend-stream-plain").await;
-    assert_eq!(
-        (rec["cost"].clone(), rec["cost_status"].clone()),
-        (json!("0.002000000"), json!("exact"))
-    );
+    assert_eq!(recorded_cost(&rec), (json!("0.002000000"), json!("exact")));
 
     // Unpriced: the status without a cost.
     env.app
@@ -282,10 +285,7 @@ async fn a_request_without_an_upstream_answer_costs_nothing() {
     assert!(r.status().is_client_error(), "{}", r.status());
     assert_eq!(header(&r, "x-gatehouse-cost-status"), None);
     let rec = record(&env, "spend-failed").await;
-    assert_eq!(
-        (rec["cost"].clone(), rec["cost_status"].clone()),
-        (json!("0.000000000"), json!("none"))
-    );
+    assert_eq!(recorded_cost(&rec), (json!("0.000000000"), json!("none")));
     assert_eq!(rec["price_version"], Value::Null);
 }
 

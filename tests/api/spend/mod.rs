@@ -3,5 +3,5 @@
 //! totals, metrics, and prices as code.
 
 mod budgets;
-mod cost;
+pub(crate) mod cost;
 mod prices;
