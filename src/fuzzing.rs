@@ -552,6 +552,47 @@ pub fn ids(data: &[u8]) {
     }
 }
 
+/// A Responses body read without a tree is one the tree path accepts, and
+/// gives what it gives: the model, the chat body (compared as trees), the
+/// prompt's characters, the reservation's figures, the dropped and custom
+/// tools, and the echo. Returns whether the body was read without a tree.
+pub fn responses_read_without_a_tree(data: &[u8]) -> bool {
+    use crate::models::requested_model;
+    use crate::wire::responses::{Echo, RawResponses, ResponsesRequest};
+    let Some(raw) = RawResponses::read(&bytes::Bytes::copy_from_slice(data)) else {
+        return false;
+    };
+    let body: Map<String, Value> =
+        serde_json::from_slice(data).expect("a body read without a tree reads as one");
+    assert_eq!(requested_model(&body).ok(), Some(raw.model.as_str()));
+    assert_eq!(
+        &data[raw.model_at.clone()],
+        serde_json::to_vec(&raw.model).expect("a string").as_slice()
+    );
+    let r = ResponsesRequest::parse(body).expect("a body read without a tree passes the checks");
+    // What goes upstream either way, read back as trees.
+    let chat = r.to_chat();
+    let tree_sent = ChatBody::new(&chat, None)
+        .expect("a tree serialises")
+        .for_model("m");
+    let assembled = RawChat::assembled(raw.chat_tail.clone(), raw.stream, raw.prompt_chars);
+    let sent = ChatBody::spliced(&assembled).for_model("m");
+    let sent: Value = serde_json::from_slice(&sent).expect("the chat body is JSON");
+    let tree_sent: Value = serde_json::from_slice(&tree_sent).expect("JSON");
+    assert_eq!(sent, tree_sent, "the same chat body");
+    assert_eq!(raw.stream, r.is_stream());
+    assert_eq!(raw.prompt_chars, prompt_chars(&chat));
+    assert_eq!(raw.text.chars(), r.text_chars());
+    let max = crate::spend::budget::whole(r.body.get("max_output_tokens"));
+    assert_eq!(raw.max_output, max);
+    assert_eq!(raw.dropped, r.dropped_tools());
+    let echo = Echo::of(&r.body, r.custom_tools(), prompt_chars(&chat));
+    assert_eq!(raw.echo.fields(), echo.fields());
+    assert_eq!(raw.echo.custom, echo.custom);
+    assert_eq!(raw.echo.prompt_estimate, echo.prompt_estimate);
+    true
+}
+
 /// `/v1/responses` (and the agent route): a body's checks, its bridge and
 /// native translations, and a chat answer and stream (the same bytes read
 /// as chunks, one JSON value a line) made into the Responses shapes.
@@ -575,6 +616,7 @@ pub fn responses(data: &[u8]) {
             let _ = from_chat(&Value::Object(chat), &ResponseMeta::new("m"), &echo);
         }
     }
+    responses_read_without_a_tree(data);
     let body = serde_json::json!({"tools": [{"type": "custom", "name": "p"}]});
     let echo = Echo::of(body.as_object().expect("an object"), vec!["p".into()], 4);
     let mut stream = ResponsesStream::new(ResponseMeta::new("m"), echo);

@@ -39,16 +39,43 @@ use crate::usage::{EndHook, Tokens, UsageTicket};
 /// completion when it gives one).
 pub struct Charge<'a> {
     pub model: &'a Model,
-    pub prompt: u64,
+    prompt: Prompt<'a>,
     pub completion: Option<u64>,
+}
+
+/// The prompt's estimate in tokens, or how to make it: only a budget reads
+/// it, and some bodies cost a pass over their text to count it.
+enum Prompt<'a> {
+    Tokens(u64),
+    Later(Box<dyn Fn() -> u64 + Send + 'a>),
 }
 
 impl<'a> Charge<'a> {
     pub fn new(model: &'a Model, prompt: u64, completion: Option<u64>) -> Charge<'a> {
         Charge {
             model,
-            prompt,
+            prompt: Prompt::Tokens(prompt),
             completion,
+        }
+    }
+
+    /// A charge whose prompt estimate is made only if a budget applies.
+    pub fn later(
+        model: &'a Model,
+        prompt: impl Fn() -> u64 + Send + 'a,
+        completion: Option<u64>,
+    ) -> Charge<'a> {
+        Charge {
+            model,
+            prompt: Prompt::Later(Box::new(prompt)),
+            completion,
+        }
+    }
+
+    fn prompt(&self) -> u64 {
+        match &self.prompt {
+            Prompt::Tokens(n) => *n,
+            Prompt::Later(f) => f(),
         }
     }
 
@@ -66,7 +93,7 @@ impl<'a> Charge<'a> {
                 book.get(&t.provider.name, &t.upstream_model)
                     .map(|p| &p.spec)
             }),
-            self.prompt,
+            self.prompt(),
             completion,
         );
         if unpriced {

@@ -8,6 +8,7 @@
 pub mod chat;
 pub mod messages;
 pub mod messages_rules;
+pub mod native_body;
 pub mod responses;
 
 pub use crate::usage::UsageContext;

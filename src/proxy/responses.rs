@@ -15,12 +15,14 @@ use serde_json::Value;
 use crate::error::Error;
 use crate::models::{Provider, ProviderType, ResponsesMode};
 use crate::proxy::chat::{ChatHooks, ChunkAction, NativeEvent, NativeRequest};
+use crate::proxy::native_body::NativeBody;
 use crate::usage::Tokens;
-use crate::wire::chat::body::ChatBody;
+use crate::wire::chat::body::{ChatInput, RawChat};
 use crate::wire::chat::chunk::ChunkText;
+use crate::wire::chat::prompt_chars;
 use crate::wire::responses::answer::{from_chat, from_chat_text};
 use crate::wire::responses::native::{self, NativeStream};
-use crate::wire::responses::{Echo, ResponseMeta, ResponsesRequest, ResponsesStream};
+use crate::wire::responses::{Echo, RawResponses, ResponseMeta, ResponsesRequest, ResponsesStream};
 use crate::wire::sse::{SseEvent, SseFrame};
 
 /// Whether a Responses request goes to this provider natively.
@@ -28,13 +30,58 @@ pub fn is_native(provider: &Provider) -> bool {
     provider.kind == ProviderType::Openai && provider.responses == ResponsesMode::Native
 }
 
+/// What the relay of a Responses request takes: the bridge's chat body, the
+/// answer's echo, and what a native attempt sends.
+pub struct ResponsesInput {
+    pub chat: ChatInput,
+    pub echo: Echo,
+    pub native: NativeSource,
+}
+
+/// What a native attempt sends.
+pub enum NativeSource {
+    /// The client's bytes, `model` replaced (the key route's usual body).
+    Client(NativeBody),
+    /// The request, written out on the first native attempt.
+    Request(ResponsesRequest),
+}
+
+impl ResponsesInput {
+    /// A request read as a tree (and maybe edited by the agent turn).
+    pub fn of_request(request: ResponsesRequest) -> ResponsesInput {
+        let chat = request.to_chat();
+        let echo = Echo::of(&request.body, request.custom_tools(), prompt_chars(&chat));
+        ResponsesInput {
+            chat: ChatInput::Tree(chat),
+            echo,
+            native: NativeSource::Request(request),
+        }
+    }
+
+    /// A body read without a tree, from the client's `bytes`.
+    pub fn of_raw(raw: RawResponses, bytes: Bytes) -> ResponsesInput {
+        ResponsesInput {
+            chat: ChatInput::Raw(RawChat::assembled(
+                raw.chat_tail,
+                raw.stream,
+                raw.prompt_chars,
+            )),
+            echo: raw.echo,
+            native: NativeSource::Client(NativeBody::Client {
+                bytes,
+                model_at: raw.model_at,
+            }),
+        }
+    }
+}
+
 /// See the module documentation.
 pub struct ResponsesHooks<H> {
     inner: H,
     echo: Echo,
-    /// The request, for a native attempt's body (made on the first one).
-    request: Arc<ResponsesRequest>,
-    native_body: Option<ChatBody>,
+    /// What a native attempt sends; from a tree, made on the first one.
+    native_body: Option<NativeBody>,
+    request: Option<Box<ResponsesRequest>>,
     /// The current attempt is native (then `native_stream` relays).
     native: Option<NativeStream>,
     stream: Option<ResponsesStream>,
@@ -53,12 +100,16 @@ pub struct ResponsesHooks<H> {
 }
 
 impl<H: ChatHooks> ResponsesHooks<H> {
-    pub fn new(inner: H, request: Arc<ResponsesRequest>, echo: Echo) -> ResponsesHooks<H> {
+    pub fn new(inner: H, native: NativeSource, echo: Echo) -> ResponsesHooks<H> {
+        let (native_body, request) = match native {
+            NativeSource::Client(b) => (Some(b), None),
+            NativeSource::Request(r) => (None, Some(Box::new(r))),
+        };
         ResponsesHooks {
             inner,
             echo,
+            native_body,
             request,
-            native_body: None,
             native: None,
             stream: None,
             approvals: Vec::new(),
@@ -237,12 +288,12 @@ impl<H: ChatHooks> ChatHooks for ResponsesHooks<H> {
         }
         self.native = Some(NativeStream::new(alias));
         if self.native_body.is_none() {
-            match ChatBody::new(&self.request.to_native(), None) {
-                Ok(b) => self.native_body = Some(b),
-                Err(e) => return Some(Err(Error::internal(e))),
-            }
+            self.native_body = (self.request.as_ref()).map(|r| NativeBody::Tree(r.to_native()));
         }
-        let body = self.native_body.as_mut()?.for_model(upstream_model);
+        let body = match self.native_body.as_mut()?.for_model(upstream_model) {
+            Ok(b) => b,
+            Err(e) => return Some(Err(e)),
+        };
         Some(Ok(NativeRequest {
             path: "/responses",
             body,

@@ -149,27 +149,30 @@ pub fn whole_text(v: Option<&str>) -> Option<u64> {
         .filter(|n| *n >= 1)
 }
 
+/// The members whose strings are not text of the prompt: they name, mark
+/// or carry media.
+const NOT_TEXT: [&str; 14] = [
+    "type",
+    "role",
+    "id",
+    "call_id",
+    "tool_use_id",
+    "tool_call_id",
+    "name",
+    "status",
+    "cache_control",
+    "source",
+    "image_url",
+    "url",
+    "data",
+    "signature",
+];
+
 /// Characters of text in a Messages or Responses body's part (`messages`,
 /// `system`, `input`, `instructions`): every string but those that name,
 /// mark or carry media, for the prompt's estimate.
 pub fn text_chars(v: &serde_json::Value) -> usize {
     use serde_json::Value;
-    const NOT_TEXT: [&str; 14] = [
-        "type",
-        "role",
-        "id",
-        "call_id",
-        "tool_use_id",
-        "tool_call_id",
-        "name",
-        "status",
-        "cache_control",
-        "source",
-        "image_url",
-        "url",
-        "data",
-        "signature",
-    ];
     match v {
         Value::String(s) => s.chars().count(),
         Value::Array(items) => items.iter().map(text_chars).sum(),
@@ -179,6 +182,76 @@ pub fn text_chars(v: &serde_json::Value) -> usize {
             .map(|(_, v)| text_chars(v))
             .sum(),
         _ => 0,
+    }
+}
+
+/// [`text_chars`] of JSON text, read without a tree (None when it is not
+/// JSON, or has an object a tree would read differently: a key written
+/// twice, more than 16 keys, a key with escapes).
+pub fn text_chars_of_json(text: &str) -> Option<usize> {
+    serde_json::from_str::<TextChars>(text).ok().map(|t| t.0)
+}
+
+/// [`text_chars`] as a reader: strings counted as they are read.
+struct TextChars(usize);
+
+impl<'de> serde::Deserialize<'de> for TextChars {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::{IgnoredAny, MapAccess, SeqAccess, Visitor};
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = TextChars;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("JSON")
+            }
+            fn visit_str<E>(self, v: &str) -> Result<TextChars, E> {
+                Ok(TextChars(v.chars().count()))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<TextChars, E> {
+                Ok(TextChars(0))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<TextChars, E> {
+                Ok(TextChars(0))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<TextChars, E> {
+                Ok(TextChars(0))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<TextChars, E> {
+                Ok(TextChars(0))
+            }
+            fn visit_unit<E>(self) -> Result<TextChars, E> {
+                Ok(TextChars(0))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<TextChars, A::Error> {
+                let mut n = 0;
+                while let Some(TextChars(c)) = seq.next_element()? {
+                    n += c;
+                }
+                Ok(TextChars(n))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<TextChars, A::Error> {
+                // A tree keeps the last of a key written twice, and would
+                // count only its value: such an object (or one of more keys
+                // than are kept here, or a key with escapes) is refused.
+                let mut keys: [&str; 16] = [""; 16];
+                let mut n = 0;
+                let mut i = 0;
+                while let Some(key) = map.next_key::<&'de str>()? {
+                    if i == keys.len() || keys[..i].contains(&key) {
+                        return Err(serde::de::Error::custom("not counted without a tree"));
+                    }
+                    keys[i] = key;
+                    i += 1;
+                    if NOT_TEXT.contains(&key) {
+                        map.next_value::<IgnoredAny>()?;
+                    } else {
+                        n += map.next_value::<TextChars>()?.0;
+                    }
+                }
+                Ok(TextChars(n))
+            }
+        }
+        d.deserialize_any(V)
     }
 }
 

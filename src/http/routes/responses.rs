@@ -30,13 +30,11 @@ use crate::http::routes::agent_chat::{take_turn, TurnRoute};
 use crate::http::routes::v1::{alias_sent, key_context, key_subjects, named_model};
 use crate::models::{requested_model, Model, ModelKind};
 use crate::proxy::chat::{relay, ChatCall, ChatHooks, NoHooks};
-use crate::proxy::responses::ResponsesHooks;
+use crate::proxy::responses::{ResponsesHooks, ResponsesInput};
 use crate::usage::{UsageContext, UsageTicket};
-use crate::wire::chat::body::ChatInput;
-use crate::wire::chat::prompt_chars;
 use crate::wire::ids::is_conversation_id;
 use crate::wire::responses::headers::codex_ids;
-use crate::wire::responses::{Echo, ResponsesRequest};
+use crate::wire::responses::{RawResponses, ResponsesRequest};
 
 pub fn routes() -> OpenApiRouter<AppState> {
     use axum::routing::{any, post};
@@ -128,7 +126,7 @@ struct Route<'a> {
 async fn respond<H: ChatHooks>(
     app: &App,
     model: Arc<Model>,
-    request: ResponsesRequest,
+    input: ResponsesInput,
     inner: H,
     usage: UsageContext,
     route: Route<'_>,
@@ -138,16 +136,14 @@ async fn respond<H: ChatHooks>(
         native,
         requested,
     } = route;
-    let chat = request.to_chat();
-    let echo = Echo::of(&request.body, request.custom_tools(), prompt_chars(&chat));
-    let mut hooks = ResponsesHooks::new(inner, Arc::new(request), echo);
+    let mut hooks = ResponsesHooks::new(inner, input.native, input.echo);
     if !native {
         hooks = hooks.bridge_only();
     }
     let bridged = hooks.bridged();
     let call = ChatCall {
         model,
-        body: ChatInput::Tree(chat),
+        body: input.chat,
         tools: None,
         usage,
         requested,
@@ -159,17 +155,54 @@ async fn respond<H: ChatHooks>(
     Ok(resp)
 }
 
+/// The key route's body: read without a tree in the usual case (with the
+/// client's bytes, which a native upstream gets), else checked as a tree.
+enum KeyBody {
+    Raw(RawResponses, Bytes),
+    Tree(ResponsesRequest),
+}
+
+impl KeyBody {
+    /// The built-in tools, which the bridge drops.
+    fn dropped(&self) -> Vec<String> {
+        match self {
+            KeyBody::Raw(raw, _) => raw.dropped.clone(),
+            KeyBody::Tree(request) => request.dropped_tools(),
+        }
+    }
+
+    /// What the request may cost (see [`responses_figures`]); the text
+    /// read without a tree is counted only if a budget applies.
+    fn charge<'a>(&self, model: &'a Model) -> Charge<'a> {
+        match self {
+            KeyBody::Raw(raw, _) => {
+                let text = raw.text.clone();
+                let prompt = move || crate::spend::budget::tokens_of_chars(text.chars());
+                Charge::later(model, prompt, raw.max_output)
+            }
+            KeyBody::Tree(request) => {
+                let (prompt, max) = responses_figures(request);
+                Charge::new(model, prompt, max)
+            }
+        }
+    }
+
+    fn input(self) -> ResponsesInput {
+        match self {
+            KeyBody::Raw(raw, bytes) => ResponsesInput::of_raw(raw, bytes),
+            KeyBody::Tree(request) => ResponsesInput::of_request(request),
+        }
+    }
+}
+
 /// A Responses request's reservation figures: the estimate of the text of
 /// `instructions` and `input`, and `max_output_tokens`.
 pub(crate) fn responses_figures(request: &ResponsesRequest) -> (u64, Option<u64>) {
-    use crate::spend::budget::{text_chars, tokens_of_chars, whole};
-    let body = &request.body;
-    let chars: usize = ["instructions", "input"]
-        .iter()
-        .filter_map(|k| body.get(*k))
-        .map(text_chars)
-        .sum();
-    (tokens_of_chars(chars), whole(body.get("max_output_tokens")))
+    use crate::spend::budget::{tokens_of_chars, whole};
+    (
+        tokens_of_chars(request.text_chars()),
+        whole(request.body.get("max_output_tokens")),
+    )
 }
 
 /// A Responses request read and checked for the key route, in the order of
@@ -180,14 +213,20 @@ async fn key_request(
     auth: &ApiKeyAuth,
     req: Request,
     ticket: &mut UsageTicket,
-) -> Result<(Arc<Model>, ResponsesRequest, Option<String>)> {
+) -> Result<(Arc<Model>, KeyBody, Option<String>)> {
     let note = AccessNote::of(req.extensions());
     let bytes = read_body(req).await?;
+    if let Some(raw) = RawResponses::read(&bytes) {
+        let model = named_model(app, auth, &raw.model, ModelKind::Chat, ticket, &note)?;
+        let requested = alias_sent(&model, &raw.model);
+        return Ok((model, KeyBody::Raw(raw, bytes), requested));
+    }
     let body: Map<String, Value> = parse_json(&bytes)?;
     let name = requested_model(&body)?.to_string();
     let model = named_model(app, auth, &name, ModelKind::Chat, ticket, &note)?;
     let requested = alias_sent(&model, &name);
-    Ok((model, ResponsesRequest::parse(body)?, requested))
+    let request = ResponsesRequest::parse(body)?;
+    Ok((model, KeyBody::Tree(request), requested))
 }
 
 /// A model response through the model's upstream (bridged to chat
@@ -217,12 +256,11 @@ async fn create_response(
     };
     let mut ticket = UsageTicket::new(&app.usage, usage, "chat");
     let prepared = key_request(&app, &auth, req, &mut ticket).await;
-    let (model, request, requested) = recorded(&mut ticket, prepared)?;
-    let dropped = request.dropped_tools();
+    let (model, body, requested) = recorded(&mut ticket, prepared)?;
+    let dropped = body.dropped();
     let app = &app;
     let charged = Arc::clone(&model);
-    let (prompt, max) = responses_figures(&request);
-    let charge = Charge::new(&charged, prompt, max);
+    let charge = body.charge(&charged);
     Ok(admitted(
         app,
         &key_subjects(&auth),
@@ -235,7 +273,9 @@ async fn create_response(
                 native: true,
                 requested,
             };
-            respond(app, model, request, NoHooks, usage, route).await
+            // Boxed: the relay's future is large, and the handler's is moved
+            // several times on its way to the connection (each move a copy).
+            Box::pin(respond(app, model, body.input(), NoHooks, usage, route)).await
         },
     )
     .await)
@@ -350,7 +390,8 @@ impl TurnRoute for ResponsesTurn {
             native: false,
             requested: None,
         };
-        let mut resp = respond(app, model, request, hooks, usage, route).await?;
+        let input = ResponsesInput::of_request(request);
+        let mut resp = respond(app, model, input, hooks, usage, route).await?;
         // The agent route removes built-in tools in both modes.
         dropped_tools_header(&mut resp, &removed);
         Ok(resp)

@@ -43,18 +43,31 @@ impl Echo {
     /// `body`: the Responses request (as it went upstream); `prompt_chars`:
     /// the characters of the chat prompt (the usage record's estimate).
     pub fn of(body: &Map<String, Value>, custom: Vec<String>, prompt_chars: usize) -> Echo {
+        Echo::written(custom, prompt_chars, |k, out| {
+            match body.get(k).filter(|v| !v.is_null()) {
+                // A tree always serialises.
+                Some(v) => serde_json::to_writer(out, v).is_ok(),
+                None => false,
+            }
+        })
+    }
+
+    /// The echo with each field's value written by `member` (which says
+    /// whether the request had it; if not, its default is written).
+    pub fn written(
+        custom: Vec<String>,
+        prompt_chars: usize,
+        mut member: impl FnMut(&str, &mut Vec<u8>) -> bool,
+    ) -> Echo {
         // Written straight from the body: no tree of the echo is made.
         let mut members = Vec::with_capacity(256);
         for (k, default) in ECHOED {
-            members.push(b',');
-            json_str(&mut members, k);
-            members.push(b':');
-            match body.get(k).filter(|v| !v.is_null()) {
-                // A tree always serialises.
-                Some(v) => {
-                    let _ = serde_json::to_writer(&mut members, v);
-                }
-                None => members.extend_from_slice(default.as_bytes()),
+            // The names are plain: nothing to escape.
+            members.extend_from_slice(b",\"");
+            members.extend_from_slice(k.as_bytes());
+            members.extend_from_slice(b"\":");
+            if !member(k, &mut members) {
+                members.extend_from_slice(default.as_bytes());
             }
         }
         Echo {

@@ -11,10 +11,12 @@
 pub mod answer;
 pub mod headers;
 pub mod native;
+pub mod raw;
 pub mod request;
 pub mod stream;
 
 pub use answer::{Echo, ResponseMeta};
+pub use raw::RawResponses;
 pub use request::ResponsesRequest;
 pub use stream::ResponsesStream;
 

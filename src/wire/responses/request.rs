@@ -60,7 +60,7 @@ fn item_type(item: &Map<String, Value>) -> Option<&str> {
     }
 }
 
-const ROLES: [&str; 4] = ["user", "assistant", "system", "developer"];
+pub(super) const ROLES: [&str; 4] = ["user", "assistant", "system", "developer"];
 
 fn check_content(i: usize, content: Option<&Value>) -> Result<(), Error> {
     // Names made only for an error: formatting them for every item of
@@ -309,8 +309,37 @@ fn output_text(output: &Value) -> Value {
 }
 
 /// The parameters schema a custom tool gets as a chat function.
+pub(super) const CUSTOM_PARAMETERS: &str =
+    r#"{"type":"object","properties":{"input":{"type":"string"}},"required":["input"]}"#;
+
 fn custom_parameters() -> Value {
-    json!({"type": "object", "properties": {"input": {"type": "string"}}, "required": ["input"]})
+    serde_json::from_str(CUSTOM_PARAMETERS).unwrap_or_default()
+}
+
+/// `reasoning.effort` as chat's `reasoning_effort` (`none` is left out).
+pub(super) fn reasoning_effort(reasoning: &Value) -> Option<&str> {
+    reasoning
+        .get("effort")
+        .and_then(Value::as_str)
+        .filter(|e| *e != "none")
+}
+
+/// `text.format` as chat's `response_format` (JSON schema or JSON object).
+pub(super) fn response_format(text: &Value) -> Option<Value> {
+    let format = text.get("format")?;
+    match format.get("type").and_then(Value::as_str) {
+        Some("json_schema") => {
+            let mut schema = Map::new();
+            for k in ["name", "schema", "strict"] {
+                if let Some(v) = format.get(k).filter(|v| !v.is_null()) {
+                    schema.insert(k.into(), v.clone());
+                }
+            }
+            Some(json!({"type": "json_schema", "json_schema": schema}))
+        }
+        Some("json_object") => Some(json!({"type": "json_object"})),
+        _ => None,
+    }
 }
 
 /// A function or custom tool in chat terms.
@@ -440,6 +469,17 @@ impl ResponsesRequest {
         &self.removed
     }
 
+    /// Characters of text of `instructions` and `input`, as
+    /// [`text_chars`](crate::spend::budget::text_chars) counts them (a
+    /// budget's reservation).
+    pub fn text_chars(&self) -> usize {
+        ["instructions", "input"]
+            .iter()
+            .filter_map(|k| self.body.get(*k))
+            .map(crate::spend::budget::text_chars)
+            .sum()
+    }
+
     pub fn is_stream(&self) -> bool {
         self.body.get("stream").and_then(Value::as_bool) == Some(true)
     }
@@ -544,33 +584,11 @@ impl ResponsesRequest {
                 chat.insert(k.into(), v.clone());
             }
         }
-        if let Some(effort) = b
-            .get("reasoning")
-            .and_then(|r| r.get("effort"))
-            .and_then(Value::as_str)
-            .filter(|e| *e != "none")
-        {
+        if let Some(effort) = b.get("reasoning").and_then(reasoning_effort) {
             chat.insert("reasoning_effort".into(), Value::String(effort.into()));
         }
-        if let Some(format) = b.get("text").and_then(|t| t.get("format")) {
-            match format.get("type").and_then(Value::as_str) {
-                Some("json_schema") => {
-                    let mut schema = Map::new();
-                    for k in ["name", "schema", "strict"] {
-                        if let Some(v) = format.get(k).filter(|v| !v.is_null()) {
-                            schema.insert(k.into(), v.clone());
-                        }
-                    }
-                    chat.insert(
-                        "response_format".into(),
-                        json!({"type": "json_schema", "json_schema": schema}),
-                    );
-                }
-                Some("json_object") => {
-                    chat.insert("response_format".into(), json!({"type": "json_object"}));
-                }
-                _ => {}
-            }
+        if let Some(format) = b.get("text").and_then(response_format) {
+            chat.insert("response_format".into(), format);
         }
         let user = [b.get("user"), b.get("safety_identifier")]
             .into_iter()

@@ -623,3 +623,36 @@ async fn messages_and_responses_requests_count_against_the_same_budget() {
     let used = key_used(&env, &id).await;
     assert_eq!(used["spend_today"], "0.012000000");
 }
+
+#[tokio::test]
+async fn a_codex_shaped_responses_stream_reserves_its_texts_estimate_and_its_maximum() {
+    let env = priced_env().await;
+    let (_, key) = key_with(&env, json!({"budget_per_day": "1"})).await;
+    // Text of instructions and input, as a tree counts it: 14 + 4 + 8, and
+    // the reasoning item's 8 (its type is a name, not text): 34 characters,
+    // 9 tokens; with 100 out, a reservation of 0.109.
+    let body = json!({
+        "model": "chat",
+        "instructions": "You are terse.",
+        "input": [
+            {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "abcd"}]},
+            {"type": "reasoning", "summary": [], "encrypted_content": "xxxxxxxx"},
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi there"}]}
+        ],
+        "max_output_tokens": 100,
+        "store": false,
+        "stream": true,
+        "include": ["reasoning.encrypted_content"]
+    });
+    let r = env.post_with("/v1/responses", &key, &body).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(
+        header(&r, "x-gatehouse-budget-remaining").as_deref(),
+        Some("0.891000000")
+    );
+    assert!(r
+        .text()
+        .await
+        .expect("stream")
+        .contains("response.completed"));
+}
