@@ -738,6 +738,42 @@ async fn the_providers_responses_mode_is_set_shown_and_validated() {
 }
 
 #[tokio::test]
+async fn a_native_provider_gets_the_clients_bytes_with_only_the_model_replaced() {
+    let env = env().await;
+    env.provider(
+        "nat",
+        "openai",
+        &env.stub.openai_base_url(),
+        Some("sk-nat"),
+        5,
+    )
+    .await;
+    set_mode(&env, "nat", "native").await;
+    env.model("gpt-n", "chat", "nat", "up-n").await;
+    // Written as a client might: spaces, a member order a tree would sort,
+    // a number a tree would write as 1.5, an escape it would write as é.
+    let text = r#"{ "stream" : false, "model" : "gpt-n", "temperature": 1.50,
+        "input": [{"type": "message", "role": "user", "content": "caf\u00e9"}],
+        "metadata": {"z": 1, "a": 2} }"#;
+    let r = crate::common::client()
+        .post(env.app.u("/v1/responses"))
+        .header("authorization", format!("Bearer {}", env.key))
+        .header("content-type", "application/json")
+        .body(text)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let seen = env.stub.requests_for_model("up-n");
+    assert_eq!(seen.len(), 1);
+    assert_eq!(
+        seen[0].raw_body,
+        text.replace(r#""gpt-n""#, r#""up-n""#),
+        "the client's bytes, only the model's name replaced"
+    );
+}
+
+#[tokio::test]
 async fn a_native_provider_gets_the_body_unchanged_but_model_and_its_answers_name_the_alias() {
     let env = env().await;
     env.provider(
