@@ -313,76 +313,9 @@ impl AgentHooks {
     }
 }
 
-impl ChatHooks for AgentHooks {
-    /// Restoring PII tokens edits every answer; approvals concern only an
-    /// answer with tool calls. A key spelled with escapes
-    /// (`"tool\u005fcalls"`) would hide from the byte search, so an answer
-    /// with any escape takes the tree path too.
-    fn edits_answer(&self, answer: &[u8]) -> bool {
-        let find = |pat: &[u8]| memchr::memmem::find(answer, pat).is_some();
-        self.ctx.vault.is_some()
-            || (self.ctx.mode == ToolMode::Ask && (find(b"tool_calls") || find(b"\\u")))
-    }
-
-    async fn on_response(&mut self, response: &mut Value) -> Result<(), Error> {
-        // The calls as the model gave them: tokens, not values, are stored.
-        let calls = tool_calls_of_response(response);
-        self.answer_rules(response, &calls, crate::pii::restore_response)
-            .await
-    }
-
-    fn on_chunk(&mut self, chunk: &mut Value, before: &mut Vec<SseFrame>) -> ChunkAction {
-        self.start_frames(before);
-        if self.meta.is_empty() {
-            for k in ["id", "created", "model"] {
-                if let Some(v) = chunk.get(k) {
-                    self.meta.insert(k.into(), v.clone());
-                }
-            }
-        }
-        // AG-UI events beside the chunks describe the chunk as the model
-        // sent it: in tokenize_reversible mode they carry tokens, never the
-        // values. Alone, they are the answer: restored.
-        let as_sent = match (&self.agui, &self.ctx.vault, self.events_only) {
-            (Some(_), Some(_), false) => Some(chunk.clone()),
-            _ => None,
-        };
-        if let Some(Value::Array(choices)) = chunk.get_mut("choices") {
-            let mut work = vec![];
-            for (pos, choice) in choices.iter().enumerate() {
-                let idx = choice
-                    .get("index")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(pos as u64);
-                let finishing = choice.get("finish_reason").is_some_and(|f| !f.is_null());
-                work.push((pos, idx, finishing));
-            }
-            for (pos, idx, finishing) in work {
-                let Some(delta) = choices[pos].get_mut("delta").and_then(Value::as_object_mut)
-                else {
-                    continue;
-                };
-                let mut d = std::mem::take(delta);
-                // Accumulated before restoring: approvals keep the tokens.
-                self.accumulate(idx, &d);
-                self.restore_delta(idx, &mut d, finishing);
-                if let Some(slot) = choices[pos].get_mut("delta") {
-                    *slot = Value::Object(d);
-                }
-            }
-        }
-        if let Some(agui) = self.agui.as_mut() {
-            let described = as_sent.as_ref().unwrap_or(chunk);
-            let frame = framer(self.events_only);
-            before.extend(agui.on_chunk(described).into_iter().map(frame));
-        }
-        if self.events_only {
-            return ChunkAction::Drop;
-        }
-        ChunkAction::Send
-    }
-
-    async fn on_stream_end(&mut self, usage: Option<&Value>) -> Vec<SseFrame> {
+impl AgentHooks {
+    /// The frames that end a stream that went well (see `on_stream_end`).
+    async fn end_frames(&mut self, usage: Option<&Value>) -> Vec<SseFrame> {
         let mut frames = vec![];
         self.start_frames(&mut frames);
         let frame = framer(self.events_only);
@@ -463,6 +396,82 @@ impl ChatHooks for AgentHooks {
             frames.push(SseFrame::json(&c));
         }
         frames
+    }
+}
+
+impl ChatHooks for AgentHooks {
+    /// Restoring PII tokens edits every answer; approvals concern only an
+    /// answer with tool calls. A key spelled with escapes
+    /// (`"tool\u005fcalls"`) would hide from the byte search, so an answer
+    /// with any escape takes the tree path too.
+    fn edits_answer(&self, answer: &[u8]) -> bool {
+        let find = |pat: &[u8]| memchr::memmem::find(answer, pat).is_some();
+        self.ctx.vault.is_some()
+            || (self.ctx.mode == ToolMode::Ask && (find(b"tool_calls") || find(b"\\u")))
+    }
+
+    async fn on_response(&mut self, response: &mut Value) -> Result<(), Error> {
+        // The calls as the model gave them: tokens, not values, are stored.
+        let calls = tool_calls_of_response(response);
+        self.answer_rules(response, &calls, crate::pii::restore_response)
+            .await
+    }
+
+    fn on_chunk(&mut self, chunk: &mut Value, before: &mut Vec<SseFrame>) -> ChunkAction {
+        self.start_frames(before);
+        if self.meta.is_empty() {
+            for k in ["id", "created", "model"] {
+                if let Some(v) = chunk.get(k) {
+                    self.meta.insert(k.into(), v.clone());
+                }
+            }
+        }
+        // AG-UI events beside the chunks describe the chunk as the model
+        // sent it: in tokenize_reversible mode they carry tokens, never the
+        // values. Alone, they are the answer: restored.
+        let as_sent = match (&self.agui, &self.ctx.vault, self.events_only) {
+            (Some(_), Some(_), false) => Some(chunk.clone()),
+            _ => None,
+        };
+        if let Some(Value::Array(choices)) = chunk.get_mut("choices") {
+            let mut work = vec![];
+            for (pos, choice) in choices.iter().enumerate() {
+                let idx = choice
+                    .get("index")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(pos as u64);
+                let finishing = choice.get("finish_reason").is_some_and(|f| !f.is_null());
+                work.push((pos, idx, finishing));
+            }
+            for (pos, idx, finishing) in work {
+                let Some(delta) = choices[pos].get_mut("delta").and_then(Value::as_object_mut)
+                else {
+                    continue;
+                };
+                let mut d = std::mem::take(delta);
+                // Accumulated before restoring: approvals keep the tokens.
+                self.accumulate(idx, &d);
+                self.restore_delta(idx, &mut d, finishing);
+                if let Some(slot) = choices[pos].get_mut("delta") {
+                    *slot = Value::Object(d);
+                }
+            }
+        }
+        if let Some(agui) = self.agui.as_mut() {
+            let described = as_sent.as_ref().unwrap_or(chunk);
+            let frame = framer(self.events_only);
+            before.extend(agui.on_chunk(described).into_iter().map(frame));
+        }
+        if self.events_only {
+            return ChunkAction::Drop;
+        }
+        ChunkAction::Send
+    }
+
+    async fn on_stream_end(&mut self, usage: Option<&Value>, out: &mut Vec<u8>) {
+        for f in self.end_frames(usage).await {
+            f.write_to(out);
+        }
     }
 
     fn on_stream_error(&mut self, error: &Error) -> Vec<SseFrame> {

@@ -196,13 +196,15 @@ pub trait ChatHooks: Send + 'static {
         let _ = cost;
     }
 
-    /// The stream ended normally: frames to send before `data: [DONE]`.
+    /// The stream ended normally: what to send before `data: [DONE]`,
+    /// written into `out` (events in their wire form).
     fn on_stream_end(
         &mut self,
         usage: Option<&Value>,
-    ) -> impl Future<Output = Vec<SseFrame>> + Send {
-        let _ = usage;
-        async { Vec::new() }
+        out: &mut Vec<u8>,
+    ) -> impl Future<Output = ()> + Send {
+        let _ = (usage, out);
+        async {}
     }
 
     /// The stream failed after it began: frames to send before the error.
@@ -1187,9 +1189,7 @@ impl<H: ChatHooks> StreamRelay<H> {
             }
         }
         if let Some(h) = self.hooks.as_mut() {
-            for f in h.on_stream_end(self.usage.as_ref()).await {
-                f.write_to(&mut out);
-            }
+            h.on_stream_end(self.usage.as_ref(), &mut out).await;
             if h.openai_frames() {
                 done = Some(h.stream_done());
             } else {

@@ -229,6 +229,63 @@ impl<H: ChatHooks + MessagesRules> MessagesHooks<H> {
     }
 }
 
+impl<H: ChatHooks + MessagesRules> MessagesHooks<H> {
+    /// The events that end a stream that went well (see `on_stream_end`).
+    async fn end_frames(&mut self, usage: Option<&Value>) -> Vec<SseFrame> {
+        let held = self.passed.as_mut().map(|p| p.held_stop.take());
+        if held.as_ref().is_some_and(Option::is_none) {
+            // The upstream's own `message_stop` ended it.
+            return Vec::new();
+        }
+        let mut inner = Vec::new();
+        self.inner.on_stream_end(usage, &mut inner).await;
+        let inner = crate::wire::sse::frames_of(&inner);
+        let mut out = Vec::new();
+        let passed = held.is_some();
+        if !passed {
+            self.stream.start(&mut out);
+        }
+        let mut after_delta = Vec::new();
+        let mut approvals = None;
+        for f in inner {
+            // The inner hooks speak chat: a closing chunk (restored text,
+            // approvals) or an error.
+            let SseFrame::Data(data) = &f else {
+                after_delta.push(f);
+                continue;
+            };
+            let Ok(v) = serde_json::from_str::<Value>(data) else {
+                continue;
+            };
+            if let Some(e) = v.get("error") {
+                let message = e.get("message").and_then(Value::as_str).unwrap_or("");
+                out.extend(after_delta);
+                out.push(frame(json!({"type": "error",
+                    "error": {"type": "api_error", "message": message}})));
+                return out;
+            }
+            if let Some(a) = v.get("approvals") {
+                approvals = Some(a.clone());
+            } else if !passed {
+                // (Passed through, restorers gave their text at each block's end.)
+                self.stream.chunk(&v, &mut out);
+            }
+        }
+        if !passed {
+            self.stream.finish(usage, &mut out);
+        }
+        out.extend(after_delta);
+        if let Some(a) = approvals {
+            out.push(frame(json!({"type": "service.approvals", "approvals": a})));
+        }
+        match held.flatten() {
+            Some(stop) => out.push(stop),
+            None => self.stream.stop(&mut out),
+        }
+        out
+    }
+}
+
 impl<H: ChatHooks + MessagesRules> ChatHooks for MessagesHooks<H> {
     const EDITS_ANSWERS: bool = true;
     /// `message_delta`'s usage carries it.
@@ -330,56 +387,10 @@ impl<H: ChatHooks + MessagesRules> ChatHooks for MessagesHooks<H> {
         ChunkAction::Drop
     }
 
-    async fn on_stream_end(&mut self, usage: Option<&Value>) -> Vec<SseFrame> {
-        let held = self.passed.as_mut().map(|p| p.held_stop.take());
-        if held.as_ref().is_some_and(Option::is_none) {
-            // The upstream's own `message_stop` ended it.
-            return Vec::new();
+    async fn on_stream_end(&mut self, usage: Option<&Value>, out: &mut Vec<u8>) {
+        for f in self.end_frames(usage).await {
+            f.write_to(out);
         }
-        let inner = self.inner.on_stream_end(usage).await;
-        let mut out = Vec::new();
-        let passed = held.is_some();
-        if !passed {
-            self.stream.start(&mut out);
-        }
-        let mut after_delta = Vec::new();
-        let mut approvals = None;
-        for f in inner {
-            // The inner hooks speak chat: a closing chunk (restored text,
-            // approvals) or an error.
-            let SseFrame::Data(data) = &f else {
-                after_delta.push(f);
-                continue;
-            };
-            let Ok(v) = serde_json::from_str::<Value>(data) else {
-                continue;
-            };
-            if let Some(e) = v.get("error") {
-                let message = e.get("message").and_then(Value::as_str).unwrap_or("");
-                out.extend(after_delta);
-                out.push(frame(json!({"type": "error",
-                    "error": {"type": "api_error", "message": message}})));
-                return out;
-            }
-            if let Some(a) = v.get("approvals") {
-                approvals = Some(a.clone());
-            } else if !passed {
-                // (Passed through, restorers gave their text at each block's end.)
-                self.stream.chunk(&v, &mut out);
-            }
-        }
-        if !passed {
-            self.stream.finish(usage, &mut out);
-        }
-        out.extend(after_delta);
-        if let Some(a) = approvals {
-            out.push(frame(json!({"type": "service.approvals", "approvals": a})));
-        }
-        match held.flatten() {
-            Some(stop) => out.push(stop),
-            None => self.stream.stop(&mut out),
-        }
-        out
     }
 
     fn on_stream_error(&mut self, error: &Error) -> Vec<SseFrame> {

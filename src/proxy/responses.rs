@@ -23,7 +23,7 @@ use crate::wire::chat::prompt_chars;
 use crate::wire::responses::answer::{from_chat, from_chat_text};
 use crate::wire::responses::native::{self, NativeStream};
 use crate::wire::responses::{Echo, RawResponses, ResponseMeta, ResponsesRequest, ResponsesStream};
-use crate::wire::sse::{SseEvent, SseFrame};
+use crate::wire::sse::{frames_of, SseEvent, SseFrame};
 
 /// Whether a Responses request goes to this provider natively.
 pub fn is_native(provider: &Provider) -> bool {
@@ -244,20 +244,25 @@ impl<H: ChatHooks> ChatHooks for ResponsesHooks<H> {
         ChunkAction::Drop
     }
 
-    async fn on_stream_end(&mut self, usage: Option<&Value>) -> Vec<SseFrame> {
+    async fn on_stream_end(&mut self, usage: Option<&Value>, out: &mut Vec<u8>) {
         if self.native.is_some() {
-            return Vec::new();
+            return;
         }
-        let frames = self.inner.on_stream_end(usage).await;
-        let mut out = self.translate_frames(frames);
+        let mut inner = Vec::new();
+        self.inner.on_stream_end(usage, &mut inner).await;
+        if !inner.is_empty() {
+            for f in self.translate_frames(frames_of(&inner)) {
+                f.write_to(out);
+            }
+        }
         let approvals = std::mem::take(&mut self.approvals);
         let cost = self.cost.take();
         let stream = self.stream_for(&Value::Null);
         if let Some(c) = cost {
             stream.set_cost(c);
         }
-        out.extend(stream.finish(usage, approvals));
-        out
+        // Written straight into the answer: no frames made and read back.
+        stream.finish_into(usage, &approvals, out);
     }
 
     fn on_stream_error(&mut self, error: &Error) -> Vec<SseFrame> {

@@ -85,6 +85,15 @@ pub fn end_event(out: &mut Vec<u8>) {
     out.extend_from_slice(b"\n\n");
 }
 
+/// Writes a string that needs no escapes (the gateway's own ids and event
+/// names) as a JSON string: no scan for characters to escape.
+pub fn plain_str(out: &mut Vec<u8>, s: &str) {
+    debug_assert!(!s.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20));
+    out.push(b'"');
+    out.extend_from_slice(s.as_bytes());
+    out.push(b'"');
+}
+
 /// Writes `s` as a JSON string.
 pub fn json_str(out: &mut Vec<u8>, s: &str) {
     // Writing to a Vec cannot fail, and a str always serialises.

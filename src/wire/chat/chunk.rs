@@ -98,9 +98,47 @@ pub struct ChunkText<'a> {
 #[derive(Deserialize)]
 struct ChunkView<'a> {
     #[serde(borrow)]
-    choices: Vec<MapOnly<ChoiceView<'a>>>,
+    choices: Choices<'a>,
     #[serde(borrow, default)]
     usage: Option<&'a RawValue>,
+}
+
+/// A chunk's `choices` as they are read: choice 0 kept, what the relay
+/// reads of the others gathered (no list of them is built).
+#[derive(Default)]
+struct Choices<'a> {
+    first: Option<ChoiceView<'a>>,
+    count: usize,
+    chars: usize,
+    finish: bool,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Choices<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for V<'a> {
+            type Value = Choices<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a list of choices")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Choices<'a>, A::Error> {
+                let mut all = Choices::default();
+                while let Some(MapOnly(c)) = seq.next_element::<MapOnly<ChoiceView<'a>>>()? {
+                    all.count += 1;
+                    all.finish |= c.finish_reason.is_some();
+                    all.chars += c.delta.as_ref().map_or(0, |MapOnly(d)| chars_of(d));
+                    if all.first.is_none() && c.index.unwrap_or(0) == 0 {
+                        all.first = Some(c);
+                    }
+                }
+                Ok(all)
+            }
+        }
+        d.deserialize_seq(V(std::marker::PhantomData))
+    }
 }
 
 #[derive(Deserialize)]
@@ -157,17 +195,12 @@ impl<'a> ChunkText<'a> {
         let MapOnly(view): MapOnly<ChunkView<'a>> = serde_json::from_str(data).ok()?;
         let has_usage = view.usage.is_some_and(|u| u.get() != "null");
         let usage = usage_of(view.usage).ok()?;
-        let choices = view.choices.len();
-        let mut chars = 0;
-        let mut finish = false;
-        let mut first: Option<ChoiceView<'a>> = None;
-        for MapOnly(c) in view.choices {
-            finish |= c.finish_reason.is_some();
-            chars += c.delta.as_ref().map_or(0, |MapOnly(d)| chars_of(d));
-            if first.is_none() && c.index.unwrap_or(0) == 0 {
-                first = Some(c);
-            }
-        }
+        let Choices {
+            first,
+            count: choices,
+            chars,
+            finish,
+        } = view.choices;
         let delta = match first {
             Some(c) => delta_of(c.delta.map(|MapOnly(d)| d), c.finish_reason),
             None => ChunkDelta::default(),

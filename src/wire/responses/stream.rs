@@ -15,7 +15,9 @@ use crate::wire::responses::answer::{
     write_output_text_quoted, write_response, Echo, ResponseMeta,
 };
 use crate::wire::responses::new_id;
-use crate::wire::sse::{begin_event, end_event, frames_of, json_num, json_str, SseFrame};
+use crate::wire::sse::{
+    begin_event, end_event, frames_of, json_num, json_str, plain_str, SseFrame,
+};
 
 /// The item being streamed.
 enum Open {
@@ -91,7 +93,7 @@ impl ResponsesStream {
     fn begin(&mut self, out: &mut Vec<u8>, kind: &str) {
         begin_event(out, kind);
         out.extend_from_slice(b"{\"type\":");
-        json_str(out, kind);
+        plain_str(out, kind);
         out.extend_from_slice(b",\"sequence_number\":");
         json_num(out, self.seq);
         self.seq += 1;
@@ -120,7 +122,8 @@ impl ResponsesStream {
     /// `,"item_id":ID,"output_index":N`
     fn item_ref(out: &mut Vec<u8>, id: &str, idx: usize) {
         out.extend_from_slice(b",\"item_id\":");
-        json_str(out, id);
+        // The gateway's own id: nothing to escape.
+        plain_str(out, id);
         out.extend_from_slice(b",\"output_index\":");
         json_num(out, idx as u64);
     }

@@ -754,8 +754,8 @@ mod hooks {
             ChunkAction::Send
         }
 
-        async fn on_stream_end(&mut self, usage: Option<&Value>) -> Vec<SseFrame> {
-            vec![
+        async fn on_stream_end(&mut self, usage: Option<&Value>, out: &mut Vec<u8>) {
+            let frames = [
                 SseFrame::json(
                     &json!({"choices": [], "approvals": [], "had_usage": usage.is_some()}),
                 ),
@@ -763,7 +763,10 @@ mod hooks {
                     event: "ag-ui".into(),
                     data: json!({"type": "RUN_FINISHED"}).to_string(),
                 },
-            ]
+            ];
+            for f in frames {
+                f.write_to(out);
+            }
         }
 
         fn on_stream_error(&mut self, error: &Error) -> Vec<SseFrame> {
