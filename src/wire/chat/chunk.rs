@@ -12,6 +12,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
+use crate::wire::chat::usage::UsageFigures;
 use crate::wire::json::MapOnly;
 
 /// What a translation reads of one chunk: choice 0 (the first choice whose
@@ -225,8 +226,8 @@ pub struct AnswerText<'a> {
     /// Characters of generated text in every choice (as
     /// [`completion_chars`](crate::wire::chat::completion_chars) counts them).
     pub chars: usize,
-    /// The `usage` object, when there is one.
-    pub usage: Option<Value>,
+    /// The `usage` object's figures, when there is one.
+    pub usage: Option<UsageFigures>,
 }
 
 #[derive(Deserialize)]
@@ -311,7 +312,11 @@ impl<'a> AnswerText<'a> {
             return None;
         }
         let MapOnly(view): MapOnly<AnswerView<'a>> = serde_json::from_slice(bytes).ok()?;
-        let usage = usage_of(view.usage).ok()?;
+        // Typed: no tree of the usage object is made.
+        let usage = match view.usage {
+            Some(u) => UsageFigures::read(u.get()).ok()?,
+            None => None,
+        };
         let chars = view
             .choices
             .iter()
@@ -332,12 +337,12 @@ impl<'a> AnswerText<'a> {
     /// The tokens of the answer: its usage, else the estimate (as the
     /// relay's tree path counts them).
     pub fn tokens(&self, prompt_estimate: i64) -> crate::usage::Tokens {
-        crate::wire::chat::usage_tokens(self.usage.as_ref()).unwrap_or(
-            crate::usage::Tokens::estimate(
+        self.usage
+            .and_then(|u| u.tokens())
+            .unwrap_or(crate::usage::Tokens::estimate(
                 prompt_estimate,
                 crate::usage::estimate_tokens(self.chars),
-            ),
-        )
+            ))
     }
 }
 

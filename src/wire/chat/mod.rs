@@ -9,6 +9,7 @@ pub mod chunk;
 pub mod raw_fields;
 pub mod request;
 pub mod tools;
+pub mod usage;
 
 use serde_json::{Map, Value};
 
@@ -119,26 +120,7 @@ pub fn rewrite_model(obj: &mut Map<String, Value>, alias: &str) {
 
 /// Tokens from an OpenAI `usage` object, when it has them.
 pub fn usage_tokens(usage: Option<&Value>) -> Option<Tokens> {
-    let u = usage?.as_object()?;
-    let get = |k: &str| u.get(k).and_then(Value::as_i64);
-    let (p, c) = (get("prompt_tokens"), get("completion_tokens"));
-    if p.is_none() && c.is_none() {
-        return None;
-    }
-    let detail = |group: &str, k: &str| {
-        u.get(group)
-            .and_then(|d| d.get(k))
-            .and_then(Value::as_i64)
-            .unwrap_or(0)
-    };
-    Some(Tokens {
-        prompt: p.unwrap_or(0),
-        completion: c.unwrap_or(0),
-        cache_read: detail("prompt_tokens_details", "cached_tokens"),
-        cache_write: detail("prompt_tokens_details", "cache_write_tokens"),
-        reasoning: detail("completion_tokens_details", "reasoning_tokens"),
-        estimated: false,
-    })
+    usage.and_then(usage::UsageFigures::of)?.tokens()
 }
 
 fn text_chars(content: Option<&Value>) -> usize {

@@ -7,6 +7,7 @@ use serde_json::{json, Map, Value};
 use super::to_chat::ToolNames;
 use crate::usage::Tokens;
 use crate::wire::chat::chunk::AnswerText;
+use crate::wire::chat::usage::UsageFigures;
 use crate::wire::sse::json_str;
 
 /// A tool call id as a Messages client accepts it: every character outside
@@ -51,18 +52,10 @@ pub fn tool_input(arguments: &str) -> Value {
     }
 }
 
-/// The cached prompt tokens of a chat usage object.
-pub fn cached_tokens(usage: Option<&Value>) -> i64 {
-    usage
-        .and_then(|u| u.get("prompt_tokens_details")?.get("cached_tokens"))
-        .and_then(Value::as_i64)
-        .unwrap_or(0)
-}
-
 /// A Messages usage object from chat's (prompt includes cache) or, without
 /// one, from `fallback`: `input_tokens` = prompt − cached (never below 0).
 pub fn messages_usage(usage: Option<&Value>, fallback: Tokens) -> Value {
-    let (input, output, cached) = usage_figures(usage, fallback);
+    let (input, output, cached) = usage_figures(usage.and_then(UsageFigures::of), fallback);
     json!({
         "input_tokens": input,
         "output_tokens": output,
@@ -72,7 +65,7 @@ pub fn messages_usage(usage: Option<&Value>, fallback: Tokens) -> Value {
 }
 
 /// [`messages_usage`] written as JSON (members in the tree's order).
-pub fn write_messages_usage(out: &mut Vec<u8>, usage: Option<&Value>, fallback: Tokens) {
+pub fn write_messages_usage(out: &mut Vec<u8>, usage: Option<UsageFigures>, fallback: Tokens) {
     let (input, output, cached) = usage_figures(usage, fallback);
     let mut n = itoa::Buffer::new();
     out.extend_from_slice(b"{\"cache_creation_input_tokens\":0,\"cache_read_input_tokens\":");
@@ -85,9 +78,12 @@ pub fn write_messages_usage(out: &mut Vec<u8>, usage: Option<&Value>, fallback: 
 }
 
 /// Input (without the cached part), output and cached tokens.
-fn usage_figures(usage: Option<&Value>, fallback: Tokens) -> (i64, i64, i64) {
-    let tokens = crate::wire::chat::usage_tokens(usage).unwrap_or(fallback);
-    let cached = cached_tokens(usage).clamp(0, tokens.prompt.max(0));
+fn usage_figures(usage: Option<UsageFigures>, fallback: Tokens) -> (i64, i64, i64) {
+    let tokens = usage.and_then(|u| u.tokens()).unwrap_or(fallback);
+    let cached = usage
+        .and_then(|u| u.cached)
+        .unwrap_or(0)
+        .clamp(0, tokens.prompt.max(0));
     ((tokens.prompt - cached).max(0), tokens.completion, cached)
 }
 
@@ -213,7 +209,7 @@ pub fn messages_answer_text(
     out.extend_from_slice(b"],\"stop_reason\":");
     json_str(&mut out, stop_reason(m.finish_reason.as_deref()));
     out.extend_from_slice(b",\"stop_sequence\":null,\"usage\":");
-    write_messages_usage(&mut out, a.usage.as_ref(), fallback);
+    write_messages_usage(&mut out, a.usage, fallback);
     out.push(b'}');
     Some((bytes::Bytes::from(out), a.tokens(prompt_estimate)))
 }
@@ -240,7 +236,11 @@ mod tests {
             ),
         ] {
             let mut out = Vec::new();
-            write_messages_usage(&mut out, usage.as_ref(), fallback);
+            write_messages_usage(
+                &mut out,
+                usage.as_ref().and_then(UsageFigures::of),
+                fallback,
+            );
             let written: Value = serde_json::from_slice(&out).unwrap();
             assert_eq!(
                 written,

@@ -7,6 +7,7 @@ use serde_json::{json, Map, Value};
 use crate::usage::{estimate_tokens, Tokens};
 use crate::wire::chat::chunk::AnswerText;
 use crate::wire::chat::completion_chars;
+use crate::wire::chat::usage::UsageFigures;
 use crate::wire::responses::new_id;
 use crate::wire::sse::{json_num, json_str};
 
@@ -128,23 +129,21 @@ pub struct ResponsesUsage {
 impl ResponsesUsage {
     /// From a chat `usage` object, else from the estimate.
     pub fn of(chat_usage: Option<&Value>, estimate: Tokens) -> ResponsesUsage {
-        // Members by name, not `pointer` (which parses its path each time).
-        let get = |group: Option<&str>, k: &str| {
-            let mut v = chat_usage?;
-            if let Some(g) = group {
-                v = v.get(g)?;
-            }
-            v.get(k).and_then(Value::as_i64)
-        };
-        let (input, output) = match (get(None, "prompt_tokens"), get(None, "completion_tokens")) {
+        ResponsesUsage::of_figures(chat_usage.and_then(UsageFigures::of), estimate)
+    }
+
+    /// [`Self::of`] for figures already read.
+    pub fn of_figures(figures: Option<UsageFigures>, estimate: Tokens) -> ResponsesUsage {
+        let f = figures.unwrap_or_default();
+        let (input, output) = match (f.prompt, f.completion) {
             (None, None) => (estimate.prompt, estimate.completion),
             (p, c) => (p.unwrap_or(0), c.unwrap_or(0)),
         };
         ResponsesUsage {
             input,
-            cached: get(Some("prompt_tokens_details"), "cached_tokens").unwrap_or(0),
+            cached: f.cached.unwrap_or(0),
             output,
-            reasoning: get(Some("completion_tokens_details"), "reasoning_tokens").unwrap_or(0),
+            reasoning: f.reasoning.unwrap_or(0),
         }
     }
 
@@ -356,7 +355,7 @@ pub fn from_chat_text(
     let (status, incomplete) = status_of(m.finish_reason.as_deref());
     let estimate = Tokens::estimate(echo.prompt_estimate, estimate_tokens(a.chars));
     let mut usage = Vec::with_capacity(160);
-    ResponsesUsage::of(a.usage.as_ref(), estimate).write(&mut usage);
+    ResponsesUsage::of_figures(a.usage, estimate).write(&mut usage);
     let mut out = Vec::with_capacity(chat.len() + 512);
     write_response(
         &mut out,
