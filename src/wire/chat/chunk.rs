@@ -17,12 +17,71 @@ use crate::wire::json::MapOnly;
 
 /// What a translation reads of one chunk: choice 0 (the first choice whose
 /// `index` is 0 or absent).
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Debug, Default)]
 pub struct ChunkDelta<'a> {
     pub reasoning: Option<Cow<'a, str>>,
     pub content: Option<Cow<'a, str>>,
+    /// `content` as the upstream wrote it, JSON text with its quotes (read
+    /// from text only): a translation copies it instead of escaping the
+    /// string again.
+    pub content_json: Option<&'a str>,
     pub tool_calls: Vec<ToolCallDelta<'a>>,
     pub finish_reason: Option<Cow<'a, str>>,
+}
+
+/// Equal when they read the same (however `content` was written).
+impl PartialEq for ChunkDelta<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        (
+            &self.reasoning,
+            &self.content,
+            &self.tool_calls,
+            &self.finish_reason,
+        ) == (
+            &other.reasoning,
+            &other.content,
+            &other.tool_calls,
+            &other.finish_reason,
+        )
+    }
+}
+
+impl Eq for ChunkDelta<'_> {}
+
+impl ChunkDelta<'_> {
+    /// Writes `content` as a JSON string: the upstream's own text when there
+    /// is one (no escape scan), else escaped.
+    pub fn write_content(&self, out: &mut Vec<u8>) {
+        match (self.content_json, self.content.as_deref()) {
+            (Some(json), _) => out.extend_from_slice(json.as_bytes()),
+            (None, Some(text)) => crate::wire::sse::json_str(out, text),
+            (None, None) => out.extend_from_slice(b"null"),
+        }
+    }
+}
+
+/// A JSON string read as both its text (quotes and escapes as written) and
+/// the string it spells (borrowed when it has no escapes).
+struct JsonStr<'a> {
+    json: &'a str,
+    text: Cow<'a, str>,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for JsonStr<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let json = <&'a RawValue>::deserialize(d)?.get();
+        if !json.starts_with('"') {
+            return Err(D::Error::custom("not a string"));
+        }
+        let text = if json.contains('\\') {
+            // Escapes undone (and checked: a lone surrogate fails here).
+            Cow::Owned(serde_json::from_str::<String>(json).map_err(D::Error::custom)?)
+        } else {
+            Cow::Borrowed(json.get(1..json.len() - 1).unwrap_or(""))
+        };
+        Ok(JsonStr { json, text })
+    }
 }
 
 /// One piece of a streamed tool call.
@@ -72,6 +131,7 @@ impl<'a> ChunkDelta<'a> {
         ChunkDelta {
             reasoning: field("reasoning_content"),
             content: field("content"),
+            content_json: None,
             tool_calls,
             finish_reason: tree_str(choice.get("finish_reason")),
         }
@@ -157,7 +217,7 @@ struct DeltaView<'a> {
     #[serde(borrow, default)]
     reasoning_content: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
-    content: Option<Cow<'a, str>>,
+    content: Option<JsonStr<'a>>,
     #[serde(borrow, default)]
     tool_calls: Option<Vec<MapOnly<CallView<'a>>>>,
 }
@@ -252,9 +312,14 @@ fn delta_of<'a>(d: Option<DeltaView<'a>>, finish_reason: Option<Cow<'a, str>>) -
         Some(d) => (d.reasoning_content, d.content, d.tool_calls),
         None => (None, None, None),
     };
+    let (content, content_json) = match content {
+        Some(c) => (Some(c.text), Some(c.json)),
+        None => (None, None),
+    };
     ChunkDelta {
         reasoning,
         content,
+        content_json,
         tool_calls: calls
             .into_iter()
             .flatten()
@@ -278,7 +343,7 @@ fn delta_of<'a>(d: Option<DeltaView<'a>>, finish_reason: Option<Cow<'a, str>>) -
 
 /// Characters of generated text in a delta or message.
 fn chars_of(d: &DeltaView<'_>) -> usize {
-    let mut chars = d.content.as_deref().map_or(0, |t| t.chars().count());
+    let mut chars = d.content.as_ref().map_or(0, |t| t.text.chars().count());
     for MapOnly(tc) in d.tool_calls.iter().flatten() {
         chars += tc
             .function
@@ -415,5 +480,29 @@ mod tests {
         }
         // In a member that is read, the same escape still leaves it to the tree.
         assert!(ChunkText::read(r#"{"choices": [{"delta": {"content": "\ud800"}}]}"#).is_none());
+    }
+}
+
+#[cfg(test)]
+mod json_str_tests {
+    use super::*;
+
+    #[test]
+    fn a_content_string_is_kept_as_written_and_read_as_a_tree_reads_it() {
+        let text = r#"{"choices": [{"delta": {"content": "caf\u00e9 \"x\"\n"}}]}"#;
+        let read = ChunkText::read(text).unwrap();
+        assert_eq!(read.delta.content_json, Some(r#""caf\u00e9 \"x\"\n""#));
+        assert_eq!(read.delta.content.as_deref(), Some("café \"x\"\n"));
+        let mut out = Vec::new();
+        read.delta.write_content(&mut out);
+        assert_eq!(out, br#""caf\u00e9 \"x\"\n""#);
+        // What a tree would refuse is not kept: a raw line break in a string.
+        assert!(ChunkText::read("{\"choices\": [{\"delta\": {\"content\": \"a\nb\"}}]}").is_none());
+        // From a tree, the string is written.
+        let tree = serde_json::json!({"choices": [{"delta": {"content": "é\n"}}]});
+        let delta = ChunkDelta::of_tree(&tree);
+        let mut out = Vec::new();
+        delta.write_content(&mut out);
+        assert_eq!(out, "\"é\\n\"".as_bytes());
     }
 }

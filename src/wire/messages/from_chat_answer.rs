@@ -179,10 +179,10 @@ pub fn messages_answer_text(
         json_str(&mut out, r);
         out.extend_from_slice(b",\"signature\":\"\"}");
     }
-    if let Some(t) = m.content.as_deref().filter(|s| !s.is_empty()) {
+    if m.content.as_deref().is_some_and(|s| !s.is_empty()) {
         sep(&mut out);
         out.extend_from_slice(b"{\"type\":\"text\",\"text\":");
-        json_str(&mut out, t);
+        m.write_content(&mut out);
         out.push(b'}');
     }
     for (i, call) in m.tool_calls.iter().enumerate() {

@@ -213,7 +213,7 @@ impl ToMessages {
             self.output_chars += t.chars().count();
             let i = self.open(Block::Text, BlockStart::Text, out);
             begin_delta(out, i, "text_delta", "text");
-            json_str(out, t);
+            delta.write_content(out);
             close_delta(out);
         }
         for tc in &delta.tool_calls {

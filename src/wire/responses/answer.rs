@@ -337,8 +337,10 @@ pub fn from_chat_text(
     let m = &a.message;
     let mut output = Vec::new();
     if let Some(text) = m.content.as_deref().filter(|t| !t.is_empty()) {
+        let mut quoted = Vec::with_capacity(text.len() + 2);
+        m.write_content(&mut quoted);
         let mut item = Vec::with_capacity(text.len() + 128);
-        write_message_item(&mut item, &new_id("msg_"), text, "completed");
+        write_message_item_quoted(&mut item, &new_id("msg_"), &quoted, "completed");
         output.push(String::from_utf8(item).ok()?);
     }
     for call in &m.tool_calls {
@@ -385,14 +387,8 @@ pub(crate) fn write_output_text_quoted(out: &mut Vec<u8>, quoted: &[u8]) {
     out.extend_from_slice(b",\"annotations\":[]}");
 }
 
-/// A text item (as [`message_item`]).
-pub(crate) fn write_message_item(out: &mut Vec<u8>, id: &str, text: &str, status: &str) {
-    let mut quoted = Vec::with_capacity(text.len() + 2);
-    json_str(&mut quoted, text);
-    write_message_item_quoted(out, id, &quoted, status);
-}
-
-/// [`write_message_item`] of a text already written as a JSON string.
+/// A text item (as [`message_item`]) of a text already written as a JSON
+/// string.
 pub(crate) fn write_message_item_quoted(out: &mut Vec<u8>, id: &str, quoted: &[u8], status: &str) {
     out.extend_from_slice(b"{\"type\":\"message\",\"id\":");
     json_str(out, id);

@@ -259,7 +259,8 @@ impl ResponsesStream {
         }
     }
 
-    fn text(&mut self, piece: &str, out: &mut Vec<u8>) {
+    /// A piece of text, written as a JSON string by `piece`.
+    fn text(&mut self, piece: impl FnOnce(&mut Vec<u8>), out: &mut Vec<u8>) {
         if !matches!(self.open, Some(Open::Message { .. })) {
             self.close(out);
             let id = new_id("msg_");
@@ -294,7 +295,7 @@ impl ResponsesStream {
         Self::item_ref(out, id, idx);
         out.extend_from_slice(b",\"content_index\":0,\"delta\":");
         let at = out.len();
-        json_str(out, piece);
+        piece(out);
         // The piece's escaped text, without its quotes.
         quoted.extend_from_slice(out.get(at + 1..out.len() - 1).unwrap_or_default());
         Self::end(out);
@@ -377,7 +378,7 @@ impl ResponsesStream {
         self.start(out);
         if let Some(piece) = delta.content.as_deref().filter(|s| !s.is_empty()) {
             self.completion_chars += piece.chars().count();
-            self.text(piece, out);
+            self.text(|out| delta.write_content(out), out);
         }
         for tc in &delta.tool_calls {
             if let Some(a) = tc.arguments.as_deref() {
