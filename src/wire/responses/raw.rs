@@ -50,29 +50,35 @@ pub struct RawResponses {
 /// the prompt), counted only when asked: most requests fall under no budget.
 #[derive(Debug, Clone)]
 pub struct PromptText {
+    /// The body [`RawResponses::read`] read.
     bytes: Bytes,
-    input: Range<usize>,
-    instructions: usize,
+}
+
+#[derive(Deserialize)]
+struct TextView<'a> {
+    #[serde(borrow)]
+    input: &'a RawValue,
+    #[serde(borrow, default)]
+    instructions: Option<Cow<'a, str>>,
 }
 
 impl PromptText {
     /// Characters of text, as [`text_chars`](crate::spend::budget::text_chars)
     /// counts them in a tree.
     pub fn chars(&self) -> usize {
-        let input = std::str::from_utf8(self.bytes.get(self.input.clone()).unwrap_or_default())
-            .unwrap_or_default();
-        let n = if input.starts_with('"') {
-            lit_chars(input)
-        } else {
-            // What the counter without a tree leaves (a key written twice,
-            // a crowded object) is counted in a tree.
-            crate::spend::budget::text_chars_of_json(input).unwrap_or_else(|| {
-                serde_json::from_str::<Value>(input)
-                    .map(|v| crate::spend::budget::text_chars(&v))
-                    .unwrap_or(0)
-            })
+        // The body was read once already: this reading of it succeeds.
+        let Ok(MapOnly(v)) = serde_json::from_slice::<MapOnly<TextView>>(&self.bytes) else {
+            return 0;
         };
-        self.instructions + n
+        let input = v.input.get();
+        // What the counter without a tree leaves (a key written twice, a
+        // crowded object) is counted in a tree.
+        let n = crate::spend::budget::text_chars_of_json(input).unwrap_or_else(|| {
+            serde_json::from_str::<Value>(input)
+                .map(|v| crate::spend::budget::text_chars(&v))
+                .unwrap_or(0)
+        });
+        v.instructions.map_or(0, |i| i.chars().count()) + n
     }
 }
 
@@ -82,7 +88,7 @@ struct BodyView<'a> {
     #[serde(borrow)]
     model: &'a RawValue,
     #[serde(borrow)]
-    input: &'a RawValue,
+    input: TextOr<'a, MapOnly<ItemView<'a>>>,
     #[serde(borrow, default)]
     instructions: Option<&'a RawValue>,
     #[serde(default)]
@@ -125,7 +131,7 @@ struct ItemView<'a> {
     #[serde(borrow, default)]
     role: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
-    content: Option<&'a RawValue>,
+    content: Option<TextOr<'a, MapOnly<PartView<'a>>>>,
     #[serde(borrow, default)]
     call_id: Option<&'a RawValue>,
     #[serde(borrow, default)]
@@ -135,7 +141,7 @@ struct ItemView<'a> {
     #[serde(borrow, default)]
     input: Option<&'a RawValue>,
     #[serde(borrow, default)]
-    output: Option<&'a RawValue>,
+    output: Option<TextOr<'a, MapOnly<TextPart<'a>>>>,
 }
 
 #[derive(Deserialize)]
@@ -143,15 +149,69 @@ struct PartView<'a> {
     #[serde(rename = "type", borrow)]
     kind: Cow<'a, str>,
     #[serde(borrow, default)]
-    text: Option<&'a RawValue>,
+    text: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
-    refusal: Option<&'a RawValue>,
+    refusal: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
 struct TextPart<'a> {
     #[serde(borrow)]
-    text: &'a RawValue,
+    text: Cow<'a, str>,
+}
+
+/// A member that is a string or a list, read in one pass: the string
+/// borrowed when it has no escapes (then its JSON text is it in quotes).
+enum TextOr<'a, T> {
+    Text(Cow<'a, str>),
+    List(Vec<T>),
+}
+
+impl<'de: 'a, 'a, T: Deserialize<'de>> Deserialize<'de> for TextOr<'a, T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a, T>(std::marker::PhantomData<(&'a (), T)>);
+        impl<'de: 'a, 'a, T: Deserialize<'de>> serde::de::Visitor<'de> for V<'a, T> {
+            type Value = TextOr<'a, T>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string or a list")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(TextOr::Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(TextOr::Text(Cow::Owned(v.to_string())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+                Ok(TextOr::Text(Cow::Owned(v)))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut list = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+                while let Some(x) = seq.next_element()? {
+                    list.push(x);
+                }
+                Ok(TextOr::List(list))
+            }
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
+    }
+}
+
+/// Writes a string read by serde as a JSON string: one it lent from the
+/// body had no escapes, so its text in quotes is its JSON; one it had to
+/// unescape is escaped again.
+#[allow(clippy::ptr_arg)] // Whether serde lent the string is what is read here.
+fn write_text(out: &mut Vec<u8>, s: &Cow<str>) {
+    match s {
+        Cow::Borrowed(b) => {
+            out.push(b'"');
+            out.extend_from_slice(b.as_bytes());
+            out.push(b'"');
+        }
+        Cow::Owned(o) => json_str(out, o),
+    }
 }
 
 #[derive(Deserialize)]
@@ -203,18 +263,29 @@ fn owned(lit: &str) -> Option<String> {
     serde_json::from_str(lit).ok()
 }
 
-/// Writes strings' texts as one string, joined by a line break; returns
-/// its characters.
-fn write_joined<'a>(out: &mut Vec<u8>, lits: impl Iterator<Item = &'a str>) -> usize {
+/// Writes strings as one string, joined by a line break; returns its
+/// characters.
+fn write_joined<'a, 'b: 'a>(
+    out: &mut Vec<u8>,
+    texts: impl Iterator<Item = &'a Cow<'b, str>>,
+) -> usize {
     let mut chars = 0;
+    let mut escaped = Vec::new();
     out.push(b'"');
-    for (i, lit) in lits.enumerate() {
+    for (i, t) in texts.enumerate() {
         if i > 0 {
             out.extend_from_slice(b"\\n");
             chars += 1;
         }
-        out.extend_from_slice(inside(lit).as_bytes());
-        chars += lit_chars(lit);
+        match t {
+            Cow::Borrowed(b) => out.extend_from_slice(b.as_bytes()),
+            Cow::Owned(o) => {
+                escaped.clear();
+                json_str(&mut escaped, o);
+                out.extend_from_slice(escaped.get(1..escaped.len() - 1).unwrap_or_default());
+            }
+        }
+        chars += t.chars().count();
     }
     out.push(b'"');
     chars
@@ -222,37 +293,36 @@ fn write_joined<'a>(out: &mut Vec<u8>, lits: impl Iterator<Item = &'a str>) -> u
 
 /// A message's `content` in chat terms: a string as it is, a list of text
 /// parts as their texts joined (an image: None, for the tree path).
-fn write_content(out: &mut Vec<u8>, content: &RawValue) -> Option<usize> {
-    if let Some(lit) = string(Some(content)) {
-        out.extend_from_slice(lit.as_bytes());
-        return Some(lit_chars(lit));
-    }
-    let parts: Vec<MapOnly<PartView>> = serde_json::from_str(content.get()).ok()?;
+fn write_content(out: &mut Vec<u8>, content: &TextOr<MapOnly<PartView>>) -> Option<usize> {
+    let parts = match content {
+        TextOr::Text(t) => {
+            write_text(out, t);
+            return Some(t.chars().count());
+        }
+        TextOr::List(parts) => parts,
+    };
     let mut texts = Vec::with_capacity(parts.len());
-    for MapOnly(p) in &parts {
+    for MapOnly(p) in parts {
         let text = match &*p.kind {
-            "input_text" | "output_text" => p.text,
-            "refusal" => p.refusal,
+            "input_text" | "output_text" => p.text.as_ref(),
+            "refusal" => p.refusal.as_ref(),
             _ => None,
         };
-        texts.push(string(text)?);
+        texts.push(text?);
     }
     Some(write_joined(out, texts.into_iter()))
 }
 
 /// A tool output in chat terms: a string as it is, a list of parts as
 /// their texts joined.
-fn write_output(out: &mut Vec<u8>, output: &RawValue) -> Option<usize> {
-    if let Some(lit) = string(Some(output)) {
-        out.extend_from_slice(lit.as_bytes());
-        return Some(lit_chars(lit));
+fn write_output(out: &mut Vec<u8>, output: &TextOr<MapOnly<TextPart>>) -> Option<usize> {
+    match output {
+        TextOr::Text(t) => {
+            write_text(out, t);
+            Some(t.chars().count())
+        }
+        TextOr::List(parts) => Some(write_joined(out, parts.iter().map(|MapOnly(p)| &p.text))),
     }
-    let parts: Vec<MapOnly<TextPart>> = serde_json::from_str(output.get()).ok()?;
-    let texts: Option<Vec<&str>> = parts
-        .iter()
-        .map(|MapOnly(p)| string(Some(p.text)))
-        .collect();
-    Some(write_joined(out, texts?.into_iter()))
 }
 
 /// The chat messages as they are written, with what a call needs to join
@@ -323,7 +393,7 @@ impl Messages {
                 };
                 self.start(role);
                 self.out.extend_from_slice(b",\"content\":");
-                self.chars += write_content(&mut self.out, item.content?)?;
+                self.chars += write_content(&mut self.out, item.content.as_ref()?)?;
                 if role == "assistant" {
                     self.open = Some(false);
                 } else {
@@ -350,7 +420,7 @@ impl Messages {
             }
             "function_call_output" | "custom_tool_call_output" => {
                 let id = string(item.call_id)?;
-                let output = item.output?;
+                let output = item.output.as_ref()?;
                 self.start("tool");
                 self.out.extend_from_slice(b",\"tool_call_id\":");
                 self.out.extend_from_slice(id.as_bytes());
@@ -444,30 +514,24 @@ impl RawResponses {
             m.out.push(b'}');
             m.chars += lit_chars(lit);
         }
-        let input = b.input.get();
-        if input.starts_with('"') {
-            if input.len() <= 2 {
-                return None;
+        match &b.input {
+            TextOr::Text(t) if t.is_empty() => return None,
+            TextOr::Text(t) => {
+                m.start("user");
+                m.out.extend_from_slice(b",\"content\":");
+                write_text(&mut m.out, t);
+                m.out.push(b'}');
+                m.chars += t.chars().count();
             }
-            m.start("user");
-            m.out.extend_from_slice(b",\"content\":");
-            m.out.extend_from_slice(input.as_bytes());
-            m.out.push(b'}');
-            m.chars += lit_chars(input);
-        } else {
-            let items: Vec<MapOnly<ItemView>> = serde_json::from_str(input).ok()?;
-            if items.is_empty() {
-                return None;
-            }
-            for MapOnly(item) in &items {
-                m.item(item)?;
+            TextOr::List(items) if items.is_empty() => return None,
+            TextOr::List(items) => {
+                for MapOnly(item) in items {
+                    m.item(item)?;
+                }
             }
         }
-        let input_start = (input.as_ptr() as usize).checked_sub(bytes.as_ptr() as usize)?;
         let text = PromptText {
             bytes: bytes.clone(),
-            input: input_start..input_start + input.len(),
-            instructions: instructions.map_or(0, lit_chars),
         };
         m.close();
         m.out.push(b']');
