@@ -85,6 +85,18 @@ impl Env {
     pub async fn post_with(&self, path: &str, key: &str, body: &Value) -> Response {
         self.app.post(path, key, body).await
     }
+
+    /// A body sent as these very bytes (JSON), with the env's key.
+    pub async fn post_text(&self, path: &str, text: &str) -> Response {
+        crate::common::client()
+            .post(self.app.u(path))
+            .bearer_auth(&self.key)
+            .header("content-type", "application/json")
+            .body(text.to_string())
+            .send()
+            .await
+            .expect("post")
+    }
 }
 
 /// Status and the OpenAI-shaped error body.

@@ -2,7 +2,7 @@
 //! text (one rule for both): each is None when absent or not a whole number
 //! that fits an `i64`, as a tree's `as_i64` reads it.
 
-use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -39,7 +39,7 @@ impl UsageFigures {
     /// when it is not an object; Err when the text is not one a tree reads
     /// the same (a key with escapes), for the caller's tree path.
     pub fn read(text: &str) -> Result<Option<UsageFigures>, serde_json::Error> {
-        serde_json::from_str::<Read>(text).map(|r| r.0)
+        serde_json::from_str::<IfObject<UsageFigures>>(text).map(|r| r.0)
     }
 
     /// The tokens they give; None without a prompt or a completion figure.
@@ -58,192 +58,144 @@ impl UsageFigures {
     }
 }
 
-/// What [`UsageFigures::read`] reads: an object's figures, or nothing.
-struct Read(Option<UsageFigures>);
-
 /// A whole number as `as_i64` reads one; None for anything else.
 struct Whole(Option<i64>);
 
-/// A details object's members, by name (a later key wins, as in a tree).
-struct Details(Vec<(&'static str, Option<i64>)>);
-
-/// Reads anything: numbers that fit an `i64` give Some, the rest None.
-struct WholeVisitor;
-
-impl<'de> Visitor<'de> for WholeVisitor {
-    type Value = Whole;
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("JSON")
-    }
-    fn visit_i64<E>(self, v: i64) -> Result<Whole, E> {
-        Ok(Whole(Some(v)))
-    }
-    fn visit_u64<E>(self, v: u64) -> Result<Whole, E> {
-        Ok(Whole(i64::try_from(v).ok()))
-    }
-    fn visit_f64<E>(self, _: f64) -> Result<Whole, E> {
-        Ok(Whole(None))
-    }
-    fn visit_bool<E>(self, _: bool) -> Result<Whole, E> {
-        Ok(Whole(None))
-    }
-    fn visit_str<E>(self, _: &str) -> Result<Whole, E> {
-        Ok(Whole(None))
-    }
-    fn visit_unit<E>(self) -> Result<Whole, E> {
-        Ok(Whole(None))
-    }
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Whole, A::Error> {
-        while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Ok(Whole(None))
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Whole, A::Error> {
-        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-        Ok(Whole(None))
-    }
-}
-
 impl<'de> Deserialize<'de> for Whole {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(WholeVisitor)
-    }
-}
-
-/// Reads a details object's `names` (anything else, or not an object: none).
-fn details<'de, D: Deserializer<'de>>(
-    d: D,
-    names: &'static [&'static str],
-) -> Result<Details, D::Error> {
-    struct V(&'static [&'static str]);
-    impl<'de> Visitor<'de> for V {
-        type Value = Details;
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("JSON")
-        }
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Details, A::Error> {
-            let mut out = Vec::new();
-            while let Some(k) = map.next_key::<&'de str>()? {
-                match self.0.iter().find(|n| **n == k) {
-                    Some(n) => {
-                        let Whole(v) = map.next_value()?;
-                        out.retain(|(m, _)| m != n);
-                        out.push((*n, v));
-                    }
-                    None => {
-                        map.next_value::<IgnoredAny>()?;
-                    }
-                }
-            }
-            Ok(Details(out))
-        }
-        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Details, A::Error> {
-            while seq.next_element::<IgnoredAny>()?.is_some() {}
-            Ok(Details(Vec::new()))
-        }
-        fn visit_i64<E>(self, _: i64) -> Result<Details, E> {
-            Ok(Details(Vec::new()))
-        }
-        fn visit_u64<E>(self, _: u64) -> Result<Details, E> {
-            Ok(Details(Vec::new()))
-        }
-        fn visit_f64<E>(self, _: f64) -> Result<Details, E> {
-            Ok(Details(Vec::new()))
-        }
-        fn visit_bool<E>(self, _: bool) -> Result<Details, E> {
-            Ok(Details(Vec::new()))
-        }
-        fn visit_str<E>(self, _: &str) -> Result<Details, E> {
-            Ok(Details(Vec::new()))
-        }
-        fn visit_unit<E>(self) -> Result<Details, E> {
-            Ok(Details(Vec::new()))
-        }
-    }
-    d.deserialize_any(V(names))
-}
-
-impl Details {
-    fn get(&self, name: &str) -> Option<i64> {
-        self.0
-            .iter()
-            .find(|(n, _)| *n == name)
-            .and_then(|(_, v)| *v)
-    }
-}
-
-const PROMPT_DETAILS: &[&str] = &["cached_tokens", "cache_write_tokens"];
-const COMPLETION_DETAILS: &[&str] = &["reasoning_tokens"];
-
-struct PromptDetails(Details);
-struct CompletionDetails(Details);
-
-impl<'de> Deserialize<'de> for PromptDetails {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        details(d, PROMPT_DETAILS).map(PromptDetails)
-    }
-}
-
-impl<'de> Deserialize<'de> for CompletionDetails {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        details(d, COMPLETION_DETAILS).map(CompletionDetails)
-    }
-}
-
-impl<'de> Deserialize<'de> for Read {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;
         impl<'de> Visitor<'de> for V {
-            type Value = Read;
+            type Value = Whole;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str("JSON")
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Read, A::Error> {
-                // A later key wins, as in a tree.
-                let mut f = UsageFigures::default();
-                while let Some(k) = map.next_key::<&'de str>()? {
-                    match k {
-                        "prompt_tokens" => f.prompt = map.next_value::<Whole>()?.0,
-                        "completion_tokens" => f.completion = map.next_value::<Whole>()?.0,
-                        "prompt_tokens_details" => {
-                            let PromptDetails(d) = map.next_value()?;
-                            f.cached = d.get("cached_tokens");
-                            f.cache_write = d.get("cache_write_tokens");
-                        }
-                        "completion_tokens_details" => {
-                            let CompletionDetails(d) = map.next_value()?;
-                            f.reasoning = d.get("reasoning_tokens");
-                        }
-                        _ => {
-                            map.next_value::<IgnoredAny>()?;
-                        }
-                    }
-                }
-                Ok(Read(Some(f)))
+            fn visit_i64<E>(self, v: i64) -> Result<Whole, E> {
+                Ok(Whole(Some(v)))
             }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Read, A::Error> {
+            fn visit_u64<E>(self, v: u64) -> Result<Whole, E> {
+                Ok(Whole(i64::try_from(v).ok()))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Whole, E> {
+                Ok(Whole(None))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Whole, E> {
+                Ok(Whole(None))
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Whole, E> {
+                Ok(Whole(None))
+            }
+            fn visit_unit<E>(self) -> Result<Whole, E> {
+                Ok(Whole(None))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Whole, A::Error> {
                 while seq.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(Read(None))
+                Ok(Whole(None))
             }
-            fn visit_i64<E>(self, _: i64) -> Result<Read, E> {
-                Ok(Read(None))
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<Read, E> {
-                Ok(Read(None))
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<Read, E> {
-                Ok(Read(None))
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<Read, E> {
-                Ok(Read(None))
-            }
-            fn visit_str<E>(self, _: &str) -> Result<Read, E> {
-                Ok(Read(None))
-            }
-            fn visit_unit<E>(self) -> Result<Read, E> {
-                Ok(Read(None))
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Whole, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Whole(None))
             }
         }
         d.deserialize_any(V)
+    }
+}
+
+/// What is read from an object's members.
+trait FromMap<'de>: Sized {
+    fn from_map<A: MapAccess<'de>>(map: A) -> Result<Self, A::Error>;
+}
+
+/// An object read as `T`; anything else is read through and gives None
+/// (a tree's `get` on a value that is not an object finds nothing).
+struct IfObject<T>(Option<T>);
+
+impl<'de, T: FromMap<'de>> Deserialize<'de> for IfObject<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(std::marker::PhantomData<T>);
+        impl<'de, T: FromMap<'de>> Visitor<'de> for V<T> {
+            type Value = IfObject<T>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("JSON")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<IfObject<T>, A::Error> {
+                T::from_map(map).map(|t| IfObject(Some(t)))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<IfObject<T>, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(IfObject(None))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<IfObject<T>, E> {
+                Ok(IfObject(None))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<IfObject<T>, E> {
+                Ok(IfObject(None))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<IfObject<T>, E> {
+                Ok(IfObject(None))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<IfObject<T>, E> {
+                Ok(IfObject(None))
+            }
+            fn visit_str<E>(self, _: &str) -> Result<IfObject<T>, E> {
+                Ok(IfObject(None))
+            }
+            fn visit_unit<E>(self) -> Result<IfObject<T>, E> {
+                Ok(IfObject(None))
+            }
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
+    }
+}
+
+/// A details object's figures, by name (a later key wins, as in a tree).
+#[derive(Default)]
+struct Details {
+    cached: Option<i64>,
+    cache_write: Option<i64>,
+    reasoning: Option<i64>,
+}
+
+impl<'de> FromMap<'de> for Details {
+    fn from_map<A: MapAccess<'de>>(mut map: A) -> Result<Details, A::Error> {
+        let mut d = Details::default();
+        while let Some(k) = map.next_key::<&'de str>()? {
+            let slot = match k {
+                "cached_tokens" => &mut d.cached,
+                "cache_write_tokens" => &mut d.cache_write,
+                "reasoning_tokens" => &mut d.reasoning,
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                    continue;
+                }
+            };
+            *slot = map.next_value::<Whole>()?.0;
+        }
+        Ok(d)
+    }
+}
+
+impl<'de> FromMap<'de> for UsageFigures {
+    fn from_map<A: MapAccess<'de>>(mut map: A) -> Result<UsageFigures, A::Error> {
+        // A later key wins, as in a tree.
+        let mut f = UsageFigures::default();
+        while let Some(k) = map.next_key::<&'de str>()? {
+            match k {
+                "prompt_tokens" => f.prompt = map.next_value::<Whole>()?.0,
+                "completion_tokens" => f.completion = map.next_value::<Whole>()?.0,
+                "prompt_tokens_details" => {
+                    let d = map.next_value::<IfObject<Details>>()?.0.unwrap_or_default();
+                    (f.cached, f.cache_write) = (d.cached, d.cache_write);
+                }
+                "completion_tokens_details" => {
+                    let d = map.next_value::<IfObject<Details>>()?.0.unwrap_or_default();
+                    f.reasoning = d.reasoning;
+                }
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(f)
     }
 }
 

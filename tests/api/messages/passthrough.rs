@@ -175,14 +175,7 @@ async fn a_passed_through_body_keeps_every_byte_but_its_model() {
     let text = r#"{ "stream" : false, "model" : "claude-sonnet-4-5", "max_tokens": 64,
         "temperature": 1.50, "messages": [{"role": "user", "content": "caf\u00e9"}],
         "metadata": {"z": 1, "a": 2} }"#;
-    let r = crate::common::client()
-        .post(env.app.u("/v1/messages"))
-        .header("x-api-key", &env.key)
-        .header("content-type", "application/json")
-        .body(text)
-        .send()
-        .await
-        .unwrap();
+    let r = env.post_text("/v1/messages", text).await;
     assert_eq!(r.status(), 200);
     let seen = env.stub.requests_for_model("claude-up");
     assert_eq!(seen.len(), 1);

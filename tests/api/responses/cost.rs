@@ -98,17 +98,7 @@ async fn a_bridged_response_carries_its_cost_in_headers_and_in_response_complete
 
 #[tokio::test]
 async fn a_native_response_carries_its_cost_in_headers_and_in_the_upstreams_response_completed() {
-    let env = env().await;
-    env.provider(
-        "nat",
-        "openai",
-        &env.stub.openai_base_url(),
-        Some("sk-nat"),
-        5,
-    )
-    .await;
-    set_mode(&env, "nat", "native").await;
-    env.model("gpt-n", "chat", "nat", "up-n").await;
+    let env = native_env().await;
     set_price(
         &env,
         "nat/up-n",

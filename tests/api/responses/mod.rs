@@ -623,6 +623,23 @@ async fn set_mode(env: &Env, provider: &str, mode: &str) -> Value {
     r.json().await.unwrap()
 }
 
+/// The env with `nat`, an `openai` provider in native mode (key `sk-nat`),
+/// and the model `gpt-n` on it (upstream `up-n`).
+pub(super) async fn native_env() -> Env {
+    let env = env().await;
+    env.provider(
+        "nat",
+        "openai",
+        &env.stub.openai_base_url(),
+        Some("sk-nat"),
+        5,
+    )
+    .await;
+    set_mode(&env, "nat", "native").await;
+    env.model("gpt-n", "chat", "nat", "up-n").await;
+    env
+}
+
 #[tokio::test]
 async fn the_providers_responses_mode_is_set_shown_and_validated() {
     let env = env().await;
@@ -739,30 +756,13 @@ async fn the_providers_responses_mode_is_set_shown_and_validated() {
 
 #[tokio::test]
 async fn a_native_provider_gets_the_clients_bytes_with_only_the_model_replaced() {
-    let env = env().await;
-    env.provider(
-        "nat",
-        "openai",
-        &env.stub.openai_base_url(),
-        Some("sk-nat"),
-        5,
-    )
-    .await;
-    set_mode(&env, "nat", "native").await;
-    env.model("gpt-n", "chat", "nat", "up-n").await;
+    let env = native_env().await;
     // Written as a client might: spaces, a member order a tree would sort,
     // a number a tree would write as 1.5, an escape it would write as é.
     let text = r#"{ "stream" : false, "model" : "gpt-n", "temperature": 1.50,
         "input": [{"type": "message", "role": "user", "content": "caf\u00e9"}],
         "metadata": {"z": 1, "a": 2} }"#;
-    let r = crate::common::client()
-        .post(env.app.u("/v1/responses"))
-        .header("authorization", format!("Bearer {}", env.key))
-        .header("content-type", "application/json")
-        .body(text)
-        .send()
-        .await
-        .unwrap();
+    let r = env.post_text("/v1/responses", text).await;
     assert_eq!(r.status(), 200);
     let seen = env.stub.requests_for_model("up-n");
     assert_eq!(seen.len(), 1);
@@ -775,17 +775,7 @@ async fn a_native_provider_gets_the_clients_bytes_with_only_the_model_replaced()
 
 #[tokio::test]
 async fn a_native_provider_gets_the_body_unchanged_but_model_and_its_answers_name_the_alias() {
-    let env = env().await;
-    env.provider(
-        "nat",
-        "openai",
-        &env.stub.openai_base_url(),
-        Some("sk-nat"),
-        5,
-    )
-    .await;
-    set_mode(&env, "nat", "native").await;
-    env.model("gpt-n", "chat", "nat", "up-n").await;
+    let env = native_env().await;
     let body = json!({"model": "gpt-n", "input": [{"role": "user", "content": "hi"}], "store": true,
         "include": ["reasoning.encrypted_content"], "reasoning": {"summary": "auto"}, "prompt_cache_key": "k",
         "client_metadata": {"x": 1}, "future_field": [1, 2], "tools": [{"type": "web_search"}]});
