@@ -367,6 +367,18 @@ fn spend(c: &mut Criterion) {
     let mut g = c.benchmark_group("spend");
     let limiter = Limiter::new(None);
     let plain = [Subject::api_key("bench", Limits::default())];
+    // Each variant does what it says, or the difference means nothing.
+    let header = |r: &Response, name: &str| {
+        r.headers()
+            .get(name)
+            .map(|v| v.to_str().expect("text").to_string())
+    };
+    let r = one_request(&limiter, &prices, &plain, UNPRICED, figures, tokens);
+    assert_eq!(
+        header(&r, "x-gatehouse-cost-status").as_deref(),
+        Some("unpriced")
+    );
+    assert_eq!(header(&r, "x-gatehouse-budget-remaining"), None);
     g.bench_function("admission_no_budget", |b| {
         b.iter(|| {
             one_request(
@@ -381,6 +393,20 @@ fn spend(c: &mut Criterion) {
     });
     let limiter = Limiter::new(None);
     let budgeted = [Subject::api_key("bench-budget", budgets)];
+    let r = one_request(&limiter, &prices, &budgeted, PRICED, figures, tokens);
+    assert_eq!(
+        header(&r, "x-gatehouse-cost-status").as_deref(),
+        Some("exact")
+    );
+    // 30 in at 0.15, 35 out at 0.60 per million, and the request's 0.0001.
+    assert_eq!(
+        header(&r, "x-gatehouse-cost").as_deref(),
+        Some("0.000125500")
+    );
+    assert_eq!(
+        header(&r, "x-gatehouse-budget-remaining").as_deref(),
+        Some("999999.999874500")
+    );
     g.bench_function("admission_priced_with_budget", |b| {
         b.iter(|| {
             one_request(
