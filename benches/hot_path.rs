@@ -1,17 +1,29 @@
 //! The pure parts of the request path, without sockets: so a regression in
 //! one of them shows without a full load run (`bench/run.sh`). Agent chat
 //! runs the agent turn's own pure step (`agents::turn::check` and `plan`).
+//! `spend` is a request's admission and end for one API key, without and
+//! with a price and budgets (issue 34's 2 µs goal; see [`spend`]).
 //!
-//! Run: cargo bench --bench hot_path
+//! Run: cargo bench --bench hot_path (one group: `-- spend`)
 //! (CI runs it once with `-- --warm-up-time 0.2 --measurement-time 0.5`, no thresholds.)
 
 use std::collections::HashMap;
 use std::hint::black_box;
 use std::sync::Arc;
 
+use axum::body::Body;
+use axum::response::Response;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use futures_util::FutureExt;
 use gatehouse::agents::tools::{ToolClass, ToolMode, ToolStatus};
 use gatehouse::agents::turn::{self, AgentRules, Known};
+use gatehouse::http::admission::{add_budget_headers, add_headers, end_hook};
+use gatehouse::http::answers::cost_headers;
+use gatehouse::limits::{Limiter, Limits, Subject};
+use gatehouse::spend::budget::{self, tokens_of_chars, DEFAULT_RESERVE_OUTPUT_TOKENS};
+use gatehouse::spend::price::Price;
+use gatehouse::spend::{cost, Currency, PriceBook, PriceSpec, Prices};
+use gatehouse::usage::Tokens;
 use gatehouse::wire::chat::answer::splice_chunk_into;
 use gatehouse::wire::chat::body::{ChatBody, RawChat};
 use gatehouse::wire::chat::request::{ChatRequest, Upstream};
@@ -243,5 +255,185 @@ fn benches(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(hot_path, benches);
+/// The provider and the upstream models of the spend group (as bench/run.sh
+/// names them): `bench-chat` has no price, `bench-chat-priced` has one.
+const PROVIDER: &str = "stub";
+const UNPRICED: &str = "bench-chat";
+const PRICED: &str = "bench-chat-priced";
+
+/// The price book of bench/run.sh (cache, reasoning, a request fee and a
+/// tier), on `PRICED` only.
+fn spend_prices() -> Prices {
+    let spec = PriceSpec::from_json(&json!({
+        "input": "0.15", "output": "0.60", "cache_read": "0.075", "reasoning": "0.60",
+        "request": "0.0001",
+        "tiers": [{"above_prompt_tokens": 128000, "input": "0.30", "output": "1.20"}]
+    }))
+    .expect("price");
+    let prices = Prices::new(Currency::USD);
+    let price = Price {
+        version: "01JBENCHPRICEVERSION000000".into(),
+        provider: PROVIDER.into(),
+        upstream_model: PRICED.into(),
+        spec,
+        effective_from: 0,
+        effective_to: None,
+    };
+    prices.replace_if_newer(1, PriceBook::new(vec![price]));
+    prices
+}
+
+/// What `http::admission::admitted` and the end of a plain (not streamed)
+/// chat request do for its callers, in the server's order, with the
+/// functions it calls; the upstream call itself is left out. `model` is
+/// the upstream model of the request's one target; `prompt` and `max` its
+/// body's reservation figures; `tokens` the usage the upstream reports.
+fn one_request(
+    limiter: &Limiter,
+    prices: &Prices,
+    subjects: &[Subject],
+    model: &str,
+    (prompt, max): (u64, Option<u64>),
+    tokens: Tokens,
+) -> Response {
+    // The ticket's snapshot of the book (`UsageTicket::new`), every request.
+    let book = prices.book();
+    // `Charge::reservation`, under a budget only.
+    let reservation = if subjects.iter().any(|s| s.limits.has_budget()) {
+        let book = prices.book();
+        let spec = book.get(PROVIDER, model).map(|p| &p.spec);
+        let completion = max.unwrap_or(DEFAULT_RESERVE_OUTPUT_TOKENS);
+        budget::reservation([spec], prompt, completion).0
+    } else {
+        0
+    };
+    // No store: the admission never waits (nothing to sync with).
+    let admission = limiter
+        .admit_reserving(subjects, reservation)
+        .now_or_never()
+        .expect("a limiter without a store does not wait")
+        .expect("admitted");
+    let headers = admission.headers;
+    let probe = admission.budget_probe();
+    let reserved = probe.quota();
+    let hook = end_hook(admission);
+    // The end: `UsageTicket::finish_priced` (its `cost_of`), which fires the
+    // hook that settles the admission.
+    let cost = cost::price(
+        &book,
+        Some((PROVIDER, model)),
+        tokens.normalised(),
+        tokens.estimated,
+    );
+    hook.fire(tokens, cost.nanos.unwrap_or(0));
+    // The answer's headers (`relayed_response` sizes the map for them all).
+    let mut resp = Response::new(Body::empty());
+    resp.headers_mut().reserve(24);
+    cost_headers(resp.headers_mut(), &cost, Currency::USD);
+    add_headers(&mut resp, &headers);
+    // A plain answer's budget headers count its cost (a stream's, `reserved`).
+    add_budget_headers(&mut resp, probe.quota());
+    black_box(reserved);
+    resp
+}
+
+/// Pricing and budgets per request (issue 34: at most 2 µs of CPU): one API
+/// key with no limits on an unpriced model, then with a day's and a month's
+/// budget on a priced one (bench/run.sh's chat and chat-budget), through
+/// the same steps; their difference is the work of pricing and budgets.
+/// The limiter is in memory (no store), so nothing waits on a database.
+fn spend(c: &mut Criterion) {
+    let prices = spend_prices();
+    let m = match serde_json::from_slice(&chat_body()).expect("json") {
+        Value::Object(m) => m,
+        _ => unreachable!(),
+    };
+    // What the chat route reads from the body for every request.
+    let figures = (
+        tokens_of_chars(gatehouse::wire::chat::prompt_chars(&m)),
+        gatehouse::wire::chat::body::max_completion(&m),
+    );
+    let tokens = Tokens {
+        prompt: 30,
+        completion: 35,
+        ..Tokens::default()
+    };
+    let budgets = Limits::from_json(&json!({
+        "budget_per_day": "1000000", "budget_per_month": "1000000"
+    }))
+    .expect("limits");
+    assert!(budgets.has_budget());
+
+    let mut g = c.benchmark_group("spend");
+    let limiter = Limiter::new(None);
+    let plain = [Subject::api_key("bench", Limits::default())];
+    // Each variant does what it says, or the difference means nothing.
+    let header = |r: &Response, name: &str| {
+        r.headers()
+            .get(name)
+            .map(|v| v.to_str().expect("text").to_string())
+    };
+    let r = one_request(&limiter, &prices, &plain, UNPRICED, figures, tokens);
+    assert_eq!(
+        header(&r, "x-gatehouse-cost-status").as_deref(),
+        Some("unpriced")
+    );
+    assert_eq!(header(&r, "x-gatehouse-budget-remaining"), None);
+    g.bench_function("admission_no_budget", |b| {
+        b.iter(|| {
+            one_request(
+                &limiter,
+                &prices,
+                black_box(&plain),
+                black_box(UNPRICED),
+                figures,
+                tokens,
+            )
+        })
+    });
+    let limiter = Limiter::new(None);
+    let budgeted = [Subject::api_key("bench-budget", budgets)];
+    let r = one_request(&limiter, &prices, &budgeted, PRICED, figures, tokens);
+    assert_eq!(
+        header(&r, "x-gatehouse-cost-status").as_deref(),
+        Some("exact")
+    );
+    // 30 in at 0.15, 35 out at 0.60 per million, and the request's 0.0001.
+    assert_eq!(
+        header(&r, "x-gatehouse-cost").as_deref(),
+        Some("0.000125500")
+    );
+    assert_eq!(
+        header(&r, "x-gatehouse-budget-remaining").as_deref(),
+        Some("999999.999874500")
+    );
+    g.bench_function("admission_priced_with_budget", |b| {
+        b.iter(|| {
+            one_request(
+                &limiter,
+                &prices,
+                black_box(&budgeted),
+                black_box(PRICED),
+                figures,
+                tokens,
+            )
+        })
+    });
+    // Pricing alone: the book's lookup and the cost of one usage, as the
+    // ticket prices a request's end.
+    g.bench_function("pricing_only", |b| {
+        b.iter(|| {
+            let book = prices.book();
+            cost::price(
+                &book,
+                Some((PROVIDER, black_box(PRICED))),
+                black_box(tokens).normalised(),
+                false,
+            )
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(hot_path, benches, spend);
 criterion_main!(hot_path);

@@ -97,7 +97,9 @@ impl EndHook {
         EndHook(Some(Arc::new(parking_lot::Mutex::new(Some(Box::new(f))))))
     }
 
-    fn fire(&self, tokens: Tokens, cost_nanos: i64) {
+    /// Calls the hook (the first call only). A ticket calls it when it
+    /// finishes; public for the `spend` benchmark, which has no ticket.
+    pub fn fire(&self, tokens: Tokens, cost_nanos: i64) {
         let f = self.0.as_ref().and_then(|m| m.lock().take());
         if let Some(f) = f {
             f(tokens, cost_nanos);

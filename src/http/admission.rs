@@ -227,8 +227,6 @@ fn refused(r: &Refusal) -> Response {
     resp
 }
 
-/// Hands the admission to the request's usage ticket: it counts the
-/// request's tokens and frees its `max_parallel` place when the request ends.
 /// Admits a `count_tokens` call against each subject's own
 /// `count_tokens_per_minute` (it counts against no other limit and leaves
 /// no usage record); the refusal is the 429 of [`admitted`].
@@ -250,7 +248,10 @@ pub async fn admit_count_tokens(app: &App, subjects: &[Subject]) -> Result<(), R
     }
 }
 
-fn end_hook(mut admission: Admission) -> EndHook {
+/// Hands the admission to the request's usage ticket: it counts the
+/// request's tokens, settles the request's cost and frees its `max_parallel`
+/// place when the request ends. Public for the `spend` benchmark.
+pub fn end_hook(mut admission: Admission) -> EndHook {
     EndHook::new(move |t: Tokens, cost_nanos: i64| {
         let n = t.prompt.saturating_add(t.completion).max(0);
         admission.settle(u64::try_from(n).unwrap_or(0), cost_nanos);
