@@ -439,6 +439,19 @@ cpu_ticks() {
     done
     echo "$total"
 }
+# stat_field N PID...: field N of /proc/PID/stat (counted after the
+# command's name, so 12 is utime) summed over these processes. 13 is the
+# system (kernel) part of cpu_ticks, the share of a request's CPU callgrind
+# (bench/instructions.sh) does not count; 8 is minor page faults.
+stat_field() {
+    local n=$1 p total=0
+    shift
+    for p in "$@"; do
+        [ -r "/proc/$p/stat" ] || continue
+        total=$((total + $(sed 's/.*) //' "/proc/$p/stat" | awk -v n="$n" '{print $n}')))
+    done
+    echo "$total"
+}
 # tree_pids PID: the process and all its descendants (nginx's master and
 # workers; the gateway is one process, but counted the same way).
 tree_pids() {
@@ -608,15 +621,22 @@ for rw in $ORDER; do
                 sleep "$settle"
                 stub0=$(cpu_ticks "$STUB_PID")
                 proxy0=$(cpu_ticks $(proxy_pids "$t"))
+                sys0=$(stat_field 13 $(proxy_pids "$t"))
+                flt0=$(stat_field 8 $(proxy_pids "$t"))
                 wait "$lg" || die "$LOADGEN failed for $t $w c=$c: $(cat "$TMP/loadgen.err")"
                 stub1=$(cpu_ticks "$STUB_PID")
                 proxy1=$(cpu_ticks $(proxy_pids "$t"))
+                sys1=$(stat_field 13 $(proxy_pids "$t"))
+                flt1=$(stat_field 8 $(proxy_pids "$t"))
                 [ -s "$TMP/loadgen.err" ] && log "$t $w c=$c: $(cat "$TMP/loadgen.err")"
                 jq -c --arg t "$t" --arg w "$w" --arg load "$(cut -d' ' -f1 /proc/loadavg)" \
                     --arg gen "$LOADGEN" --argjson run "$r" --argjson access_log "$([ -n "$ACCESS_LOG" ] && echo true || echo false)" \
                     --argjson stub $(((stub1 - stub0) * 100 / HZ)) --argjson proxy $(((proxy1 - proxy0) * 100 / HZ)) \
+                    --argjson sys $(((sys1 - sys0) * 100 / HZ)) --argjson faults $((flt1 - flt0)) \
                     '{target:$t,workload:$w,run:$run,loadgen:$gen} + . + {stub_cpu_s:($stub/100),
-                      proxy_cpu_s:(if $t == "direct" then null else $proxy/100 end),access_log:$access_log,
+                      proxy_cpu_s:(if $t == "direct" then null else $proxy/100 end),
+                      proxy_sys_s:(if $t == "direct" then null else $sys/100 end),
+                      proxy_minor_faults:(if $t == "direct" then null else $faults end),access_log:$access_log,
                       load1:($load|tonumber)}' "$TMP/loadgen.out" | tee -a "$OUT" >&2
             done
         }
