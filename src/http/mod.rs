@@ -120,6 +120,7 @@ fn direct_route(req: &Request) -> Option<(&'static str, Direct)> {
     }
     routes::v1::direct_route(req.uri().path())
         .or_else(|| routes::messages::direct_route(req.uri().path()))
+        .or_else(|| routes::responses::direct_route(req))
         .or_else(|| routes::agent_chat::direct_route(req))
 }
 

@@ -38,23 +38,28 @@ const ROUTE: &str = "/v1/agents/{agent}/chat/completions";
 /// the router would match with an `{agent}` that decodes; any other goes to
 /// the router.
 pub(crate) fn direct_route(req: &Request) -> Option<(&'static str, crate::http::Direct)> {
-    direct_agent(req.uri().path())?;
+    direct_agent(req.uri().path(), "/chat/completions")?;
     Some((ROUTE, |mut req, app| {
-        if let Some(agent) = direct_agent(req.uri().path()) {
-            req.extensions_mut().insert(AgentInPath(agent));
-        }
+        with_agent_in_path(&mut req, "/chat/completions");
         axum::handler::Handler::call(agent_chat, req, app)
     }))
 }
 
-/// The decoded `{agent}` of `/v1/agents/{agent}/chat/completions`.
-fn direct_agent(path: &str) -> Option<String> {
+/// The decoded `{agent}` of `/v1/agents/{agent}{rest}`.
+pub(crate) fn direct_agent(path: &str, rest: &str) -> Option<String> {
     let segment = agent_segment(path)?;
-    let rest = &path["/v1/agents/".len() + segment.len()..];
-    if rest != "/chat/completions" {
+    if &path["/v1/agents/".len() + segment.len()..] != rest {
         return None;
     }
     decoded_agent(segment)
+}
+
+/// Puts the path's `{agent}` where the agent extractor finds it (the router
+/// is not there to match it).
+pub(crate) fn with_agent_in_path(req: &mut Request, rest: &str) {
+    if let Some(agent) = direct_agent(req.uri().path(), rest) {
+        req.extensions_mut().insert(AgentInPath(agent));
+    }
 }
 
 /// Chat through the agent's own model under the agent's tool rules.

@@ -26,7 +26,7 @@ use crate::http::answers::relayed_response;
 use crate::http::edge::access::AccessNote;
 use crate::http::extract::agent::AgentAccess;
 use crate::http::extract::{parse_json, read_body, ApiKeyAuth};
-use crate::http::routes::agent_chat::{take_turn, TurnRoute};
+use crate::http::routes::agent_chat::{direct_agent, take_turn, with_agent_in_path, TurnRoute};
 use crate::http::routes::v1::{alias_sent, key_context, key_subjects, named_model};
 use crate::models::{requested_model, Model, ModelKind};
 use crate::proxy::chat::{relay, ChatCall, ChatHooks, NoHooks};
@@ -51,6 +51,26 @@ pub fn routes() -> OpenApiRouter<AppState> {
             post(not_stored).put(not_stored).patch(not_stored),
         )
         .route("/v1/responses/{id}/{*rest}", any(not_stored))
+}
+
+const AGENT_ROUTE: &str = "/v1/agents/{agent}/responses";
+
+/// These routes for `http::Dispatch` (the caller checked the method), as
+/// for chat: `/v1/responses` and an agent's, by their exact paths; any
+/// other goes to the router.
+pub(crate) fn direct_route(req: &Request) -> Option<(&'static str, crate::http::Direct)> {
+    use axum::handler::Handler;
+    let path = req.uri().path();
+    if path == "/v1/responses" {
+        return Some(("/v1/responses", |req, app| {
+            Handler::call(create_response, req, app)
+        }));
+    }
+    direct_agent(path, "/responses")?;
+    Some((AGENT_ROUTE, |mut req, app| {
+        with_agent_in_path(&mut req, "/responses");
+        Handler::call(agent_responses, req, app)
+    }))
 }
 
 /// `POST /v1/responses` (OpenAI Responses shape; fields not listed are read

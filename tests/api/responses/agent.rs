@@ -328,3 +328,39 @@ async fn the_agent_route_bridges_a_native_provider_so_its_rules_see_every_answer
         "/v1/chat/completions"
     );
 }
+
+/// The agent's Responses route is served before the router
+/// (`http::Dispatch`), as agent chat is: the agent in its path is
+/// percent-decoded as the router decodes it, and a path or method the route
+/// does not take is answered as the router answers it.
+#[tokio::test]
+async fn the_agent_path_is_decoded_and_near_misses_are_answered_as_by_the_router() {
+    let env = env().await;
+    agent(
+        &env,
+        "rbot",
+        "up-rbot",
+        json!({"default_tool_mode": "auto"}),
+    )
+    .await;
+    let token = sign_in(&env, "ann@example.com", "rbot").await;
+    let body = json!({"model": "whatever", "input": "hi"});
+    let r = post_responses(&env, "/v1/agents/%72bot/responses", &token, &body, &[]).await;
+    assert_eq!(
+        json_ok(r).await["output"][0]["content"][0]["text"],
+        "echo: hi"
+    );
+    let r = post_responses(&env, "/v1/agents/rbot/responses/", &token, &body, &[]).await;
+    let (s, e) = v1_error(r).await;
+    assert_eq!(
+        (s, e["code"].as_str()),
+        (StatusCode::NOT_FOUND, Some("not_found"))
+    );
+    let r = env.app.get("/v1/agents/rbot/responses", &token).await;
+    let (s, e) = v1_error(r).await;
+    assert_eq!(
+        (s, e["code"].as_str()),
+        (StatusCode::METHOD_NOT_ALLOWED, Some("method_not_allowed"))
+    );
+    assert_eq!(env.stub.requests_for_model("up-rbot").len(), 1);
+}

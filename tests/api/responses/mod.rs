@@ -623,6 +623,33 @@ async fn set_mode(env: &Env, provider: &str, mode: &str) -> Value {
     r.json().await.unwrap()
 }
 
+/// `/v1/responses` is served before the router (`http::Dispatch`) by its
+/// exact path and method, as chat is; anything near it is answered as the
+/// router answers it.
+#[tokio::test]
+async fn near_misses_of_the_responses_route_are_answered_as_by_the_router() {
+    let env = env().await;
+    env.model("gpt-d", "chat", "openai", "up-d").await;
+    let body = json!({"model": "gpt-d", "input": "hi"});
+    let r = post_responses(&env, "/v1/responses?x=1", &env.key, &body, &[]).await;
+    assert_eq!(
+        json_ok(r).await["output"][0]["content"][0]["text"],
+        "echo: hi"
+    );
+    let r = post_responses(&env, "/v1/responses/resp_1", &env.key, &body, &[]).await;
+    let (s, e) = v1_error(r).await;
+    assert_eq!(
+        (s, e["code"].as_str()),
+        (StatusCode::NOT_FOUND, Some("response_not_found"))
+    );
+    let (s, e) = v1_error(env.app.get("/v1/responses", &env.key).await).await;
+    assert_eq!(
+        (s, e["code"].as_str()),
+        (StatusCode::METHOD_NOT_ALLOWED, Some("method_not_allowed"))
+    );
+    assert_eq!(env.stub.requests_for_model("up-d").len(), 1);
+}
+
 /// The env with `nat`, an `openai` provider in native mode (key `sk-nat`),
 /// and the model `gpt-n` on it (upstream `up-n`).
 pub(super) async fn native_env() -> Env {
