@@ -362,6 +362,25 @@ mod tests {
     use chrono::{TimeZone, Utc};
     use serde_json::json;
 
+    /// The counter without a tree keeps 16 keys of an object: at 16 it
+    /// counts as a tree does, one past it (or a key written twice) it gives
+    /// the count up to a tree.
+    #[test]
+    fn text_is_counted_without_a_tree_up_to_16_keys_an_object() {
+        let object = |n: usize| {
+            let members: serde_json::Map<String, serde_json::Value> =
+                (0..n).map(|i| (format!("k{i}"), json!("ab"))).collect();
+            serde_json::Value::Object(members)
+        };
+        let at = object(16);
+        assert_eq!(text_chars_of_json(&at.to_string()), Some(text_chars(&at)));
+        assert_eq!(text_chars(&at), 32);
+        assert_eq!(text_chars_of_json(&object(17).to_string()), None);
+        assert_eq!(text_chars_of_json(r#"{"a":"x","a":"yy"}"#), None);
+        let nested = json!([{"type": "message", "text": "héllo", "id": "x"}, "ab"]);
+        assert_eq!(text_chars_of_json(&nested.to_string()), Some(7));
+    }
+
     fn ms(y: i32, m: u32, d: u32, h: u32) -> i64 {
         Utc.with_ymd_and_hms(y, m, d, h, 0, 0)
             .single()

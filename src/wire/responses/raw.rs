@@ -861,6 +861,20 @@ mod tests {
         assert!(same_as_the_tree_path(twice_inside));
         let raw = RawResponses::read(&Bytes::from_static(twice_inside)).unwrap();
         assert_eq!(raw.text.chars(), 3);
+        // An item of more keys than the counter keeps is counted in a tree.
+        let mut item = json!({"role": "user", "content": "a"});
+        for i in 0..16 {
+            item[format!("x{i}")] = json!("b");
+        }
+        let crowded = serde_json::to_vec(&json!({"model": "m", "input": [item]})).unwrap();
+        assert!(same_as_the_tree_path(&crowded));
+        assert_eq!(
+            RawResponses::read(&Bytes::from(crowded))
+                .unwrap()
+                .text
+                .chars(),
+            17
+        );
         // The same bodies with nothing wrong are read.
         assert!(read(&base).is_some());
     }
