@@ -66,19 +66,19 @@ api POST /api/admin/providers "{\"name\":\"stub\",\"type\":\"openai\",\"base_url
 api POST /api/admin/models '{"id":"bench-chat","kind":"chat","provider":"stub","upstream_model":"bench-chat"}'
 api POST /api/admin/providers "{\"name\":\"stub-anthropic\",\"type\":\"anthropic\",\"base_url\":\"$STUB\",\"api_key\":\"bench\"}"
 api POST /api/admin/models '{"id":"bench-claude","kind":"chat","provider":"stub-anthropic","upstream_model":"bench-claude"}'
-api POST /api/admin/models '{"id":"bench-chat-priced","kind":"chat","provider":"stub","upstream_model":"bench-chat-priced"}'
-api PUT /api/admin/prices/stub/bench-chat-priced '{"input":"0.15","output":"0.60","cache_read":"0.075","request":"0.0001"}'
+api POST /api/admin/models '{"id":"bench-paid","kind":"chat","provider":"stub","upstream_model":"bench-paid"}'
+api PUT /api/admin/prices/stub/bench-paid '{"input":"0.15","output":"0.60","cache_read":"0.075","request":"0.0001"}'
 new_key() { curl -sS --fail-with-body -X POST "$GATEHOUSE/api/api-keys" -H "Authorization: Bearer $TOKEN" \
     -H 'Content-Type: application/json' -d "$1" | jq -r .key; }
 KEY=$(new_key '{"name":"bench"}')
 # Budgets far above what a run spends: admission reserves and settles, never refuses.
-BUDGET_KEY=$(new_key '{"name":"bench-budget","limits":{"budget_per_day":"1000000","budget_per_month":"1000000"}}')
+BUDGET_KEY=$(new_key '{"name":"bench","limits":{"budget_per_day":"1000000","budget_per_month":"1000000"}}')
 
 # The bodies of bench/run.sh.
 PROMPT="Summarise the following in one sentence: the quick brown fox jumps over the lazy dog while the cat watches from the warm windowsill."
 jq -nc --arg p "$PROMPT" '{model:"bench-chat",messages:[{role:"system",content:"You are terse."},{role:"user",content:$p}]}' >"$TMP/chat.json"
 jq -c '. + {stream:true}' "$TMP/chat.json" >"$TMP/chat-stream.json"
-jq -c '.model = "bench-chat-priced"' "$TMP/chat.json" >"$TMP/chat-priced.json"
+jq -c '.model = "bench-paid"' "$TMP/chat.json" >"$TMP/chat-priced.json"
 cp "$TMP/chat-priced.json" "$TMP/chat-budget.json"
 jq -nc --arg p "$PROMPT" '{model:"bench-chat",store:false,include:["reasoning.encrypted_content"],
     input:[{type:"message",role:"developer",content:[{type:"input_text",text:"You are terse."}]},

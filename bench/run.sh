@@ -319,16 +319,18 @@ if [[ " $TARGETS " == *" gatehouse "* ]]; then
         done
         log "prices set on every stub model"
     fi
-    # chat-priced and chat-budget: a model of their own, always priced.
-    api POST /api/admin/models '{"id":"bench-chat-priced","kind":"chat","provider":"stub","upstream_model":"bench-chat-priced"}' >/dev/null
-    api PUT /api/admin/prices/stub/bench-chat-priced "$PRICE" >/dev/null
+    # chat-priced and chat-budget: a model of their own, always priced, named
+    # as long as bench-chat (the name is in the bodies, the answers and the
+    # usage records: a longer one would count as the price's cost).
+    api POST /api/admin/models '{"id":"bench-paid","kind":"chat","provider":"stub","upstream_model":"bench-paid"}' >/dev/null
+    api PUT /api/admin/prices/stub/bench-paid "$PRICE" >/dev/null
     # chat-budget's key: budgets no run comes near (a request reserves about
     # 0.0025 at 4096 output tokens and costs about 0.0001).
     BUDGET_KEY=
     if [[ " $WORKLOADS " == *" chat-budget "* ]]; then
         made=$(curl -sS -X POST "$GATEHOUSE/api/api-keys" -H "Authorization: Bearer $TOKEN" \
             -H 'Content-Type: application/json' \
-            -d '{"name":"bench-budget","limits":{"budget_per_day":"1000000","budget_per_month":"1000000"}}' || true)
+            -d '{"name":"bench","limits":{"budget_per_day":"1000000","budget_per_month":"1000000"}}' || true)
         if [ "$(jq -r '.limits.budget_per_day // empty' <<<"$made" 2>/dev/null)" != "" ]; then
             BUDGET_KEY=$(jq -r .key <<<"$made")
         else
@@ -355,7 +357,7 @@ fi
 PROMPT="Summarise the following in one sentence: the quick brown fox jumps over the lazy dog while the cat watches from the warm windowsill."
 jq -nc --arg p "$PROMPT" '{model:"bench-chat",messages:[{role:"system",content:"You are terse."},{role:"user",content:$p}]}' >"$TMP/chat.json"
 jq -nc --arg p "$PROMPT" '{model:"bench-chat",stream:true,messages:[{role:"system",content:"You are terse."},{role:"user",content:$p}]}' >"$TMP/chat-stream.json"
-jq -c '.model = "bench-chat-priced"' "$TMP/chat.json" >"$TMP/chat-priced.json"
+jq -c '.model = "bench-paid"' "$TMP/chat.json" >"$TMP/chat-priced.json"
 cp "$TMP/chat-priced.json" "$TMP/chat-budget.json"
 jq -nc --arg p "$PROMPT" '{model:"bench-chat-paced",stream:true,messages:[{role:"system",content:"You are terse."},{role:"user",content:$p}]}' >"$TMP/chat-stream-paced.json"
 jq -nc '{model:"bench-embed",input:[range(8)|"passage \(.): the quick brown fox jumps over the lazy dog near the river bank"]}' >"$TMP/embeddings.json"

@@ -256,10 +256,10 @@ fn benches(c: &mut Criterion) {
 }
 
 /// The provider and the upstream models of the spend group (as bench/run.sh
-/// names them): `bench-chat` has no price, `bench-chat-priced` has one.
+/// names them): `bench-chat` has no price, `bench-paid` has one.
 const PROVIDER: &str = "stub";
 const UNPRICED: &str = "bench-chat";
-const PRICED: &str = "bench-chat-priced";
+const PRICED: &str = "bench-paid";
 
 /// The price book of bench/run.sh (cache, reasoning, a request fee and a
 /// tier), on `PRICED` only.
@@ -308,7 +308,7 @@ fn one_request(
         0
     };
     // No store: the admission never waits (nothing to sync with).
-    let admission = limiter
+    let mut admission = limiter
         .admit_reserving(subjects, reservation)
         .now_or_never()
         .expect("a limiter without a store does not wait")

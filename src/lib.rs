@@ -23,6 +23,7 @@ pub mod spend;
 pub mod sso;
 pub mod store;
 pub mod telemetry;
+pub mod text;
 pub mod time;
 pub mod usage;
 pub mod users;

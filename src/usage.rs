@@ -471,7 +471,7 @@ async fn write_batch(store: &Store, batch: &[UsageRecord]) -> Result<(), sqlx::E
                 .bind(r.reasoning_tokens)
                 .bind(r.cost.nanos)
                 .bind(r.cost.status.as_str())
-                .bind(&r.cost.version);
+                .bind(r.cost.version.as_deref());
         }
         q.execute(&mut *tx).await?;
     }

@@ -150,7 +150,7 @@ where
     } else {
         0
     };
-    let admission = match app.limiter.admit_reserving(subjects, reservation).await {
+    let mut admission = match app.limiter.admit_reserving(subjects, reservation).await {
         Ok(a) => a,
         Err(r) => {
             ticket.finish(429, Tokens::default());
@@ -162,8 +162,9 @@ where
     };
     let headers = admission.headers;
     let probe = admission.budget_probe();
-    // A stream's figure counts its own reservation (as at admission); a
-    // plain answer's, read after it was settled, its cost.
+    // A stream's figure counts its own reservation (as at admission: a
+    // short stream may have ended, and settled, before its headers go out);
+    // a plain answer's, read after it was settled, its cost.
     let reserved = probe.quota();
     ticket.set_on_end(end_hook(admission));
     let mut resp = call(ticket)
@@ -187,8 +188,8 @@ pub fn add_budget_headers(resp: &mut Response, q: Option<BudgetQuota>) {
     ];
     let Some(q) = q else { return };
     for (name, (_, value)) in NAMES.into_iter().zip(q.pairs()) {
-        // The formatted string becomes the value without a copy.
-        if let Ok(v) = HeaderValue::from_maybe_shared(bytes::Bytes::from(value)) {
+        // Copied once from the stack into the value's own buffer.
+        if let Ok(v) = HeaderValue::from_bytes(value.as_bytes()) {
             resp.headers_mut().insert(name, v);
         }
     }

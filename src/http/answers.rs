@@ -27,12 +27,18 @@ pub fn cost_headers(h: &mut HeaderMap, cost: &Cost, currency: Currency) {
     );
     if let Some(a) = cost.amount() {
         let nanos = i64::try_from(a.nanos()).unwrap_or(i64::MAX);
-        // The value taken as it is made, without a copy.
-        let amount = bytes::Bytes::from(crate::spend::amount::format_nanos(nanos));
-        if let Ok(v) = HeaderValue::from_maybe_shared(amount) {
+        // Copied once from the stack into the value's own buffer.
+        let amount = crate::spend::amount::nanos_text(nanos);
+        if let Ok(v) = HeaderValue::from_bytes(amount.as_bytes()) {
             h.insert(X_GATEHOUSE_COST, v);
         }
-        if let Ok(v) = HeaderValue::from_str(currency.as_str()) {
+        // The default currency without an allocation.
+        let currency = if currency == Currency::USD {
+            Ok(HeaderValue::from_static("USD"))
+        } else {
+            HeaderValue::from_str(currency.as_str())
+        };
+        if let Ok(v) = currency {
             h.insert(X_GATEHOUSE_CURRENCY, v);
         }
     }

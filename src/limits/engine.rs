@@ -369,19 +369,10 @@ impl Admission {
         }
     }
 
-    /// What reads the budget headers later.
-    pub fn budget_probe(&self) -> BudgetProbe {
-        BudgetProbe(
-            self.budgets
-                .iter()
-                .map(|(s, l)| (Arc::clone(s), *l))
-                .collect(),
-        )
-    }
-
-    /// The budget headers now (None: no budget applies).
-    pub fn budget_quota(&self) -> Option<BudgetQuota> {
-        self.budget_probe().quota()
+    /// What reads the budget headers later; the admission keeps no budgets
+    /// of its own (it settles through `held`), so they are handed over.
+    pub fn budget_probe(&mut self) -> BudgetProbe {
+        BudgetProbe(std::mem::take(&mut self.budgets))
     }
 }
 

@@ -220,26 +220,27 @@ pub fn retry_after_secs(wait_ms: i64) -> u64 {
 /// A duration as OpenAI writes it in `x-ratelimit-reset-*`: `1s`, `6m0s`,
 /// `1h2m3s` (whole seconds, rounded up).
 pub fn format_reset(ms: i64) -> String {
-    let s = (ms.max(0) + 999) / 1000;
-    let (h, m, s) = (s / 3600, (s % 3600) / 60, s % 60);
-    // Without `format!`: written on every limited answer, and it was most of it.
-    let mut out = String::with_capacity(16);
-    if h > 0 {
-        push_int(&mut out, h);
-        out.push('h');
-    }
-    if h > 0 || m > 0 {
-        push_int(&mut out, m);
-        out.push('m');
-    }
-    push_int(&mut out, s);
-    out.push('s');
-    out
+    reset_text(ms).as_str().to_owned()
 }
 
-/// Appends a non-negative number's digits.
-fn push_int(out: &mut String, n: i64) {
-    out.push_str(itoa::Buffer::new().format(n.max(0)));
+/// [`format_reset`] on the stack (the hours of an `i64` of ms take 13
+/// digits), for the headers of every limited answer.
+pub fn reset_text(ms: i64) -> crate::text::StackText<24> {
+    let s = (ms.max(0) / 1000) + i64::from(ms.max(0) % 1000 != 0);
+    let (h, m, s) = (s / 3600, (s % 3600) / 60, s % 60);
+    // Without `format!`: written on every limited answer, and it was most of it.
+    let mut out = crate::text::StackText::default();
+    if h > 0 {
+        out.push_int(h);
+        out.push(b"h");
+    }
+    if h > 0 || m > 0 {
+        out.push_int(m);
+        out.push(b"m");
+    }
+    out.push_int(s);
+    out.push(b"s");
+    out
 }
 
 /// What one caller has used, as this server knows it.
@@ -385,8 +386,14 @@ impl BudgetQuota {
             (Period::Month, limits.budget_per_month, spend.month),
         ] {
             let Some(b) = budget else { continue };
+            let remaining = budget::remaining(b, spent, spend.reserved);
+            // A looser budget cannot win: its renewal (a calendar
+            // computation for the month's) is not needed.
+            if acc.is_some_and(|a| remaining > a.remaining) {
+                continue;
+            }
             let q = BudgetQuota {
-                remaining: budget::remaining(b, spent, spend.reserved),
+                remaining,
                 reset_ms: period.until_end_ms(now_ms),
             };
             if acc.is_none_or(|a| (q.remaining, -q.reset_ms) < (a.remaining, -a.reset_ms)) {
@@ -396,13 +403,13 @@ impl BudgetQuota {
     }
 
     /// The header names and values to send (names: [`BUDGET_HEADERS`]).
-    pub fn pairs(&self) -> [(&'static str, String); 2] {
+    pub fn pairs(&self) -> [(&'static str, crate::text::StackText<24>); 2] {
         [
             (
                 BUDGET_HEADERS[0],
-                crate::spend::amount::format_nanos(self.remaining),
+                crate::spend::amount::nanos_text(self.remaining),
             ),
-            (BUDGET_HEADERS[1], format_reset(self.reset_ms)),
+            (BUDGET_HEADERS[1], reset_text(self.reset_ms)),
         ]
     }
 }
@@ -568,6 +575,9 @@ mod tests {
         assert_eq!(format_reset(59_001), "1m0s");
         assert_eq!(format_reset(360_000), "6m0s");
         assert_eq!(format_reset(3_723_000), "1h2m3s");
+        // The longest: every hour an i64 of ms holds, rounded up.
+        assert_eq!(format_reset(i64::MAX), "2562047788015h12m56s");
+        assert_eq!(format_reset(-5), "0s");
     }
 
     #[test]
@@ -714,7 +724,7 @@ mod tests {
         BudgetQuota::add(&mut q, &limits, spend, T0);
         let q = q.expect("a budget applies");
         assert_eq!(q.remaining, 100);
-        assert_eq!(q.pairs()[0].1, "0.000000100");
+        assert_eq!(q.pairs()[0].1.as_str(), "0.000000100");
         let mut none = None;
         BudgetQuota::add(&mut none, &Limits::default(), spend, T0);
         assert!(none.is_none());

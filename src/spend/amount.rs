@@ -118,20 +118,27 @@ pub fn schema() -> serde_json::Value {
 
 /// A signed sum of nano-units (totals from the database) as an amount string.
 pub fn format_nanos(n: i64) -> String {
-    // `itoa` rather than `format!`: a header on every answer under a budget
-    // or a price, and `format!` cost several times the rest of the arithmetic.
+    nanos_text(n).as_str().to_owned()
+}
+
+/// [`format_nanos`] on the stack (a sign, 10 whole digits, the point and 9:
+/// `i64::MIN` is the longest), for the headers of every priced or budgeted
+/// answer.
+pub fn nanos_text(n: i64) -> crate::text::StackText<24> {
+    // `itoa` rather than `format!`: `format!` cost several times the rest
+    // of the arithmetic.
     let a = n.unsigned_abs();
-    let mut digits = itoa::Buffer::new();
-    let mut out = String::with_capacity(32);
+    let mut t = crate::text::StackText::default();
     if n < 0 {
-        out.push('-');
+        t.push(b"-");
     }
-    out.push_str(digits.format(a / NANOS_PER_UNIT));
-    out.push('.');
+    t.push_int(a / NANOS_PER_UNIT);
+    t.push(b".");
+    let mut digits = itoa::Buffer::new();
     let frac = digits.format(a % NANOS_PER_UNIT);
-    out.extend(std::iter::repeat_n('0', 9 - frac.len()));
-    out.push_str(frac);
-    out
+    t.repeat(b'0', 9 - frac.len());
+    t.push(frac.as_bytes());
+    t
 }
 
 impl serde::Serialize for Amount {

@@ -83,7 +83,7 @@ pub struct Cost {
     /// Nano-units; None when unpriced.
     pub nanos: Option<i64>,
     /// The price version that priced it.
-    pub version: Option<String>,
+    pub version: Option<std::sync::Arc<str>>,
 }
 
 impl Cost {
@@ -98,7 +98,7 @@ impl Cost {
         // As `amount()`: a negative sum (never made) shows as zero.
         if let Some(n) = self.nanos.map(|n| n.max(0)) {
             out.extend_from_slice(b"\"cost\":\"");
-            out.extend_from_slice(super::amount::format_nanos(n).as_bytes());
+            out.extend_from_slice(super::amount::nanos_text(n).as_bytes());
             out.extend_from_slice(b"\",");
         }
         out.extend_from_slice(b"\"cost_status\":\"");

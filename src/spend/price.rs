@@ -224,8 +224,9 @@ impl PriceSpec {
 /// One version of a pair's price.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Price {
-    /// Opaque, distinct for every version.
-    pub version: String,
+    /// Opaque, distinct for every version; shared with every cost it
+    /// prices (a request's record holds it without a copy).
+    pub version: std::sync::Arc<str>,
     pub provider: String,
     pub upstream_model: String,
     pub spec: PriceSpec,
@@ -249,7 +250,7 @@ impl Price {
     /// The contract's price object.
     pub fn view(&self, currency: Currency) -> Value {
         let mut m = Map::new();
-        m.insert("version".into(), json!(self.version));
+        m.insert("version".into(), json!(&*self.version));
         m.insert("provider".into(), json!(self.provider));
         m.insert("upstream_model".into(), json!(self.upstream_model));
         m.insert("currency".into(), json!(currency.as_str()));
@@ -347,12 +348,17 @@ pub fn schema() -> Value {
 /// reads (two hash lookups, no database).
 #[derive(Debug, Default)]
 pub struct PriceBook {
-    by_provider: HashMap<String, HashMap<String, Arc<Price>>>,
+    by_provider: HashMap<String, Pairs, Fold>,
 }
+
+/// The book's keys are the admins' names, not a client's: a fast hash
+/// (read two or three times a priced request) instead of SipHash.
+type Fold = foldhash::fast::RandomState;
+type Pairs = HashMap<String, Arc<Price>, Fold>;
 
 impl PriceBook {
     pub fn new(current: Vec<Price>) -> PriceBook {
-        let mut by_provider: HashMap<String, HashMap<String, Arc<Price>>> = HashMap::new();
+        let mut by_provider: HashMap<String, Pairs, Fold> = HashMap::default();
         for p in current {
             by_provider
                 .entry(p.provider.clone())

@@ -38,7 +38,7 @@ fn nanos(a: Amount) -> i64 {
 impl From<PriceRow> for Price {
     fn from(r: PriceRow) -> Price {
         Price {
-            version: r.version,
+            version: r.version.into(),
             provider: r.provider,
             upstream_model: r.upstream_model,
             spec: PriceSpec {
@@ -187,7 +187,7 @@ impl Store {
         .fetch_one(&mut *tx)
         .await?;
         let price = Price {
-            version: new_id(),
+            version: new_id().into(),
             provider: provider.to_string(),
             upstream_model: upstream_model.to_string(),
             spec: spec.clone(),
@@ -200,7 +200,7 @@ impl Store {
                 cache_write, reasoning, request, tiers, effective_from, effective_to, seq)
              VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,NULL,$12)",
         )
-        .bind(&price.version)
+        .bind(&*price.version)
         .bind(provider)
         .bind(upstream_model)
         .bind(nanos(r.input))
