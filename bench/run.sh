@@ -46,6 +46,12 @@
 #   BENCH_WORKLOADS="chat chat-priced chat-budget chat-stream chat-stream-paced embeddings rerank agent-chat messages messages-stream messages-passthrough messages-passthrough-stream responses responses-stream"
 #   BENCH_NGINX_WORKERS=1  nginx worker_processes
 #   BENCH_LOADGEN_THREADS=1  load generator runtime threads
+#   BENCH_RATE=R           our loadgen only: R requests a second in all, on a fixed
+#                          schedule (default: closed loop, as fast as answered).
+#                          Workloads compared at one rate get the same load;
+#                          closed, a slower one also gets fewer requests per
+#                          wake-up, which raises every process's CPU per request
+#                          (the stub's too). A run short of R is flagged
 #   BENCH_LOADGEN=wrk      a second load generator: wrk (Debian's package) instead of
 #                          our loadgen, to check a figure against another tool
 #                          (no TTFB; one wrk thread, same connections and bodies)
@@ -96,6 +102,10 @@ RUNS=${BENCH_RUNS:-1}
 ACCESS_LOG=${BENCH_ACCESS_LOG:-}
 case $LOADGEN in loadgen | wrk | oha) ;; *) echo "bench: BENCH_LOADGEN must be loadgen, wrk or oha" >&2 && exit 2 ;; esac
 [[ $RUNS =~ ^[1-9][0-9]*$ ]] || { echo "bench: BENCH_RUNS must be a positive number" >&2 && exit 2; }
+if [ -n "${BENCH_RATE:-}" ]; then
+    [[ $BENCH_RATE =~ ^[1-9][0-9]*$ ]] || { echo "bench: BENCH_RATE must be a positive number of requests a second" >&2 && exit 2; }
+    [ "$LOADGEN" = loadgen ] || { echo "bench: BENCH_RATE paces our loadgen only" >&2 && exit 2; }
+fi
 OUT=${BENCH_OUT:-$ROOT/bench/results/latest.jsonl}
 BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release
 
@@ -454,6 +464,21 @@ stat_field() {
     done
     echo "$total"
 }
+# db_ticks PID...: user + system clock ticks of these processes' SQLite
+# threads (sqlx runs each connection's statements on a thread of its own,
+# `sqlx-sqlite-worker-N`): the database's share of the gateway's CPU (the
+# usage records' and the limit counters' writes), apart from the request
+# path's. Threads that ended are not counted (the pool keeps its own).
+db_ticks() {
+    local p t total=0
+    for p in "$@"; do
+        for t in /proc/"$p"/task/*; do
+            [ "$(cat "$t/comm" 2>/dev/null)" = sqlx-sqlite-wor ] || continue
+            total=$((total + $(sed 's/.*) //' "$t/stat" 2>/dev/null | awk '{print $12 + $13}')))
+        done
+    done
+    echo "$total"
+}
 # tree_pids PID: the process and all its descendants (nginx's master and
 # workers; the gateway is one process, but counted the same way).
 tree_pids() {
@@ -606,6 +631,7 @@ for rw in $ORDER; do
                 loadgen)
                     args=(--url "$url" --method POST --body-file "$TMP/$w.json"
                         --concurrency "$c" --duration "$DURATION" --warmup "$WARMUP" --threads "$LOADGEN_THREADS")
+                    [ -n "${BENCH_RATE:-}" ] && args+=(--rate "$BENCH_RATE")
                     [ -n "$auth" ] && args+=(--header "$auth")
                     [ "$w" = agent-chat ] && args+=(--header "X-Service-Conversation-Id: bench-conversation"
                         --header "X-Service-Turn-Id: bench-turn-1")
@@ -625,19 +651,27 @@ for rw in $ORDER; do
                 proxy0=$(cpu_ticks $(proxy_pids "$t"))
                 sys0=$(stat_field 13 $(proxy_pids "$t"))
                 flt0=$(stat_field 8 $(proxy_pids "$t"))
+                db0=$(db_ticks $(proxy_pids "$t"))
                 wait "$lg" || die "$LOADGEN failed for $t $w c=$c: $(cat "$TMP/loadgen.err")"
                 stub1=$(cpu_ticks "$STUB_PID")
                 proxy1=$(cpu_ticks $(proxy_pids "$t"))
                 sys1=$(stat_field 13 $(proxy_pids "$t"))
                 flt1=$(stat_field 8 $(proxy_pids "$t"))
+                db1=$(db_ticks $(proxy_pids "$t"))
                 [ -s "$TMP/loadgen.err" ] && log "$t $w c=$c: $(cat "$TMP/loadgen.err")"
+                # Paced but short of the rate: the load was not the one asked for.
+                if [ -n "${BENCH_RATE:-}" ] && jq -e --argjson r "$BENCH_RATE" '.rps < 0.97 * $r' "$TMP/loadgen.out" >/dev/null; then
+                    log "$t $w c=$c: $(jq -r .rps "$TMP/loadgen.out") requests/s, short of BENCH_RATE=$BENCH_RATE: this run's CPU per request is not at the asked load"
+                fi
                 jq -c --arg t "$t" --arg w "$w" --arg load "$(cut -d' ' -f1 /proc/loadavg)" \
                     --arg gen "$LOADGEN" --argjson run "$r" --argjson access_log "$([ -n "$ACCESS_LOG" ] && echo true || echo false)" \
                     --argjson stub $(((stub1 - stub0) * 100 / HZ)) --argjson proxy $(((proxy1 - proxy0) * 100 / HZ)) \
                     --argjson sys $(((sys1 - sys0) * 100 / HZ)) --argjson faults $((flt1 - flt0)) \
+                    --argjson db $(((db1 - db0) * 100 / HZ)) \
                     '{target:$t,workload:$w,run:$run,loadgen:$gen} + . + {stub_cpu_s:($stub/100),
                       proxy_cpu_s:(if $t == "direct" then null else $proxy/100 end),
                       proxy_sys_s:(if $t == "direct" then null else $sys/100 end),
+                      proxy_db_s:(if $t == "gatehouse" then $db/100 else null end),
                       proxy_minor_faults:(if $t == "direct" then null else $faults end),access_log:$access_log,
                       load1:($load|tonumber)}' "$TMP/loadgen.out" | tee -a "$OUT" >&2
             done

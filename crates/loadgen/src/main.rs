@@ -10,6 +10,9 @@
 //! {"requests":N,"errors":N,"rps":F,"p50_ms":F,"p99_ms":F,"ttfb_p50_ms":F,"ttfb_p99_ms":F,...}
 //! ```
 //!
+//! With `--rate R` the workers send R requests a second in all, on a fixed
+//! schedule, instead of back to back.
+//!
 //! Latency is the full response time (request sent to last body byte read);
 //! TTFB is the time to the first body frame (reported with `--stream`,
 //! `null` otherwise). A non-2xx status, a transport error, a time-out or a
@@ -71,6 +74,13 @@ struct Args {
     /// Runtime threads (1: a single-threaded runtime, the cheapest).
     #[arg(long, default_value_t = 1)]
     threads: usize,
+    /// Requests per second in all (0: closed loop, each worker sending its
+    /// next request when the last ends). Paced, the workers send on a fixed
+    /// schedule (a late one catches up), so two runs offer the target the
+    /// same load: closed, a slower route also gets fewer requests per
+    /// wake-up, which raises every process's CPU per request.
+    #[arg(long, default_value_t = 0.0)]
+    rate: f64,
 }
 
 struct Target {
@@ -232,10 +242,27 @@ async fn exchange(
     })
 }
 
-async fn worker(t: Arc<Target>, warm_end: Instant, end: Instant) -> WorkerStats {
+/// When a paced worker sends: its first request at `next`, then one every
+/// `every` (None: closed loop).
+struct Pace {
+    next: Instant,
+    every: Duration,
+}
+
+async fn worker(
+    t: Arc<Target>,
+    warm_end: Instant,
+    end: Instant,
+    mut pace: Option<Pace>,
+) -> WorkerStats {
     let mut st = WorkerStats::default();
     let mut sender: Option<SendRequest<Full<Bytes>>> = None;
     loop {
+        if let Some(p) = pace.as_mut() {
+            // A fixed schedule: a worker behind it sends at once.
+            tokio::time::sleep_until(p.next.into()).await;
+            p.next += p.every;
+        }
         let now = Instant::now();
         if now >= end {
             break;
@@ -292,8 +319,16 @@ async fn run(args: Args, t: Target) -> String {
     let begin = Instant::now();
     let warm_end = begin + Duration::from_secs_f64(args.warmup);
     let end = warm_end + Duration::from_secs_f64(args.duration);
-    let handles: Vec<_> = (0..args.concurrency.max(1))
-        .map(|_| tokio::spawn(worker(t.clone(), warm_end, end)))
+    let workers = args.concurrency.max(1);
+    // Paced: worker w starts w/R after the first, then sends every workers/R.
+    let pace = |w: usize| {
+        (args.rate > 0.0).then(|| Pace {
+            next: begin + Duration::from_secs_f64(w as f64 / args.rate),
+            every: Duration::from_secs_f64(workers as f64 / args.rate),
+        })
+    };
+    let handles: Vec<_> = (0..workers)
+        .map(|w| tokio::spawn(worker(t.clone(), warm_end, end, pace(w))))
         .collect();
     tokio::time::sleep_until(warm_end.into()).await;
     let cpu_start = cpu_seconds();
@@ -335,7 +370,7 @@ async fn run(args: Args, t: Target) -> String {
         concat!(
             r#"{{"requests":{},"errors":{},"rps":{:.1},"p50_ms":{},"p99_ms":{},"#,
             r#""ttfb_p50_ms":{},"ttfb_p99_ms":{},"concurrency":{},"duration_s":{:.3},"#,
-            r#""loadgen_cpu_s":{}}}"#
+            r#""loadgen_cpu_s":{},"rate":{}}}"#
         ),
         latencies.len(),
         errors,
@@ -347,6 +382,11 @@ async fn run(args: Args, t: Target) -> String {
         args.concurrency,
         elapsed,
         cpu.map_or("null".into(), |c| format!("{c:.2}")),
+        if args.rate > 0.0 {
+            format!("{:.1}", args.rate)
+        } else {
+            "null".into()
+        },
     )
 }
 

@@ -171,3 +171,28 @@ async fn every_attempt_of_a_retried_request_carries_the_same_id() {
         [Some("retried-1".into())]
     );
 }
+
+/// A made id is a time-ordered UUID (v7), each later than the one before:
+/// the usage records' index on the request id then grows at its end (a
+/// random id dirtied a page of that index, in the database, per request).
+#[tokio::test]
+async fn made_request_ids_are_time_ordered_uuids_each_after_the_last() {
+    let env = env().await;
+    let mut ids = Vec::new();
+    for _ in 0..40 {
+        let r = env
+            .app
+            .client
+            .get(env.app.u("/healthz"))
+            .send()
+            .await
+            .expect("request");
+        ids.push(answered_id(&r));
+    }
+    for id in &ids {
+        let u = uuid::Uuid::parse_str(id).expect("a UUID");
+        assert_eq!(u.get_version_num(), 7, "{id}");
+        assert_eq!(id, &u.hyphenated().to_string(), "lower-case, hyphenated");
+    }
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+}
