@@ -41,6 +41,10 @@ pub struct Charge<'a> {
     pub model: &'a Model,
     prompt: Prompt<'a>,
     pub completion: Option<u64>,
+    /// The body may ask for a stream (the default): its budget figure is
+    /// read at admission. A route that knows the answer is plain says so
+    /// ([`Charge::plain`]) and saves that read.
+    may_stream: bool,
 }
 
 /// The prompt's estimate in tokens, or how to make it: only a budget reads
@@ -56,7 +60,15 @@ impl<'a> Charge<'a> {
             model,
             prompt: Prompt::Tokens(prompt),
             completion,
+            may_stream: true,
         }
+    }
+
+    /// The body asked for a plain answer (`!stream`): no stream's figure
+    /// to read at admission.
+    pub fn plain(mut self, plain: bool) -> Charge<'a> {
+        self.may_stream = !plain;
+        self
     }
 
     /// A charge whose prompt estimate is made only if a budget applies.
@@ -69,6 +81,7 @@ impl<'a> Charge<'a> {
             model,
             prompt: Prompt::Later(Box::new(prompt)),
             completion,
+            may_stream: true,
         }
     }
 
@@ -165,7 +178,11 @@ where
     // A stream's figure counts its own reservation (as at admission: a
     // short stream may have ended, and settled, before its headers go out);
     // a plain answer's, read after it was settled, its cost.
-    let reserved = probe.quota();
+    let reserved = if charge.may_stream {
+        probe.quota()
+    } else {
+        None
+    };
     ticket.set_on_end(end_hook(admission));
     let mut resp = call(ticket)
         .await
@@ -175,7 +192,11 @@ where
         .headers()
         .get(axum::http::header::CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
-    add_budget_headers(&mut resp, if stream { reserved } else { probe.quota() });
+    let figure = match reserved {
+        Some(q) if stream => Some(q),
+        _ => probe.quota(),
+    };
+    add_budget_headers(&mut resp, figure);
     resp
 }
 
@@ -187,12 +208,35 @@ pub fn add_budget_headers(resp: &mut Response, q: Option<BudgetQuota>) {
         HeaderName::from_static(BUDGET_HEADERS[1]),
     ];
     let Some(q) = q else { return };
-    for (name, (_, value)) in NAMES.into_iter().zip(q.pairs()) {
-        // Copied once from the stack into the value's own buffer.
-        if let Ok(v) = HeaderValue::from_bytes(value.as_bytes()) {
-            resp.headers_mut().insert(name, v);
-        }
+    // Copied once from the stack into the value's own buffer.
+    let remaining = crate::spend::amount::nanos_text(q.remaining);
+    if let Ok(v) = HeaderValue::from_bytes(remaining.as_bytes()) {
+        resp.headers_mut().insert(NAMES[0].clone(), v);
     }
+    if let Some(v) = reset_value(q.reset_ms) {
+        resp.headers_mut().insert(NAMES[1].clone(), v);
+    }
+}
+
+/// The reset header's value for `reset_ms`: every answer under a budget
+/// carries one, and its text changes once a second, so each thread keeps
+/// the last one made (a clone shares its buffer) instead of formatting,
+/// checking and allocating it again.
+fn reset_value(reset_ms: i64) -> Option<HeaderValue> {
+    thread_local! {
+        static LAST: std::cell::RefCell<Option<(i64, HeaderValue)>> =
+            const { std::cell::RefCell::new(None) };
+    }
+    let secs = crate::limits::rules::reset_seconds(reset_ms);
+    LAST.with_borrow_mut(|last| match last {
+        Some((s, v)) if *s == secs => Some(v.clone()),
+        _ => {
+            let text = crate::limits::rules::reset_text(reset_ms);
+            let v = HeaderValue::from_bytes(text.as_bytes()).ok()?;
+            *last = Some((secs, v.clone()));
+            Some(v)
+        }
+    })
 }
 
 /// Records a failure before the upstream call on the request's ticket.
@@ -257,4 +301,20 @@ pub fn end_hook(mut admission: Admission) -> EndHook {
         let n = t.prompt.saturating_add(t.completion).max(0);
         admission.settle(u64::try_from(n).unwrap_or(0), cost_nanos);
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_reset_value_kept_from_the_last_answer_is_the_one_its_second_shows() {
+        let v = |ms| reset_value(ms).map(|v| v.to_str().unwrap_or_default().to_string());
+        assert_eq!(v(86_399_001).as_deref(), Some("24h0m0s"));
+        // The same second: the kept value; the next and the one before: new ones.
+        assert_eq!(v(86_399_999).as_deref(), Some("24h0m0s"));
+        assert_eq!(v(86_398_999).as_deref(), Some("23h59m59s"));
+        assert_eq!(v(86_400_001).as_deref(), Some("24h0m1s"));
+        assert_eq!(v(0).as_deref(), Some("0s"));
+    }
 }

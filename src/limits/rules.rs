@@ -223,10 +223,16 @@ pub fn format_reset(ms: i64) -> String {
     reset_text(ms).as_str().to_owned()
 }
 
+/// The whole seconds a reset header shows for `ms` (rounded up): its text
+/// changes only when these do.
+pub fn reset_seconds(ms: i64) -> i64 {
+    (ms.max(0) / 1000) + i64::from(ms.max(0) % 1000 != 0)
+}
+
 /// [`format_reset`] on the stack (the hours of an `i64` of ms take 13
 /// digits), for the headers of every limited answer.
 pub fn reset_text(ms: i64) -> crate::text::StackText<24> {
-    let s = (ms.max(0) / 1000) + i64::from(ms.max(0) % 1000 != 0);
+    let s = reset_seconds(ms);
     let (h, m, s) = (s / 3600, (s % 3600) / 60, s % 60);
     // Without `format!`: written on every limited answer, and it was most of it.
     let mut out = crate::text::StackText::default();

@@ -266,7 +266,8 @@ async fn messages(State(app): State<AppState>, auth: ApiKeyAuth, req: Request) -
     let app = &app;
     let charged = Arc::clone(&model);
     let (prompt, max) = messages_figures(&body);
-    let charge = Charge::new(&charged, prompt, max);
+    let charge =
+        Charge::new(&charged, prompt, max).plain(!crate::wire::messages::request::is_stream(&body));
     Ok(admitted(
         app,
         &key_subjects(&auth),

@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Differences run by run between workloads of bench/run.sh's raw lines.
+
+    bench/compare.py [--base chat] [--target gatehouse] FILE.jsonl...
+
+For each repeat (`run`) of each file, every workload is compared with the
+base workload of the same repeat (interleaved runs measure them moments
+apart), in microseconds of CPU per request:
+
+- cpu: the gateway's CPU (user + system);
+- user, sys: its two parts;
+- db: its SQLite threads (`proxy_db_s`: the usage records' and the limit
+  counters' writes), and rest: everything else (the request path);
+- stub: the stub upstream's, which does the same work for every workload:
+  a difference there is the load's shape, not the gateway's work.
+
+Printed per workload and figure: the median difference, its 95 % interval
+(a bootstrap of the median, 10,000 resamples, fixed seed) and the base's
+median. Lines of runs that fell short of BENCH_RATE are left out and
+counted.
+"""
+
+import argparse
+import json
+import random
+import statistics
+
+
+def per_request(row, figure):
+    n = row["requests"]
+    cpu, sys_s = row["proxy_cpu_s"], row.get("proxy_sys_s")
+    db = row.get("proxy_db_s")
+    value = {
+        "cpu": cpu,
+        "user": None if sys_s is None else cpu - sys_s,
+        "sys": sys_s,
+        "db": db,
+        "rest": None if db is None else cpu - db,
+        "stub": row.get("stub_cpu_s"),
+    }[figure]
+    return None if value is None or n == 0 else value / n * 1e6
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("files", nargs="+")
+    ap.add_argument("--base", default="chat")
+    ap.add_argument("--target", default="gatehouse")
+    args = ap.parse_args()
+
+    repeats = {}
+    short = 0
+    for i, path in enumerate(args.files):
+        with open(path) as f:
+            for line in f:
+                row = json.loads(line)
+                if row.get("target") != args.target:
+                    continue
+                rate = row.get("rate")
+                if rate and row["rps"] < 0.97 * rate:
+                    short += 1
+                    continue
+                repeats.setdefault((i, row["run"]), {})[row["workload"]] = row
+
+    rng = random.Random(34)
+    workloads = sorted({w for r in repeats.values() for w in r} - {args.base})
+    print(f"| workload | figure | pairs | median difference µs | 95 % interval | {args.base} µs |")
+    print("|---|---|---:|---:|---:|---:|")
+    for w in workloads:
+        for figure in ("cpu", "user", "sys", "db", "rest", "stub"):
+            pairs = [
+                (per_request(r[w], figure), per_request(r[args.base], figure))
+                for r in repeats.values()
+                if w in r and args.base in r
+            ]
+            pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
+            if len(pairs) < 2:
+                continue
+            diffs = [a - b for a, b in pairs]
+            medians = sorted(
+                statistics.median(rng.choices(diffs, k=len(diffs))) for _ in range(10_000)
+            )
+            lo, hi = medians[249], medians[9_749]
+            base = statistics.median(b for _, b in pairs)
+            print(
+                f"| {w} | {figure} | {len(diffs)} | {statistics.median(diffs):+.2f} "
+                f"| {lo:+.2f} to {hi:+.2f} | {base:.1f} |"
+            )
+    if short:
+        print(f"\n{short} run(s) short of their BENCH_RATE left out.")
+
+
+if __name__ == "__main__":
+    main()
