@@ -23,6 +23,7 @@ counted.
 import argparse
 import json
 import random
+import signal
 import statistics
 
 
@@ -42,6 +43,8 @@ def per_request(row, figure):
 
 
 def main():
+    # Piped into `head`: stop quietly.
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("files", nargs="+")
     ap.add_argument("--base", default="chat")

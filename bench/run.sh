@@ -600,9 +600,9 @@ fi
 # the same load on the machine, the same size of the gateway's usage
 # database (it grows by a record per request, and inserts slow with it).
 # Each repeat starts one workload further along the list (a rotation), so
-# that no workload always runs first, or always right after another: with
-# a fixed order, chat-priced and chat-budget, measured second and third,
-# came out 1.4 and 3.3 µs above chat at one rate, more than their own work.
+# that no workload always runs first, or always right after the same other
+# one: whatever a run leaves behind (the database's pages, a checkpoint
+# due) is spread over all of them.
 ORDER=$(if [ "${BENCH_ORDER:-}" = interleaved ]; then
     read -ra ws <<<"$WORKLOADS"
     for r in $(seq "$RUNS"); do

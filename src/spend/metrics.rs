@@ -26,9 +26,11 @@ impl SpendCounters {
 
     /// Counts the cost of requests, each as `(model, provider, cost)`; those
     /// no upstream answered have no provider and are not counted. The names
-    /// are copied only the first time a pair is seen.
+    /// are copied only the first time a pair is seen, and a run of records
+    /// of one pair (a batch is mostly one model's) is added to the map once.
     pub fn count<'a>(&self, batch: impl IntoIterator<Item = (&'a str, Option<&'a str>, &'a Cost)>) {
         let mut map = self.by_pair.lock();
+        let mut run: Option<(Pair, Sums)> = None;
         for (model, provider, cost) in batch {
             let Some(provider) = provider else {
                 continue;
@@ -40,19 +42,21 @@ impl SpendCounters {
                 }
                 CostStatus::None => continue,
             };
-            if !map.contains_key(model) {
-                map.insert(model.to_string(), BTreeMap::new());
+            match &mut run {
+                Some((pair, sums)) if *pair == (model, provider) => {
+                    sums.0 = sums.0.saturating_add(nanos);
+                    sums.1 += unpriced;
+                }
+                _ => {
+                    if let Some((pair, sums)) = run.replace(((model, provider), (nanos, unpriced)))
+                    {
+                        add_to(&mut map, pair, sums);
+                    }
+                }
             }
-            let Some(providers) = map.get_mut(model) else {
-                continue;
-            };
-            if !providers.contains_key(provider) {
-                providers.insert(provider.to_string(), (0, 0));
-            }
-            if let Some(e) = providers.get_mut(provider) {
-                e.0 = e.0.saturating_add(nanos);
-                e.1 += unpriced;
-            }
+        }
+        if let Some((pair, sums)) = run {
+            add_to(&mut map, pair, sums);
         }
     }
 
@@ -95,7 +99,11 @@ impl SpendCounters {
     }
 }
 
-type ByPair = BTreeMap<String, BTreeMap<String, (u64, u64)>>;
+type ByPair = BTreeMap<String, BTreeMap<String, Sums>>;
+/// (model, provider).
+type Pair<'a> = (&'a str, &'a str);
+/// (cost in nanos, unpriced requests).
+type Sums = (u64, u64);
 
 fn flat(map: &ByPair) -> impl Iterator<Item = (&str, &str, u64, u64)> {
     map.iter().flat_map(|(model, providers)| {
@@ -103,6 +111,23 @@ fn flat(map: &ByPair) -> impl Iterator<Item = (&str, &str, u64, u64)> {
             .iter()
             .map(move |(p, (cost, unpriced))| (model.as_str(), p.as_str(), *cost, *unpriced))
     })
+}
+
+/// Adds a pair's sums (cost in nanos, unpriced requests) to the map.
+fn add_to(map: &mut ByPair, (model, provider): Pair, (nanos, unpriced): Sums) {
+    if !map.contains_key(model) {
+        map.insert(model.to_string(), BTreeMap::new());
+    }
+    let Some(providers) = map.get_mut(model) else {
+        return;
+    };
+    if !providers.contains_key(provider) {
+        providers.insert(provider.to_string(), (0, 0));
+    }
+    if let Some(e) = providers.get_mut(provider) {
+        e.0 = e.0.saturating_add(nanos);
+        e.1 += unpriced;
+    }
 }
 
 #[cfg(test)]
@@ -125,12 +150,15 @@ mod tests {
             ("m", Some("p"), cost(CostStatus::Estimated, Some(7))),
             ("m", Some("q"), cost(CostStatus::Unpriced, None)),
             ("m", None, cost(CostStatus::None, Some(0))),
+            // A pair's run taken up again after another pair's.
+            ("m", Some("p"), cost(CostStatus::Exact, Some(3))),
+            ("m", Some("p"), cost(CostStatus::Exact, Some(1))),
         ];
         c.count(costs.iter().map(|(m, p, c)| (*m, *p, c)));
         let mut out = String::new();
         c.render(&mut out);
         assert!(
-            out.contains("gatehouse_cost_nanos_total{model=\"m\",provider=\"p\"} 12"),
+            out.contains("gatehouse_cost_nanos_total{model=\"m\",provider=\"p\"} 16"),
             "{out}"
         );
         assert!(
