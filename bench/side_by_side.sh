@@ -47,28 +47,15 @@ TMP=$(mktemp -d /tmp/gatehouse-side.XXXXXX)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$TMP"; }
 trap cleanup EXIT
-first_line() { # FILE PATTERN: waits for it, 10 s at most
-    for _ in $(seq 100); do grep -m1 "$2" "$1" 2>/dev/null && return; sleep 0.1; done
-    die "no '$2' in $1: $(tail -3 "$1")"
-}
-# ticks PID FIELDS: the sum of these /proc/PID/stat fields (counted after
-# the command's name: 12 utime, 13 stime) over the process, or with
-# `db` over its SQLite threads only (bench/run.sh's proxy_db_s).
-ticks() {
-    local stats=("/proc/$1/stat") t
-    if [ "$2" = db ]; then
-        stats=()
-        for t in /proc/"$1"/task/*; do
-            [ "$(cat "$t/comm" 2>/dev/null)" = sqlx-sqlite-wor ] && stats+=("$t/stat")
-        done
-    fi
-    [ ${#stats[@]} -gt 0 ] || { echo 0; return; }
-    sed 's/.*) //' "${stats[@]}" | awk -v f="$2" '{ s += (f == 13 ? $13 : f == 12 ? $12 : $12 + $13) } END { print s + 0 }'
-}
+# wait_line, cpu_ticks, stat_field, db_ticks and HZ.
+# shellcheck source=bench/proc.sh
+. "$ROOT/bench/proc.sh"
+# ticks PID: the process's CPU and its kernel and SQLite threads' shares.
+ticks() { echo "$(cpu_ticks "$1") $(stat_field 13 "$1") $(db_ticks "$1")"; }
 
 "$BIN/stub-upstream" --listen 127.0.0.1:0 --no-record >"$TMP/stub.out" 2>&1 &
 PIDS+=($!)
-STUB=$(first_line "$TMP/stub.out" '^listening on ' | sed 's/^listening on //')
+STUB=$(wait_line "$TMP/stub.out" '^listening on ' | sed 's/^listening on //')
 
 PRICE='{"input":"0.15","output":"0.60","cache_read":"0.075","reasoning":"0.60","request":"0.0001",
     "tiers":[{"above_prompt_tokens":128000,"input":"0.30","output":"1.20"}]}'
@@ -83,7 +70,7 @@ for g in 0 1; do
         "$BIN/gatehouse" serve >"$TMP/gateway$g.out" 2>&1 &
     GW_PID+=($!)
     PIDS+=($!)
-    url=$(first_line "$TMP/gateway$g.out" 'listening on ' | sed 's/.*listening on //')
+    url=$(wait_line "$TMP/gateway$g.out" 'listening on ' | sed 's/.*listening on //')
     URL+=("$url")
     token=$(curl -sS --fail-with-body -X POST "$url/api/auth/jwt/login" \
         --data-urlencode username=bench@example.com --data-urlencode "password=$password" | jq -r .access_token)
@@ -124,14 +111,14 @@ for r in $(seq "$RUNS"); do
     done
     sleep "$WARMUP"
     before=()
-    for g in 0 1; do before+=("$(ticks "${GW_PID[$g]}" all) $(ticks "${GW_PID[$g]}" 13) $(ticks "${GW_PID[$g]}" db)"); done
+    for g in 0 1; do before+=("$(ticks "${GW_PID[$g]}")"); done
     for g in 0 1; do wait "${lg[$g]}" || die "loadgen failed: $(cat "$TMP/lg$g.err")"; done
     for g in 0 1; do
         read -r cpu0 sys0 db0 <<<"${before[$g]}"
-        hz=$(getconf CLK_TCK)
+        read -r cpu1 sys1 db1 <<<"$(ticks "${GW_PID[$g]}")"
         jq -c --arg w "${on[$g]}" --argjson run "$r" --argjson g "$g" \
-            --argjson cpu "$(($(ticks "${GW_PID[$g]}" all) - cpu0))" --argjson sys "$(($(ticks "${GW_PID[$g]}" 13) - sys0))" \
-            --argjson db "$(($(ticks "${GW_PID[$g]}" db) - db0))" --argjson hz "$hz" \
+            --argjson cpu $((cpu1 - cpu0)) --argjson sys $((sys1 - sys0)) \
+            --argjson db $((db1 - db0)) --argjson hz "$HZ" \
             '{target:"gatehouse",workload:$w,run:$run,gateway:$g,loadgen:"loadgen"} + .
              + {proxy_cpu_s:($cpu/$hz),proxy_sys_s:($sys/$hz),proxy_db_s:($db/$hz)}' "$TMP/lg$g.out" >>"$OUT"
     done

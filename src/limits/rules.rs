@@ -381,7 +381,7 @@ pub struct BudgetQuota {
     pub reset_ms: i64,
 }
 
-/// The budget headers' names, in [`BudgetQuota::pairs`]' order.
+/// The budget headers' names: what is left, and when it renews.
 pub const BUDGET_HEADERS: [&str; 2] = ["x-gatehouse-budget-remaining", "x-gatehouse-budget-reset"];
 
 impl BudgetQuota {
@@ -406,17 +406,6 @@ impl BudgetQuota {
                 *acc = Some(q);
             }
         }
-    }
-
-    /// The header names and values to send (names: [`BUDGET_HEADERS`]).
-    pub fn pairs(&self) -> [(&'static str, crate::text::StackText<24>); 2] {
-        [
-            (
-                BUDGET_HEADERS[0],
-                crate::spend::amount::nanos_text(self.remaining),
-            ),
-            (BUDGET_HEADERS[1], reset_text(self.reset_ms)),
-        ]
     }
 }
 
@@ -730,7 +719,10 @@ mod tests {
         BudgetQuota::add(&mut q, &limits, spend, T0);
         let q = q.expect("a budget applies");
         assert_eq!(q.remaining, 100);
-        assert_eq!(q.pairs()[0].1.as_str(), "0.000000100");
+        assert_eq!(
+            crate::spend::amount::nanos_text(q.remaining).as_str(),
+            "0.000000100"
+        );
         let mut none = None;
         BudgetQuota::add(&mut none, &Limits::default(), spend, T0);
         assert!(none.is_none());
