@@ -308,7 +308,7 @@ fn one_request(
         0
     };
     // No store: the admission never waits (nothing to sync with).
-    let mut admission = limiter
+    let admission = limiter
         .admit_reserving(subjects, reservation)
         .now_or_never()
         .expect("a limiter without a store does not wait")

@@ -237,6 +237,11 @@ impl UsageTicket {
         )
     }
 
+    /// The prices current when the request was admitted (what prices it).
+    pub fn prices(&self) -> &crate::spend::PriceBook {
+        &self.prices
+    }
+
     /// The currency costs are in.
     pub fn currency(&self) -> crate::spend::Currency {
         self.sink.prices.currency

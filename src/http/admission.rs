@@ -31,6 +31,7 @@ use crate::limits::rules::{BudgetQuota, BUDGET_HEADERS};
 use crate::limits::{Admission, RateHeaders, Refusal, Subject};
 use crate::models::Model;
 use crate::spend::budget::{self, UnpricedPolicy};
+use crate::spend::PriceBook;
 use crate::usage::{EndHook, Tokens, UsageTicket};
 
 /// What a request may cost, for its reservation under a budget: the model
@@ -94,10 +95,8 @@ impl<'a> Charge<'a> {
 
     /// The reservation in nanos, or the 403 of an unpriced target under
     /// `GATEHOUSE_UNPRICED_POLICY=refuse`.
-    fn reservation(&self, app: &App) -> Result<i64> {
-        let book = app.prices().book();
-        let chain = self.model.chain();
-        let targets = || chain.iter().flat_map(|m| m.targets.iter());
+    fn reservation(&self, app: &App, book: &PriceBook) -> Result<i64> {
+        let targets = || self.model.models().flat_map(|m| m.targets.iter());
         let completion = self
             .completion
             .unwrap_or(app.settings.reserve_output_tokens);
@@ -153,7 +152,8 @@ where
     Fut: Future<Output = Result<Response>>,
 {
     let reservation = if subjects.iter().any(|s| s.limits.has_budget()) {
-        match charge.reservation(app) {
+        // The prices the ticket prices the request with.
+        match charge.reservation(app, ticket.prices()) {
             Ok(n) => n,
             Err(e) => {
                 ticket.finish(e.status(), Tokens::default());
@@ -163,7 +163,7 @@ where
     } else {
         0
     };
-    let mut admission = match app.limiter.admit_reserving(subjects, reservation).await {
+    let admission = match app.limiter.admit_reserving(subjects, reservation).await {
         Ok(a) => a,
         Err(r) => {
             ticket.finish(429, Tokens::default());
@@ -175,26 +175,23 @@ where
     };
     let headers = admission.headers;
     let probe = admission.budget_probe();
-    // A stream's figure counts its own reservation (as at admission: a
-    // short stream may have ended, and settled, before its headers go out);
-    // a plain answer's, read after it was settled, its cost.
-    let reserved = if charge.may_stream {
-        probe.quota()
-    } else {
-        None
-    };
     ticket.set_on_end(end_hook(admission));
     let mut resp = call(ticket)
         .await
         .unwrap_or_else(IntoResponse::into_response);
     add_headers(&mut resp, &headers);
-    let stream = resp
-        .headers()
-        .get(axum::http::header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
-    let figure = match reserved {
-        Some(q) if stream => Some(q),
-        _ => probe.quota(),
+    // A stream's figure counts its own reservation (as at admission: a
+    // short stream may have ended, and settled, before its headers go out);
+    // a plain answer's, settled by now, its cost.
+    let stream = charge.may_stream
+        && resp
+            .headers()
+            .get(axum::http::header::CONTENT_TYPE)
+            .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    let figure = if stream {
+        probe.admitted()
+    } else {
+        probe.quota()
     };
     add_budget_headers(&mut resp, figure);
     resp
@@ -296,10 +293,10 @@ pub async fn admit_count_tokens(app: &App, subjects: &[Subject]) -> Result<(), R
 /// Hands the admission to the request's usage ticket: it counts the
 /// request's tokens, settles the request's cost and frees its `max_parallel`
 /// place when the request ends. Public for the `spend` benchmark.
-pub fn end_hook(mut admission: Admission) -> EndHook {
+pub fn end_hook(admission: Admission) -> EndHook {
     EndHook::new(move |t: Tokens, cost_nanos: i64| {
         let n = t.prompt.saturating_add(t.completion).max(0);
-        admission.settle(u64::try_from(n).unwrap_or(0), cost_nanos);
+        admission.end(u64::try_from(n).unwrap_or(0), cost_nanos);
     })
 }
 

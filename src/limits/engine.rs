@@ -29,7 +29,7 @@ use super::rules::{
     self, day_of, minute_start, second_of, Buckets, BudgetQuota, Denial, RateHeaders, Refusal,
     Spend, Usage,
 };
-use super::Limits;
+use super::{Budgets, Limits};
 use crate::spend::amount::format_nanos;
 use crate::spend::budget::{self, month_of, Period};
 use crate::spend::{Amount, Currency};
@@ -303,34 +303,56 @@ struct Shared {
 #[derive(Clone)]
 pub struct Limiter(Arc<Shared>);
 
-/// An admitted request: keeps its place in `max_parallel` until dropped;
-/// [`Admission::finish`] counts its tokens.
+/// An admitted request: keeps its place in `max_parallel` until it ends
+/// ([`Admission::end`]) or is dropped; [`Admission::finish`] counts its
+/// tokens.
 pub struct Admission {
     limiter: Option<Limiter>,
-    held: Vec<Slot>,
+    held: Vec<Held>,
     /// `x-ratelimit-*` values, empty when no limit applies.
     pub headers: RateHeaders,
     /// Nanos reserved on every held caller, until settled.
     reservation: i64,
     settled: bool,
-    /// The held callers that have a budget, for the budget headers.
-    budgets: Vec<(Slot, Limits)>,
+    /// The budget headers' figures, shared with the request's
+    /// [`BudgetProbe`]; None when no budget applies.
+    figures: Option<Arc<Figures>>,
 }
 
-/// Reads the budget headers of an admitted request at any time (after the
-/// admission itself went to the request's end hook).
-pub struct BudgetProbe(Vec<(Slot, Limits)>);
+/// A caller an admission holds a place with, and its budgets (None: none).
+struct Held {
+    slot: Slot,
+    budgets: Option<Budgets>,
+}
+
+/// `x-gatehouse-budget-*` of one request: as admitted (its reservation
+/// counted), and as settled (its cost counted). Made under the locks the
+/// admission and the settlement take anyway, so the answer's headers cost
+/// no lock of a caller's counts of their own.
+#[derive(Default)]
+struct Figures {
+    admitted: Option<BudgetQuota>,
+    settled: Mutex<Option<BudgetQuota>>,
+}
+
+/// Reads the budget headers of an admitted request (after the admission
+/// itself went to the request's end hook).
+pub struct BudgetProbe(Option<Arc<Figures>>);
 
 impl BudgetProbe {
-    /// `x-gatehouse-budget-*` now: None when no budget applies.
+    /// The figure at admission: what a stream's headers show (a short
+    /// stream may have settled before its headers go out). None when no
+    /// budget applies.
+    pub fn admitted(&self) -> Option<BudgetQuota> {
+        self.0.as_ref()?.admitted
+    }
+
+    /// The figure once settled (the admission's until then): what a plain
+    /// answer's headers show.
     pub fn quota(&self) -> Option<BudgetQuota> {
-        let now = crate::store::now_ms();
-        let mut q = None;
-        for (slot, limits) in &self.0 {
-            let s = slot.lock();
-            BudgetQuota::add(&mut q, limits, s.spend(now), now);
-        }
-        q
+        let f = self.0.as_ref()?;
+        let settled = *f.settled.lock();
+        settled.or(f.admitted)
     }
 }
 
@@ -343,19 +365,31 @@ impl Admission {
     /// The request ended: counts its tokens, releases its reservation and
     /// adds its cost (nanos) to the day's and the month's spend.
     pub fn settle(&mut self, tokens: u64, cost_nanos: i64) {
-        self.settle_at(tokens, cost_nanos, crate::store::now_ms());
+        self.close(tokens, cost_nanos, crate::store::now_ms(), false);
     }
 
     pub fn settle_at(&mut self, tokens: u64, cost_nanos: i64, now_ms: i64) {
+        self.close(tokens, cost_nanos, now_ms, false);
+    }
+
+    /// [`Admission::settle`], and the request's `max_parallel` place freed
+    /// in the same pass over its callers (the drop then has nothing to do).
+    pub fn end(mut self, tokens: u64, cost_nanos: i64) {
+        self.close(tokens, cost_nanos, crate::store::now_ms(), true);
+    }
+
+    fn close(&mut self, tokens: u64, cost_nanos: i64, now_ms: i64, free_place: bool) {
         let n = i64::try_from(tokens).unwrap_or(i64::MAX);
         let release = if self.settled { 0 } else { self.reservation };
         self.settled = true;
         let cost = cost_nanos.max(0);
-        if n == 0 && release == 0 && cost == 0 {
+        let free = free_place && self.limiter.take().is_some();
+        if n == 0 && release == 0 && cost == 0 && !free && self.figures.is_none() {
             return;
         }
-        for slot in &self.held {
-            let mut s = slot.lock();
+        let mut figure = None;
+        for h in &self.held {
+            let mut s = h.slot.lock();
             if n != 0 {
                 s.tokens.add_pending(second_of(now_ms), n);
                 s.days.add_pending(day_of(now_ms), n);
@@ -365,14 +399,23 @@ impl Admission {
                 s.spend_month.add_pending(month_of(now_ms), cost);
             }
             s.reserved -= release;
+            if free {
+                s.in_flight -= 1;
+            }
             s.last_used_ms = now_ms;
+            if let Some(b) = &h.budgets {
+                BudgetQuota::add(&mut figure, b, s.spend(now_ms), now_ms);
+            }
+        }
+        if let Some(f) = &self.figures {
+            *f.settled.lock() = figure;
         }
     }
 
-    /// What reads the budget headers later; the admission keeps no budgets
-    /// of its own (it settles through `held`), so they are handed over.
-    pub fn budget_probe(&mut self) -> BudgetProbe {
-        BudgetProbe(std::mem::take(&mut self.budgets))
+    /// What reads the budget headers later (the admission goes to the
+    /// request's end hook).
+    pub fn budget_probe(&self) -> BudgetProbe {
+        BudgetProbe(self.figures.clone())
     }
 }
 
@@ -380,8 +423,8 @@ impl Drop for Admission {
     fn drop(&mut self) {
         if self.limiter.is_some() {
             let release = if self.settled { 0 } else { self.reservation };
-            for slot in &self.held {
-                let mut s = slot.lock();
+            for h in &self.held {
+                let mut s = h.slot.lock();
                 s.in_flight -= 1;
                 s.reserved -= release;
             }
@@ -544,7 +587,7 @@ impl Limiter {
                 headers: RateHeaders::default(),
                 reservation: 0,
                 settled: true,
-                budgets: Vec::new(),
+                figures: None,
             });
         }
         // One lock order for every request: no two requests wait on each other.
@@ -679,7 +722,9 @@ impl Limiter {
                     let mut budget = None;
                     for ((s, _), g) in list.iter().zip(guards.iter()) {
                         headers.add(&s.limits, &g.usage(), now);
-                        BudgetQuota::add(&mut budget, &s.limits, g.spend(now), now);
+                        if let Some(b) = s.limits.budgets() {
+                            BudgetQuota::add(&mut budget, &b, g.spend(now), now);
+                        }
                     }
                     drop(guards);
                     self.give_back(&list, &reserved, &in_db, reservation, now);
@@ -699,8 +744,8 @@ impl Limiter {
                 need_sync.dedup();
                 if need_sync.is_empty() && need_reserve.is_empty() && need_budget_db.is_empty() {
                     let mut headers = RateHeaders::default();
-                    let mut budgets = Vec::new();
-                    for (i, ((s, slot), g)) in list.iter().zip(guards.iter_mut()).enumerate() {
+                    let mut figure = None;
+                    for (i, ((s, _), g)) in list.iter().zip(guards.iter_mut()).enumerate() {
                         if !reserved[i] {
                             g.requests.add_pending(second_of(now), 1);
                             g.admitted += 1;
@@ -712,18 +757,30 @@ impl Limiter {
                         g.in_flight += 1;
                         g.last_used_ms = now;
                         headers.add(&s.limits, &g.usage(), now);
-                        if s.limits.has_budget() {
-                            budgets.push((Arc::clone(slot), s.limits));
+                        if let Some(b) = s.limits.budgets() {
+                            BudgetQuota::add(&mut figure, &b, g.spend(now), now);
                         }
                     }
                     drop(guards);
+                    let figures = figure.map(|q| {
+                        Arc::new(Figures {
+                            admitted: Some(q),
+                            settled: Mutex::new(None),
+                        })
+                    });
                     return Ok(Admission {
                         limiter: Some(self.clone()),
-                        held: list.into_iter().map(|(_, s)| s).collect(),
+                        held: list
+                            .into_iter()
+                            .map(|(s, slot)| Held {
+                                slot,
+                                budgets: s.limits.budgets(),
+                            })
+                            .collect(),
                         headers,
                         reservation,
                         settled: false,
-                        budgets,
+                        figures,
                     });
                 }
             }
@@ -1424,6 +1481,47 @@ mod tests {
         let c = l.admit(&s).await.expect("a place was freed");
         drop((b, c));
         assert_eq!(l.used("k:k1").await.in_flight, 0);
+    }
+
+    #[tokio::test]
+    async fn an_ended_request_frees_its_place_and_its_probe_shows_the_cost_settled() {
+        let l = Limiter::new(None);
+        let unit = 1_000_000_000;
+        let k = key(Limits {
+            max_parallel: Some(1),
+            budget_per_day: Some(crate::spend::Amount::units(10)),
+            ..Limits::default()
+        });
+        // The user has no budget: the figures are the key's alone.
+        let s = [k, Subject::user("u", Limits::default())];
+        let a = l.admit_reserving(&s, 3 * unit).await.expect("fresh");
+        let probe = a.budget_probe();
+        // At admission, the reservation is counted; not settled yet, the
+        // plain figure is the same.
+        assert_eq!(probe.admitted().map(|q| q.remaining), Some(7 * unit));
+        assert_eq!(probe.quota(), probe.admitted());
+        assert!(l.admit(&s).await.is_err(), "its place is held");
+        a.end(100, 2 * unit);
+        // Settled: the cost counted, the reservation released, the place free.
+        assert_eq!(probe.quota().map(|q| q.remaining), Some(8 * unit));
+        assert_eq!(probe.admitted().map(|q| q.remaining), Some(7 * unit));
+        let used = l.used("k:k1").await;
+        assert_eq!(
+            (
+                used.in_flight,
+                used.reserved,
+                used.spend_today,
+                used.tokens_today
+            ),
+            (0, 0, 2 * unit, 100)
+        );
+        drop(l.admit(&s).await.expect("the place was freed"));
+        // No budget: no figures.
+        let a = l.admit(&s[1..]).await.expect("no limits");
+        assert_eq!(
+            (a.budget_probe().admitted(), a.budget_probe().quota()),
+            (None, None)
+        );
     }
 
     #[tokio::test]

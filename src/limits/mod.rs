@@ -40,6 +40,14 @@ pub struct Limits {
     pub budget_per_month: Option<Amount>,
 }
 
+/// A caller's budgets in money: what its budget headers read (kept with
+/// an admission instead of the whole [`Limits`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Budgets {
+    pub day: Option<Amount>,
+    pub month: Option<Amount>,
+}
+
 pub const FIELDS: [&str; 4] = [
     "requests_per_minute",
     "tokens_per_minute",
@@ -91,6 +99,14 @@ impl Limits {
     /// A budget in money applies.
     pub fn has_budget(&self) -> bool {
         self.budget_per_day.is_some() || self.budget_per_month.is_some()
+    }
+
+    /// The budgets, when one applies.
+    pub fn budgets(&self) -> Option<Budgets> {
+        self.has_budget().then_some(Budgets {
+            day: self.budget_per_day,
+            month: self.budget_per_month,
+        })
     }
 
     /// The limits an MCP `tools/call` must fit: its own per-minute count, on

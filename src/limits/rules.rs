@@ -9,7 +9,7 @@
 
 use std::collections::VecDeque;
 
-use super::Limits;
+use super::{Budgets, Limits};
 use crate::spend::budget::{self, Period};
 
 pub const BUCKET_MS: i64 = 1000;
@@ -386,10 +386,10 @@ pub const BUDGET_HEADERS: [&str; 2] = ["x-gatehouse-budget-remaining", "x-gateho
 
 impl BudgetQuota {
     /// Adds one caller's budgets to `acc` (the tightest wins).
-    pub fn add(acc: &mut Option<BudgetQuota>, limits: &Limits, spend: Spend, now_ms: i64) {
+    pub fn add(acc: &mut Option<BudgetQuota>, budgets: &Budgets, spend: Spend, now_ms: i64) {
         for (period, budget, spent) in [
-            (Period::Day, limits.budget_per_day, spend.day),
-            (Period::Month, limits.budget_per_month, spend.month),
+            (Period::Day, budgets.day, spend.day),
+            (Period::Month, budgets.month, spend.month),
         ] {
             let Some(b) = budget else { continue };
             let remaining = budget::remaining(b, spent, spend.reserved);
@@ -716,7 +716,7 @@ mod tests {
         .expect("refused");
         assert_eq!(d.field, "budget_per_month");
         let mut q = None;
-        BudgetQuota::add(&mut q, &limits, spend, T0);
+        BudgetQuota::add(&mut q, &limits.budgets().expect("budgets"), spend, T0);
         let q = q.expect("a budget applies");
         assert_eq!(q.remaining, 100);
         assert_eq!(
@@ -724,8 +724,9 @@ mod tests {
             "0.000000100"
         );
         let mut none = None;
-        BudgetQuota::add(&mut none, &Limits::default(), spend, T0);
+        BudgetQuota::add(&mut none, &Budgets::default(), spend, T0);
         assert!(none.is_none());
+        assert_eq!(Limits::default().budgets(), None);
     }
 
     #[test]

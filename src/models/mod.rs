@@ -238,9 +238,12 @@ pub struct Model {
 impl Model {
     /// The model, then its fallbacks: the stages of a request's attempts.
     pub fn chain(&self) -> Vec<&Model> {
-        std::iter::once(self)
-            .chain(self.fallbacks.iter().map(|m| &**m))
-            .collect()
+        self.models().collect()
+    }
+
+    /// [`Model::chain`] without a vector.
+    pub fn models(&self) -> impl Iterator<Item = &Model> + Clone {
+        std::iter::once(self).chain(self.fallbacks.iter().map(|m| &**m))
     }
 
     /// A fresh [`Attempts`] over `chain` (from [`Model::chain`]).

@@ -83,7 +83,7 @@ impl Period {
     pub fn until_end_ms(self, now_ms: i64) -> i64 {
         match self {
             Period::Day => (now_ms.div_euclid(DAY_MS) + 1) * DAY_MS - now_ms,
-            Period::Month => month_start_ms(month_of(now_ms) + 1) - now_ms,
+            Period::Month => month_facts(now_ms.div_euclid(DAY_MS)).1 - now_ms,
         }
     }
 }
@@ -92,8 +92,28 @@ impl Period {
 /// (Howard Hinnant's `civil_from_days`): every admission under a budget asks,
 /// and a calendar library's conversion cost a thousand times more.
 pub fn month_of(now_ms: i64) -> i64 {
-    let (y, m) = year_month_of_day(now_ms.div_euclid(DAY_MS));
-    (y - 1970) * 12 + (m - 1)
+    month_facts(now_ms.div_euclid(DAY_MS)).0
+}
+
+/// The month of `day` (days since 1970-01-01) and the instant it ends.
+/// A request under a budget asks four or five times and the answer
+/// changes once a day, so each thread keeps the last day's.
+fn month_facts(day: i64) -> (i64, i64) {
+    thread_local! {
+        static LAST: std::cell::Cell<(i64, i64, i64)> =
+            const { std::cell::Cell::new((i64::MIN, 0, 0)) };
+    }
+    LAST.with(|last| {
+        let (d, month, end) = last.get();
+        if d == day {
+            return (month, end);
+        }
+        let (y, m) = year_month_of_day(day);
+        let month = (y - 1970) * 12 + (m - 1);
+        let end = month_start_ms(month + 1);
+        last.set((day, month, end));
+        (month, end)
+    })
 }
 
 /// 00:00 UTC of the first day of month `m` (months since January 1970).
@@ -454,7 +474,24 @@ mod tests {
                     .expect("a time")
                     .timestamp_millis();
                 assert_eq!(month_start_ms(m), start, "{t}");
+                assert_eq!(
+                    Period::Month.until_end_ms(at),
+                    month_start_ms(m + 1) - at,
+                    "{t}"
+                );
             }
+        }
+    }
+
+    #[test]
+    fn the_month_a_thread_keeps_is_only_its_own_days() {
+        // Back and forth over a month's edge: each call answers for its own
+        // day, not the one asked before.
+        let (nov, dec) = (ms(2026, 11, 30, 23), ms(2026, 12, 1, 0));
+        for _ in 0..3 {
+            assert_eq!(month_of(dec), month_of(nov) + 1);
+            assert_eq!(Period::Month.until_end_ms(nov), 3_600_000);
+            assert_eq!(Period::Month.until_end_ms(dec), 31 * DAY_MS);
         }
     }
 
