@@ -89,11 +89,17 @@ async fn on_hasher<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) ->
         .map_err(|_| "a password hashing thread failed".to_string())
 }
 
+/// Argon2's work area, from the system's allocator whatever the global one
+/// is: the request path's allocator keeps freed memory for reuse, and 19 MiB
+/// per hashing thread would stay resident.
+type WorkArea = allocator_api2::vec::Vec<argon2::Block, std::alloc::System>;
+
 thread_local! {
     /// Argon2's working memory (19 MiB), kept by each hashing thread and
     /// reused while hashes queue up (allocating it per hash let the
     /// allocator keep many copies), released when the thread goes idle.
-    static BLOCKS: std::cell::RefCell<Vec<argon2::Block>> = const { std::cell::RefCell::new(Vec::new()) };
+    static BLOCKS: std::cell::RefCell<WorkArea> =
+        const { std::cell::RefCell::new(WorkArea::new_in(std::alloc::System)) };
     /// Set on the hashing threads; any other thread frees the work area
     /// right after its hash (the start-up hash, say).
     static KEEP_BLOCKS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
@@ -102,7 +108,7 @@ thread_local! {
 /// Frees the thread's work area; mapped on its own
 /// ([`map_large_blocks_on_their_own`]), it goes back to the system at once.
 fn release_blocks() {
-    BLOCKS.with(|b| drop(std::mem::take(&mut *b.borrow_mut())));
+    BLOCKS.with(|b| *b.borrow_mut() = WorkArea::new_in(std::alloc::System));
 }
 
 /// Makes glibc map every block of 8 MiB or more on its own (so freeing one
@@ -140,11 +146,12 @@ fn argon2id_into(
         let mut blocks = blocks.borrow_mut();
         let n = params.block_count();
         if blocks.len() != n {
-            *blocks = vec![argon2::Block::default(); n];
+            *blocks = WorkArea::new_in(std::alloc::System);
+            blocks.resize(n, argon2::Block::default());
         }
         let done = ctx.hash_password_into_with_memory(password, salt, out, &mut blocks[..]);
         if !KEEP_BLOCKS.with(std::cell::Cell::get) {
-            *blocks = Vec::new();
+            *blocks = WorkArea::new_in(std::alloc::System);
         }
         done
     })
