@@ -42,10 +42,6 @@ pub struct Charge<'a> {
     pub model: &'a Model,
     prompt: Prompt<'a>,
     pub completion: Option<u64>,
-    /// The body may ask for a stream (the default): its budget figure is
-    /// read at admission. A route that knows the answer is plain says so
-    /// ([`Charge::plain`]) and saves that read.
-    may_stream: bool,
 }
 
 /// The prompt's estimate in tokens, or how to make it: only a budget reads
@@ -61,15 +57,7 @@ impl<'a> Charge<'a> {
             model,
             prompt: Prompt::Tokens(prompt),
             completion,
-            may_stream: true,
         }
-    }
-
-    /// The body asked for a plain answer (`!stream`): no stream's figure
-    /// to read at admission.
-    pub fn plain(mut self, plain: bool) -> Charge<'a> {
-        self.may_stream = !plain;
-        self
     }
 
     /// A charge whose prompt estimate is made only if a budget applies.
@@ -82,7 +70,6 @@ impl<'a> Charge<'a> {
             model,
             prompt: Prompt::Later(Box::new(prompt)),
             completion,
-            may_stream: true,
         }
     }
 
@@ -183,11 +170,10 @@ where
     // A stream's figure counts its own reservation (as at admission: a
     // short stream may have ended, and settled, before its headers go out);
     // a plain answer's, settled by now, its cost.
-    let stream = charge.may_stream
-        && resp
-            .headers()
-            .get(axum::http::header::CONTENT_TYPE)
-            .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    let stream = resp
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
     let figure = if stream {
         probe.admitted()
     } else {

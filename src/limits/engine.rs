@@ -329,7 +329,6 @@ struct Held {
 /// counted), and as settled (its cost counted). Made under the locks the
 /// admission and the settlement take anyway, so the answer's headers cost
 /// no lock of a caller's counts of their own.
-#[derive(Default)]
 struct Figures {
     admitted: Option<BudgetQuota>,
     settled: Mutex<Option<BudgetQuota>>,
@@ -366,10 +365,6 @@ impl Admission {
     /// adds its cost (nanos) to the day's and the month's spend.
     pub fn settle(&mut self, tokens: u64, cost_nanos: i64) {
         self.close(tokens, cost_nanos, crate::store::now_ms(), false);
-    }
-
-    pub fn settle_at(&mut self, tokens: u64, cost_nanos: i64, now_ms: i64) {
-        self.close(tokens, cost_nanos, now_ms, false);
     }
 
     /// [`Admission::settle`], and the request's `max_parallel` place freed

@@ -266,8 +266,7 @@ async fn messages(State(app): State<AppState>, auth: ApiKeyAuth, req: Request) -
     let app = &app;
     let charged = Arc::clone(&model);
     let (prompt, max) = messages_figures(&body);
-    let charge =
-        Charge::new(&charged, prompt, max).plain(!crate::wire::messages::request::is_stream(&body));
+    let charge = Charge::new(&charged, prompt, max);
     Ok(admitted(
         app,
         &key_subjects(&auth),

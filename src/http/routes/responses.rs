@@ -198,11 +198,11 @@ impl KeyBody {
             KeyBody::Raw(raw, _) => {
                 let text = raw.text.clone();
                 let prompt = move || crate::spend::budget::tokens_of_chars(text.chars());
-                Charge::later(model, prompt, raw.max_output).plain(!raw.stream)
+                Charge::later(model, prompt, raw.max_output)
             }
             KeyBody::Tree(request) => {
                 let (prompt, max) = responses_figures(request);
-                Charge::new(model, prompt, max).plain(!request.is_stream())
+                Charge::new(model, prompt, max)
             }
         }
     }

@@ -216,7 +216,7 @@ async fn chat_completions(
     let app = &app;
     let (chars, max) = body.reserve_figures();
     let charged = Arc::clone(&model);
-    let charge = Charge::new(&charged, tokens_of_chars(chars), max).plain(!body.is_stream());
+    let charge = Charge::new(&charged, tokens_of_chars(chars), max);
     Ok(admitted(
         app,
         &key_subjects(&auth),
@@ -365,7 +365,7 @@ where
     .await;
     let (model, body, alias, prompt) = recorded(&mut ticket, prepared)?;
     let charged = Arc::clone(&model);
-    let charge = Charge::new(&charged, prompt, Some(0)).plain(true);
+    let charge = Charge::new(&charged, prompt, Some(0));
     Ok(admitted(
         app,
         &key_subjects(auth),

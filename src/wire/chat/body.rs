@@ -138,15 +138,6 @@ impl RawChat {
 }
 
 impl ChatInput {
-    /// The body asks for a stream.
-    pub fn is_stream(&self) -> bool {
-        match self {
-            ChatInput::Raw(raw) => raw.stream,
-            ChatInput::Tree(body) => crate::wire::chat::is_stream(body),
-            ChatInput::NativeOnly { stream, .. } => *stream,
-        }
-    }
-
     /// The prompt's characters and the body's maximum completion (see
     /// [`RawChat::max_completion`]): a budget's reservation.
     pub fn reserve_figures(&self) -> (usize, Option<u64>) {
